@@ -1,0 +1,37 @@
+# make demo: install, build an index, search it, print per-stage p50/p95/p99 (no Redis needed)
+# make test: install everything (Python packages, redis-server) and run the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DATA ?= $(if $(wildcard ../shared/data/scifact/corpus.jsonl),../shared/data/scifact,)
+export HF_HUB_OFFLINE := 1
+
+.PHONY: install demo test redis-server lint bench
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	# The CPU build of torch first: an unpinned torch pulled in by sentence-transformers
+	# would be a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server; }
+
+demo: install
+	$(BIN)/retrieval demo $(if $(DATA),--data $(DATA))
+
+test: install redis-server
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check retrieval indexes benchmarks tests
+	$(BIN)/mypy retrieval indexes
+
+bench: install
+	$(BIN)/python -m benchmarks.search $(if $(DATA),--data $(DATA))

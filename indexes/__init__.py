@@ -1,0 +1,34 @@
+"""Offline layer: building indexes and their on-disk formats. Never imports ``retrieval``."""
+
+from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.bm25 import BM25Index, BM25Params
+from indexes.build import BuildConfig, BuildReport, build_index
+from indexes.corpus import read_corpus, read_jsonl, read_qrels, read_queries
+from indexes.docstore import DocStore, Document
+from indexes.encoders import Encoder, SentenceTransformerEncoder, default_model_path
+from indexes.manifest import EncoderInfo, Manifest
+from indexes.metadata import MetadataIndex
+from indexes.vectors import VectorStore
+
+__all__ = [
+    "Analyzer",
+    "AnalyzerConfig",
+    "BM25Index",
+    "BM25Params",
+    "BuildConfig",
+    "BuildReport",
+    "DocStore",
+    "Document",
+    "Encoder",
+    "EncoderInfo",
+    "Manifest",
+    "MetadataIndex",
+    "SentenceTransformerEncoder",
+    "VectorStore",
+    "build_index",
+    "default_model_path",
+    "read_corpus",
+    "read_jsonl",
+    "read_qrels",
+    "read_queries",
+]

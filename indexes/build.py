@@ -1,0 +1,206 @@
+"""The offline build pipeline: documents in, one verified, published build out."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
+
+from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.bm25 import BM25Index, BM25Params
+from indexes.docstore import DocStore, Document
+from indexes.encoders import Encoder
+from indexes.errors import CorpusError, RetrievalError
+from indexes.manifest import (
+    FORMAT_VERSION,
+    EncoderInfo,
+    Manifest,
+    checksum_tree,
+    current_build_dir,
+    discard,
+    new_build_id,
+    publish,
+    read_manifest,
+    staging_dir,
+    write_manifest,
+)
+from indexes.metadata import MetadataIndex
+from indexes.storage import load_array, save_array
+from indexes.vectors import VectorDtype, VectorStore
+
+log = logging.getLogger(__name__)
+
+
+class BuildConfig(BaseModel):
+    """How an index is built. Defaults are the measured SciFact choices (see README)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    analyzer: AnalyzerConfig = Field(default_factory=AnalyzerConfig)
+    bm25: BM25Params = Field(default_factory=BM25Params)
+    vector_dtype: VectorDtype = "float32"
+    batch_size: int = Field(64, ge=1)
+    reuse_vectors: bool = True
+
+
+@dataclass
+class BuildReport:
+    build_id: str
+    path: Path
+    n_docs: int
+    vectors_reused: int
+    vectors_encoded: int
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def content_hashes(texts: Sequence[str]) -> np.ndarray:
+    """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key)."""
+    digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]
+    return np.array(digests, dtype="S16")
+
+
+def _previous_vectors(root: Path, encoder_id: str) -> tuple[dict[bytes, int], VectorStore] | None:
+    """Content hash -> row of the live build's vectors, when made by the same encoder."""
+    previous = current_build_dir(root)
+    if previous is None:
+        return None
+    try:
+        manifest = read_manifest(previous)
+        # Only exact float32 vectors are reused: re-quantizing dequantized codes would drift.
+        if manifest.encoder.encoder_id != encoder_id or manifest.encoder.vector_dtype != "float32":
+            return None
+        hashes = load_array(previous / "vectors" / "content_hashes.npy")
+        store = VectorStore.load(previous / "vectors")
+    except RetrievalError as exc:
+        log.warning("previous build %s not reusable, re-encoding everything: %s", previous, exc)
+        return None
+    return {bytes(h): row for row, h in enumerate(hashes)}, store
+
+
+def embed_documents(
+    texts: Sequence[str], hashes: np.ndarray, encoder: Encoder, root: Path,
+    config: BuildConfig, progress: bool,
+) -> tuple[np.ndarray, int]:
+    """Vectors for ``texts``, reusing the live build's where the content hash matches."""
+    vectors = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+    previous = _previous_vectors(root, encoder.encoder_id) if config.reuse_vectors else None
+    todo = list(range(len(texts)))
+    if previous is not None:
+        row_of, store = previous
+        found = [(i, row_of[bytes(h)]) for i, h in enumerate(hashes) if bytes(h) in row_of]
+        if found:
+            mine, theirs = (np.array(x) for x in zip(*found, strict=True))
+            vectors[mine] = store.reconstruct_rows(theirs)
+        done = {i for i, _ in found}
+        todo = [i for i in todo if i not in done]
+    if todo:
+        vectors[todo] = encoder.encode(
+            [texts[i] for i in todo], batch_size=config.batch_size, progress=progress
+        )
+    return vectors, len(texts) - len(todo)
+
+
+def _check_ids(documents: Sequence[Document]) -> None:
+    if not documents:
+        raise CorpusError("the corpus is empty: give at least one document")
+    seen: set[str] = set()
+    for doc in documents:
+        if doc.id in seen:
+            raise CorpusError(f"duplicate document id {doc.id!r}: ids must be unique")
+        seen.add(doc.id)
+
+
+def build_index(
+    documents: Iterable[Document],
+    root: str | Path,
+    *,
+    encoder: Encoder | None = None,
+    vectors: np.ndarray | None = None,
+    encoder_info: EncoderInfo | None = None,
+    config: BuildConfig | None = None,
+    progress: bool = True,
+) -> BuildReport:
+    """Build every component, then publish atomically under ``root``.
+
+    Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
+    content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
+    """
+    config = config or BuildConfig()
+    root = Path(root)
+    docs = list(documents)
+    _check_ids(docs)
+    timer = _Stopwatch()
+    analyzer = Analyzer(config.analyzer)
+    texts = [d.content for d in docs]
+    tokens = [analyzer(t) for t in tqdm(texts, desc="analyze", disable=not progress)]
+    bm25 = BM25Index.build(tokens, config.bm25)
+    metadata = MetadataIndex.build([d.metadata for d in docs])
+    timer.lap("bm25+metadata")
+    hashes = content_hashes(texts)
+    matrix, info, reused = _vectors_for(texts, hashes, root, encoder, vectors, encoder_info,
+                                        config, progress)
+    timer.lap("vectors")
+    build_id = new_build_id()
+    root.mkdir(parents=True, exist_ok=True)
+    staging = staging_dir(root, build_id)
+    try:
+        bm25.save(staging / "bm25")
+        metadata.save(staging / "metadata")
+        VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
+        save_array(staging / "vectors" / "content_hashes.npy", hashes)
+        DocStore.build(docs).save(staging / "docstore")
+        write_manifest(staging, Manifest(
+            format_version=FORMAT_VERSION, build_id=build_id,
+            created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+            analyzer=config.analyzer.model_dump(mode="json"),
+            analyzer_fingerprint=analyzer.fingerprint, encoder=info,
+            bm25=config.bm25.model_dump(mode="json"),
+            metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
+        ))
+        final = publish(staging, root, build_id)
+    except BaseException:
+        discard(staging)
+        raise
+    timer.lap("write+publish")
+    return BuildReport(build_id, final, len(docs), reused, len(docs) - reused, timer.laps)
+
+
+def _vectors_for(
+    texts: Sequence[str], hashes: np.ndarray, root: Path, encoder: Encoder | None,
+    vectors: np.ndarray | None, encoder_info: EncoderInfo | None, config: BuildConfig,
+    progress: bool,
+) -> tuple[np.ndarray, EncoderInfo, int]:
+    if vectors is not None:
+        if encoder_info is None:
+            raise CorpusError("precomputed vectors need encoder_info naming their encoder")
+        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+        if matrix.shape != (len(texts), encoder_info.dim):
+            raise CorpusError(f"vectors have shape {matrix.shape}; expected "
+                              f"({len(texts)}, {encoder_info.dim}), one row per document")
+        info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
+        return matrix, info, 0
+    if encoder is None:
+        raise CorpusError("give an encoder, or precomputed vectors with encoder_info")
+    matrix, reused = embed_documents(texts, hashes, encoder, root, config, progress)
+    info = EncoderInfo(encoder_id=encoder.encoder_id, model=encoder.model, dim=encoder.dim,
+                       vector_dtype=config.vector_dtype)
+    return matrix, info, reused
+
+
+class _Stopwatch:
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now

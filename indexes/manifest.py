@@ -1,0 +1,162 @@
+"""Build manifest, checksums and atomic publication of builds.
+
+Layout::
+
+    <root>/builds/<build_id>/manifest.json   plus the component directories
+    <root>/CURRENT                            names the live build
+
+A build is written into ``builds/.tmp-<build_id>``, verified, renamed into place, and only then
+``CURRENT`` is replaced (temp file, fsync, rename). A crash at any point leaves ``CURRENT`` on the
+previous build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from indexes.errors import (
+    CorruptArtifactError,
+    FormatVersionError,
+    MissingArtifactError,
+)
+from indexes.storage import fsync_dir, fsync_write, read_json, write_json
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+CURRENT = "CURRENT"
+
+
+class EncoderInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    encoder_id: str
+    model: str
+    dim: int
+    vector_dtype: str
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int
+    build_id: str
+    created_at: str
+    n_docs: int
+    analyzer: dict[str, Any]
+    analyzer_fingerprint: str
+    encoder: EncoderInfo
+    bm25: dict[str, Any]
+    metadata_fields: dict[str, str]
+    files: dict[str, str]  # relative path -> sha256
+
+
+def new_build_id() -> str:
+    """Sortable, unique: UTC timestamp plus random suffix."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    return f"{stamp}-{os.urandom(3).hex()}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def checksum_tree(directory: Path) -> dict[str, str]:
+    """sha256 of every file under ``directory`` except the manifest, keyed by relative path."""
+    return {
+        path.relative_to(directory).as_posix(): sha256_file(path)
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != MANIFEST
+    }
+
+
+def write_manifest(directory: Path, manifest: Manifest) -> None:
+    write_json(directory / MANIFEST, manifest.model_dump(mode="json"))
+
+
+def read_manifest(directory: Path) -> Manifest:
+    path = directory / MANIFEST
+    raw = read_json(path)
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} has format_version {version!r}; this library reads version "
+            f"{FORMAT_VERSION}. Rebuild the index with this version.",
+            path,
+        )
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise CorruptArtifactError(f"{path} is not a valid manifest: {exc}", path) from exc
+
+
+def verify_build(directory: Path, manifest: Manifest) -> None:
+    """Check every file named by the manifest exists and matches its sha256."""
+    for relative, expected in manifest.files.items():
+        path = directory / relative
+        if not path.is_file():
+            raise MissingArtifactError(f"missing index file {path}; rebuild the index", path)
+        if sha256_file(path) != expected:
+            raise CorruptArtifactError(
+                f"checksum mismatch in {path}: the file changed after the build; rebuild the "
+                "index or restore the file",
+                path,
+            )
+
+
+def resolve_build_dir(path: Path) -> Path:
+    """A build directory itself, or the build ``CURRENT`` names under an index root."""
+    path = Path(path)
+    if (path / MANIFEST).is_file():
+        return path
+    current = path / CURRENT
+    if current.is_file():
+        name = current.read_text(encoding="utf-8").strip()
+        build = path / "builds" / name
+        if not (build / MANIFEST).is_file():
+            raise MissingArtifactError(f"{current} names build {name!r} but {build} has no "
+                                       f"{MANIFEST}; rebuild the index", build / MANIFEST)
+        return build
+    raise MissingArtifactError(
+        f"{path} is neither a build directory (no {MANIFEST}) nor an index root (no {CURRENT}); "
+        "build one with `retrieval build --corpus PATH --out DIR`",
+        path,
+    )
+
+
+def current_build_dir(root: Path) -> Path | None:
+    """The live build under ``root``, or None when nothing has been published."""
+    try:
+        return resolve_build_dir(root) if (root / CURRENT).is_file() else None
+    except MissingArtifactError:
+        return None
+
+
+def staging_dir(root: Path, build_id: str) -> Path:
+    staging = root / "builds" / f".tmp-{build_id}"
+    staging.mkdir(parents=True, exist_ok=False)
+    return staging
+
+
+def publish(staging: Path, root: Path, build_id: str) -> Path:
+    """Verify a staged build, move it into place and flip ``CURRENT`` to it."""
+    verify_build(staging, read_manifest(staging))
+    final = root / "builds" / build_id
+    os.replace(staging, final)
+    fsync_dir(final.parent)
+    fsync_write(root / CURRENT, f"{build_id}\n".encode())
+    return final
+
+
+def discard(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,190 @@
+"""Metadata index: keyword postings per field value, float64 columns for numbers and dates.
+
+Field kinds are inferred at build time from the values seen:
+
+- ``keyword``: strings, booleans (stored as ``"true"``/``"false"``) or lists of them;
+  each value maps to the sorted rows holding it.
+- ``number``: ints and floats; one float64 column, NaN where a document has no value.
+- ``date``: ISO 8601 strings (``2020-01-31`` or a datetime); a float64 column of epoch seconds
+  (UTC; naive datetimes are read as UTC).
+
+Nested objects are kept in the doc store but not indexed for filtering.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from indexes.errors import CorpusError
+from indexes.storage import load_array, read_json, save_array, write_json
+
+FieldKind = Literal["keyword", "number", "date"]
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$")
+
+
+def parse_date(value: str) -> float:
+    """ISO 8601 date or datetime -> epoch seconds (UTC). Raises ValueError if not ISO."""
+    if not _DATE.match(value):
+        raise ValueError(f"not an ISO 8601 date: {value!r}")
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if isinstance(parsed, date) and not isinstance(parsed, datetime):  # pragma: no cover
+        parsed = datetime(parsed.year, parsed.month, parsed.day)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def keyword_value(value: Any) -> str:
+    """The indexed form of a keyword value (booleans become ``true``/``false``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _value_kind(field: str, value: Any) -> FieldKind | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "keyword"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "date" if _DATE.match(value) else "keyword"
+    if isinstance(value, list) and all(isinstance(v, str | bool) for v in value):
+        return "keyword"
+    return None  # nested objects and mixed lists: stored, not indexed
+
+
+def infer_kinds(records: Sequence[Mapping[str, Any]]) -> dict[str, FieldKind]:
+    """One kind per field; a field holding two kinds is a CorpusError naming it."""
+    kinds: dict[str, set[FieldKind]] = defaultdict(set)
+    for record in records:
+        for field, value in record.items():
+            kind = _value_kind(field, value)
+            if kind is not None:
+                kinds[field].add(kind)
+    result: dict[str, FieldKind] = {}
+    for field, seen in sorted(kinds.items()):
+        if seen == {"date", "keyword"}:
+            seen = {"keyword"}  # some strings are not dates: the field is a keyword field
+        if len(seen) > 1:
+            raise CorpusError(
+                f"metadata field {field!r} mixes {sorted(seen)} values; give every document "
+                "the same type for this field (or leave it out)"
+            )
+        result[field] = seen.pop()
+    return result
+
+
+class MetadataIndex:
+    """Filterable metadata; ``keyword_rows`` and ``numeric_column`` are the query verbs."""
+
+    def __init__(
+        self,
+        n_docs: int,
+        kinds: dict[str, FieldKind],
+        keywords: dict[str, tuple[list[str], np.ndarray, np.ndarray]],
+        columns: dict[str, np.ndarray],
+    ) -> None:
+        self.n_docs = n_docs
+        self.kinds = kinds
+        self._keywords = keywords
+        self._lookup = {
+            f: {v: i for i, v in enumerate(vals)} for f, (vals, _, _) in keywords.items()
+        }
+        self._columns = columns
+
+    @classmethod
+    def build(cls, records: Sequence[Mapping[str, Any]]) -> MetadataIndex:
+        kinds = infer_kinds(records)
+        keywords = {f: _keyword_postings(records, f) for f, k in kinds.items() if k == "keyword"}
+        columns = {f: _column(records, f, k) for f, k in kinds.items() if k != "keyword"}
+        return cls(len(records), kinds, keywords, columns)
+
+    def keyword_rows(self, field: str, value: str) -> np.ndarray:
+        """Sorted int32 rows whose ``field`` holds ``value`` (empty when none)."""
+        values, offsets, rows = self._keywords[field]
+        i = self._lookup[field].get(value)
+        if i is None:
+            return np.empty(0, dtype=np.int32)
+        return rows[offsets[i] : offsets[i + 1]]
+
+    def keyword_values(self, field: str) -> list[str]:
+        return self._keywords[field][0]
+
+    def numeric_column(self, field: str) -> np.ndarray:
+        """float64 column of length n_docs; NaN where the document has no value."""
+        return self._columns[field]
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        fields = sorted(self.kinds)
+        write_json(directory / "schema.json", {"n_docs": self.n_docs, "fields": {
+            f: {"kind": self.kinds[f], "file": f"field{i}"} for i, f in enumerate(fields)}})
+        for i, field in enumerate(fields):
+            stem = f"field{i}"
+            if self.kinds[field] == "keyword":
+                values, offsets, rows = self._keywords[field]
+                write_json(directory / f"{stem}.values.json", values)
+                save_array(directory / f"{stem}.offsets.npy", offsets)
+                save_array(directory / f"{stem}.rows.npy", rows)
+            else:
+                save_array(directory / f"{stem}.column.npy", self._columns[field])
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool = True) -> MetadataIndex:
+        schema = read_json(directory / "schema.json")
+        kinds: dict[str, FieldKind] = {}
+        keywords: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
+        columns: dict[str, np.ndarray] = {}
+        for field, spec in schema["fields"].items():
+            kinds[field] = spec["kind"]
+            stem = spec["file"]
+            if spec["kind"] == "keyword":
+                keywords[field] = (
+                    read_json(directory / f"{stem}.values.json"),
+                    load_array(directory / f"{stem}.offsets.npy", mmap),
+                    load_array(directory / f"{stem}.rows.npy", mmap),
+                )
+            else:
+                columns[field] = load_array(directory / f"{stem}.column.npy", mmap)
+        return cls(int(schema["n_docs"]), kinds, keywords, columns)
+
+
+def _keyword_postings(
+    records: Sequence[Mapping[str, Any]], field: str
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    postings: dict[str, list[int]] = defaultdict(list)
+    for row, record in enumerate(records):
+        value = record.get(field)
+        if value is None or _value_kind(field, value) is None:
+            continue
+        for item in set(value if isinstance(value, list) else [value]):
+            postings[keyword_value(item)].append(row)
+    values = sorted(postings)
+    sizes = np.array([len(postings[v]) for v in values], dtype=np.int64)
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    rows = np.fromiter((r for v in values for r in postings[v]), dtype=np.int32,
+                       count=int(offsets[-1]))
+    return values, offsets, rows
+
+
+def _column(records: Sequence[Mapping[str, Any]], field: str, kind: FieldKind) -> np.ndarray:
+    column = np.full(len(records), np.nan, dtype=np.float64)
+    for row, record in enumerate(records):
+        value = record.get(field)
+        if value is None:
+            continue
+        try:
+            column[row] = parse_date(value) if kind == "date" else float(value)
+        except (TypeError, ValueError) as exc:
+            raise CorpusError(f"document row {row}: field {field!r}: {exc}") from exc
+    return column

@@ -1,0 +1,58 @@
+"""File helpers for artifacts: numpy arrays and JSON, never pickle; failures name the file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexes.errors import CorruptArtifactError, MissingArtifactError
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def load_array(path: Path, mmap: bool = True) -> np.ndarray:
+    """Load a ``.npy`` file, memory-mapped when ``mmap``; typed errors name the file."""
+    if not path.is_file():
+        raise MissingArtifactError(f"missing index file {path}; rebuild the index", path)
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise CorruptArtifactError(f"cannot read {path}: {exc}; rebuild the index", path) from exc
+
+
+def write_json(path: Path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise MissingArtifactError(f"missing index file {path}; rebuild the index", path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptArtifactError(f"{path} is not valid JSON: {exc}", path) from exc
+
+
+def fsync_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

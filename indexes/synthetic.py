@@ -1,0 +1,76 @@
+"""Generated corpora and metadata, for demos without data and for latency runs at scale.
+
+Nothing here is used to measure quality: generated text has no relevance judgments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from indexes.docstore import Document
+
+DEPARTMENTS = ("cardiology", "oncology", "neurology", "immunology", "genetics")
+DOC_TYPES = ("review", "trial", "cohort", "case-report", "meta-analysis")
+
+_WORDS = (
+    "cell protein gene expression patient risk disease therapy trial cancer tumor immune "
+    "response blood pressure heart brain neuron signal pathway receptor drug dose effect "
+    "treatment outcome mortality infection virus bacteria vaccine antibody inflammation "
+    "metabolism insulin glucose obesity diet exercise sleep memory stress hormone growth "
+    "factor mutation sequence genome rna dna enzyme kinase membrane tissue muscle bone liver "
+    "kidney lung skin stem differentiation development aging survival incidence cohort "
+    "statin cholesterol lipid vascular stroke cardiac rhythm imaging biomarker screening"
+).split()
+
+
+def demo_metadata(doc_id: str) -> dict[str, object]:
+    """Deterministic department / doc_type / year for a document id (a filter demo aid)."""
+    digest = hashlib.sha256(doc_id.encode("utf-8")).digest()
+    return {
+        "department": DEPARTMENTS[digest[0] % len(DEPARTMENTS)],
+        "doc_type": DOC_TYPES[digest[1] % len(DOC_TYPES)],
+        "year": 1995 + digest[2] % 30,
+    }
+
+
+def with_demo_metadata(documents: Iterator[Document] | list[Document]) -> Iterator[Document]:
+    """The same documents with demo metadata added (existing fields win)."""
+    for doc in documents:
+        yield Document(doc.id, doc.text, doc.title, {**demo_metadata(doc.id), **doc.metadata})
+
+
+def synthetic_documents(n: int, seed: int = 0, words_per_doc: int = 40) -> Iterator[Document]:
+    """``n`` documents of words drawn Zipf-like from a medical vocabulary, with demo metadata."""
+    rng = np.random.default_rng(seed)
+    vocab = np.array(_WORDS)
+    weights = 1.0 / np.arange(1, len(vocab) + 1)
+    weights /= weights.sum()
+    for i in range(n):
+        words = rng.choice(vocab, size=words_per_doc, p=weights)
+        doc_id = f"syn-{i}"
+        yield Document(doc_id, " ".join(words[4:]), " ".join(words[:4]), demo_metadata(doc_id))
+
+
+def synthetic_vocabulary_documents(
+    n: int, vocab_size: int = 50_000, words_per_doc: int = 60, seed: int = 0
+) -> Iterator[Document]:
+    """Large corpora for latency runs: Zipf term frequencies over made-up terms (``t123``)."""
+    rng = np.random.default_rng(seed)
+    for start in range(0, n, 10_000):
+        size = min(10_000, n - start)
+        ids = rng.zipf(1.2, size=(size, words_per_doc)) % vocab_size
+        for offset, row in enumerate(ids):
+            doc_id = f"syn-{start + offset}"
+            text = " ".join(f"t{t}" for t in row)
+            yield Document(doc_id, text, "", demo_metadata(doc_id))
+
+
+def random_unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    """float32 (n, dim) rows on the unit sphere (latency runs only)."""
+    rng = np.random.default_rng(seed)
+    vectors = rng.standard_normal((n, dim), dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors

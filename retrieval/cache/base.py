@@ -1,0 +1,194 @@
+"""The ``Cache`` contract shared by the in-process and Redis backends.
+
+A cache is an optimisation, never a dependency: ``get_many`` and ``set_many`` never raise.
+Any failure is a miss (reads) or a dropped write, and is counted in ``stats()`` instead.
+Values are opaque bytes (see ``codec``); keys come from ``keys`` and never hold user text.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import queue
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from indexes.errors import RetrievalError
+
+logger = logging.getLogger(__name__)
+
+COUNTER_NAMES = ("hits", "misses", "errors", "dropped_writes", "bytes_read", "bytes_written")
+
+
+class CacheError(RetrievalError):
+    """Root of cache errors; only construction/configuration raises, cache calls never do."""
+
+
+class CacheConfigError(CacheError, ValueError):
+    """A cache setting is invalid; the message names the setting and how to fix it."""
+
+
+class CacheCounters:
+    """Thread-safe monotonic counters (``+=`` on attributes can lose updates across threads)."""
+
+    def __init__(self, names: Sequence[str] = COUNTER_NAMES) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(names, 0)
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                self._values[name] += delta
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+def ttl_to_ms(ttl_seconds: float) -> int | None:
+    """TTL in whole milliseconds (at least 1), or None when it is not a positive finite number."""
+    try:
+        ttl = float(ttl_seconds)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(ttl) or ttl <= 0:
+        return None
+    return max(1, round(ttl * 1000))
+
+
+def clean_items(items: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Keep only ``str -> bytes`` pairs; anything else is a caller bug we refuse to store."""
+    return {
+        key: bytes(value)
+        for key, value in items.items()
+        if isinstance(key, str) and isinstance(value, bytes | bytearray | memoryview)
+    }
+
+
+class WriteBatch(NamedTuple):
+    """Items of one ``set_many`` call and their TTL in milliseconds."""
+
+    items: dict[str, bytes]
+    ttl_ms: int
+
+
+class BackgroundWriter:
+    """One daemon thread draining a bounded queue of write batches into ``write_fn``.
+
+    Remote backends use it so ``set_many`` never waits on the network; ``write_fn`` receives
+    the batches queued so far (up to ``max_coalesce`` items) and must count its own errors.
+    """
+
+    def __init__(
+        self,
+        write_fn: Callable[[list[WriteBatch]], None],
+        maxsize: int,
+        max_coalesce: int = 512,
+        name: str = "cache-writer",
+    ) -> None:
+        self._write_fn = write_fn
+        self._max_coalesce = max_coalesce
+        self._queue: queue.Queue[WriteBatch | None] = queue.Queue(maxsize=maxsize)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, batch: WriteBatch) -> bool:
+        """Enqueue without blocking; False when the queue is full."""
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            return False
+        return True
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every submitted batch has been written (or dropped)."""
+        deadline = time.monotonic() + timeout
+        with self._queue.all_tasks_done:
+            while self._queue.unfinished_tasks:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._queue.all_tasks_done.wait(remaining)
+        return True
+
+    def close(self, timeout: float) -> None:
+        """Write what is queued (bounded by ``timeout``), then stop the thread."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return  # the daemon thread dies with the process
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                self._queue.task_done()
+                return
+            batches, stop = self._drain(first)
+            try:
+                self._write_fn(batches)
+            except Exception:  # write_fn counts its own errors; the thread must survive
+                logger.exception("cache writer failed unexpectedly")
+            finally:
+                for _ in batches:
+                    self._queue.task_done()
+            if stop:
+                self._queue.task_done()
+                return
+
+    def _drain(self, first: WriteBatch) -> tuple[list[WriteBatch], bool]:
+        """Coalesce already-queued batches into one pipeline; True when a stop was seen."""
+        batches, commands = [first], len(first.items)
+        while commands < self._max_coalesce:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                return batches, True
+            batches.append(nxt)
+            commands += len(nxt.items)
+        return batches, False
+
+
+class Cache(ABC):
+    """Bytes cache with absolute TTLs (set on write, never refreshed by reads)."""
+
+    @abstractmethod
+    def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """Values for ``keys`` in input order, None for misses; one round trip; never raises."""
+
+    @abstractmethod
+    def set_many(self, items: Mapping[str, bytes], ttl_seconds: float) -> None:
+        """Store ``items`` for ``ttl_seconds``; never raises and never blocks on the network."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """Counters (hits, misses, errors, dropped_writes, bytes_read, bytes_written, ...)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release threads, connections and memory; later calls stay safe and never raise."""
+
+    def flush_writes(self, timeout: float = 5.0) -> bool:
+        """Wait until queued writes are applied (tests); True when nothing is pending."""
+        return True
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,98 @@
+"""Cache key builders: namespaced, versioned, and made only of hashes (never user text).
+
+Layout::
+
+    <namespace>:v1:emb:{<tag>}:<digest of encoder_id + text>
+    <namespace>:v1:res:{<tag>}:<digest of build, snapshot, config, text, filters, k>
+
+``<tag>`` is a short hash of the normalized query text inside a Redis Cluster hash tag, so the
+embedding key and the result key of one request live in the same hash slot and a single
+``MGET`` can fetch both. The digest covers every input (as an unambiguous JSON list), so any
+differing part gives a different key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from retrieval.cache.base import CacheConfigError
+
+KEY_VERSION = "v1"  # bump when key layout or value encodings change: old entries just miss
+NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
+_TAG_BYTES = 8  # 64-bit tag: only for slot placement, the digest carries the identity
+_DIGEST_BYTES = 16
+
+
+def normalize_query(text: str) -> str:
+    """Canonical form of a query for caching: NFKC, casefold, collapsed whitespace, stripped.
+
+    NFKC runs again after casefolding because folding can produce non-NFKC sequences; this
+    makes the function idempotent, so builders can apply it to already-normalized text.
+    """
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return " ".join(folded.split())  # str.split() splits on all Unicode whitespace
+
+
+def validate_namespace(namespace: str) -> str:
+    """Return ``namespace`` or raise: braces would hijack the Cluster hash tag."""
+    if not isinstance(namespace, str) or not NAMESPACE_PATTERN.match(namespace):
+        raise CacheConfigError(
+            f"namespace {namespace!r} is invalid: use 1-100 characters from "
+            "letters, digits, '_', '.', ':', '-' (starting with a letter or digit)"
+        )
+    return namespace
+
+
+def canonicalize_filters(filters: Mapping[str, Any] | Sequence[Any] | None) -> str:
+    """Order-independent JSON text for a filter structure ("" when there are none)."""
+    if not filters:
+        return ""
+    return json.dumps(
+        filters, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def query_tag(text: str) -> str:
+    """Hex hash of the normalized query: the hash-tag content shared by a request's keys."""
+    return _tag(normalize_query(text))
+
+
+def embedding_key(namespace: str, encoder_id: str, normalized_text: str) -> str:
+    """Key of a query embedding for one encoder (model + dimension + options)."""
+    text = normalize_query(normalized_text)
+    digest = _digest(["emb", encoder_id, text])
+    return f"{validate_namespace(namespace)}:{KEY_VERSION}:emb:{{{_tag(text)}}}:{digest}"
+
+
+def result_key(
+    namespace: str,
+    build_id: str,
+    snapshot_id: str,
+    config_fingerprint: str,
+    normalized_text: str,
+    canonical_filters: str,
+    k: int,
+) -> str:
+    """Key of a final result list: changes with the index build, snapshot and search config."""
+    text = normalize_query(normalized_text)
+    digest = _digest(["res", build_id, snapshot_id, config_fingerprint, text, canonical_filters, k])
+    return f"{validate_namespace(namespace)}:{KEY_VERSION}:res:{{{_tag(text)}}}:{digest}"
+
+
+def _tag(normalized: str) -> str:
+    return _blake(normalized.encode("utf-8", "surrogatepass"), _TAG_BYTES)
+
+
+def _digest(parts: list[Any]) -> str:
+    # A JSON list is unambiguous: ("ab", "c") and ("a", "bc") encode differently.
+    payload = json.dumps(parts, ensure_ascii=False, separators=(",", ":"))
+    return _blake(payload.encode("utf-8", "surrogatepass"), _DIGEST_BYTES)
+
+
+def _blake(data: bytes, size: int) -> str:
+    return hashlib.blake2b(data, digest_size=size).hexdigest()

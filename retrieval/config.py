@@ -1,0 +1,55 @@
+"""Retriever configuration (pydantic; an unknown key is an error, not a silent default)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Limits(BaseModel):
+    """Bounds that protect the process from oversized input; each breach is a typed error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_query_chars: int = Field(4096, ge=1)
+    max_query_tokens: int = Field(1024, ge=1)
+    max_k: int = Field(1000, ge=1)
+    max_candidates: int = Field(10_000, ge=1)
+    max_filter_clauses: int = Field(64, ge=1)
+    max_in_values: int = Field(1024, ge=1)
+
+
+class RetrieverConfig(BaseModel):
+    """How a loaded index is searched. Defaults come from the SciFact quality benchmark."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidates: int = Field(300, ge=1, description="BM25 candidates re-ranked by vectors (C)")
+    fusion: Literal["minmax", "rrf"] = "minmax"
+    vector_weight: float = Field(0.7, ge=0.0, le=1.0, description="minmax: weight of cosine")
+    rrf_k: int = Field(60, ge=1)
+    default_k: int = Field(10, ge=1)
+    parallel_stages: bool = Field(True, description="encode the query while filter+BM25 run")
+    verify_checksums: bool = True
+    mmap: bool = True
+    encoder_model_path: str | None = Field(
+        None, description="sentence-transformers model directory; None = the packaged default"
+    )
+    limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _candidates_within_limits(self) -> RetrieverConfig:
+        if self.candidates > self.limits.max_candidates:
+            raise ValueError(
+                f"candidates={self.candidates} exceeds limits.max_candidates="
+                f"{self.limits.max_candidates}; lower candidates or raise the limit"
+            )
+        return self
+
+    def fingerprint(self) -> str:
+        """Hash of every setting that changes ranking (part of result-cache keys)."""
+        ranking = self.model_dump(include={"candidates", "fusion", "vector_weight", "rrf_k"})
+        return hashlib.sha256(json.dumps(ranking, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,47 @@
+"""Score fusion of BM25 and vector scores over one candidate set (pure numpy functions).
+
+Raw BM25 scores and cosines live on different scales, so they are never added directly: either
+min-max normalize both over the candidates and mix linearly, or fuse ranks (RRF).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def minmax(scores: np.ndarray) -> np.ndarray:
+    """Scale to [0, 1] over the given candidates; all-equal scores map to 1."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    low, high = scores.min(), scores.max()
+    if high - low <= 0:
+        return np.ones_like(scores)
+    return (scores - low) / (high - low)
+
+
+def linear_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
+    """``w * minmax(cosine) + (1 - w) * minmax(bm25)``; arrays aligned per candidate."""
+    return vector_weight * minmax(cosine) + (1.0 - vector_weight) * minmax(bm25)
+
+
+def ranks_desc(scores: np.ndarray) -> np.ndarray:
+    """1-based rank of each score, highest first (ties broken by position)."""
+    order = np.argsort(-np.asarray(scores), kind="stable")
+    ranks = np.empty(order.size, dtype=np.float64)
+    ranks[order] = np.arange(1, order.size + 1)
+    return ranks
+
+
+def rrf_fusion(bm25: np.ndarray, cosine: np.ndarray, k: int = 60) -> np.ndarray:
+    """Reciprocal rank fusion: ``1/(k + rank_bm25) + 1/(k + rank_cosine)``."""
+    return 1.0 / (k + ranks_desc(bm25)) + 1.0 / (k + ranks_desc(cosine))
+
+
+def top_k_order(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` highest scores, best first, ties by lower index."""
+    if scores.size > k:
+        keep = np.argpartition(-scores, k - 1)[:k]
+    else:
+        keep = np.arange(scores.size)
+    return keep[np.lexsort((keep, -scores[keep]))]

@@ -1,0 +1,46 @@
+"""Request and result models of the public search API."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CacheStatus = Literal["hit", "miss", "off", "provided"]
+
+
+class Hit(BaseModel):
+    """One retrieved passage with the score of every stage that ranked it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc_id: str
+    score: float = Field(description="final score (fused, plus weighted features)")
+    bm25_score: float = Field(description="raw BM25 score")
+    vector_score: float = Field(description="cosine between query and document vectors")
+    title: str = ""
+    text: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    features: dict[str, float] = Field(default_factory=dict)
+
+
+class CacheInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    result: CacheStatus = "off"
+    embedding: CacheStatus = "off"
+
+
+class SearchResult(BaseModel):
+    """Hits plus everything needed to explain and reproduce them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str
+    hits: list[Hit]
+    timings: dict[str, float] = Field(description="milliseconds per stage, and total")
+    build_id: str
+    feature_snapshot_id: str | None = None
+    candidates: int = Field(0, description="BM25 candidates that were re-ranked")
+    allowed: int = Field(0, description="documents allowed by the filters")
+    cache: CacheInfo = Field(default_factory=CacheInfo)

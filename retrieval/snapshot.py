@@ -1,0 +1,75 @@
+"""One loaded, verified build: every index component of it, memory-mapped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.bm25 import BM25Index
+from indexes.docstore import DocStore
+from indexes.errors import CorruptArtifactError
+from indexes.manifest import MANIFEST, Manifest, read_manifest, resolve_build_dir, verify_build
+from indexes.metadata import MetadataIndex
+from indexes.vectors import VectorStore
+
+
+@dataclass(frozen=True)
+class IndexSnapshot:
+    """An immutable build; a request holds one snapshot from start to end."""
+
+    path: Path
+    manifest: Manifest
+    analyzer: Analyzer
+    bm25: BM25Index
+    metadata: MetadataIndex
+    vectors: VectorStore
+    docs: DocStore
+
+    @property
+    def build_id(self) -> str:
+        return self.manifest.build_id
+
+    @classmethod
+    def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> IndexSnapshot:
+        """Load a build directory or the live build of an index root.
+
+        Raises MissingArtifactError / CorruptArtifactError / FormatVersionError naming the file.
+        """
+        directory = resolve_build_dir(Path(path))
+        manifest = read_manifest(directory)
+        if verify:
+            verify_build(directory, manifest)
+        analyzer = Analyzer(AnalyzerConfig(**manifest.analyzer))
+        if analyzer.fingerprint != manifest.analyzer_fingerprint:
+            raise CorruptArtifactError(
+                f"{directory / MANIFEST}: analyzer fingerprint {manifest.analyzer_fingerprint} "
+                f"does not match this installation's {analyzer.fingerprint} (a different stemmer "
+                "version?); rebuild the index",
+                directory / MANIFEST,
+            )
+        snapshot = cls(
+            path=directory,
+            manifest=manifest,
+            analyzer=analyzer,
+            bm25=BM25Index.load(directory / "bm25", mmap),
+            metadata=MetadataIndex.load(directory / "metadata", mmap),
+            vectors=VectorStore.load(directory / "vectors", mmap),
+            docs=DocStore.load(directory / "docstore", mmap),
+        )
+        snapshot._check_shapes()
+        return snapshot
+
+    def _check_shapes(self) -> None:
+        n = self.manifest.n_docs
+        parts = {"bm25": self.bm25.n_docs, "metadata": self.metadata.n_docs,
+                 "vectors": self.vectors.n_docs, "docstore": len(self.docs)}
+        for name, count in parts.items():
+            if count != n:
+                raise CorruptArtifactError(
+                    f"{self.path / name} holds {count} documents but the manifest says {n}; "
+                    "rebuild the index", self.path / name)
+        if self.vectors.dim != self.manifest.encoder.dim:
+            raise CorruptArtifactError(
+                f"{self.path / 'vectors'} has dimension {self.vectors.dim}, manifest says "
+                f"{self.manifest.encoder.dim}; rebuild the index", self.path / "vectors")

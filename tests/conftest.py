@@ -1,0 +1,47 @@
+"""Shared pytest fixtures: Redis servers here, real data and the model in data_fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from redis_servers import (
+    RedisClusterProcesses,
+    RedisNotInstalledError,
+    RedisProcess,
+    require_binaries,
+    start_cluster,
+    start_standalone,
+)
+
+pytest_plugins = ["data_fixtures"]
+
+
+def _require_redis() -> None:
+    """Missing Redis binaries fail the test with install instructions; they never skip it."""
+    try:
+        require_binaries()
+    except RedisNotInstalledError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisProcess]:
+    """A private standalone ``redis-server`` on a free port (never the shared :6379)."""
+    _require_redis()
+    server = start_standalone()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterProcesses]:
+    """A private 3-master Redis Cluster on free ports (bus ports = port + 10000)."""
+    _require_redis()
+    cluster = start_cluster()
+    try:
+        yield cluster
+    finally:
+        cluster.cleanup()

@@ -1,0 +1,76 @@
+"""Session fixtures for real data: datasets, the real model, and indexes built from them.
+
+Datasets come from ``--data-dir`` / ``RETRIEVAL_DATA`` (default ``../shared/data``). Without
+them the data tests skip with a message saying where they looked, except under CI (``CI`` set),
+where missing data is a failure. Indexes are built under ``RETRIEVAL_TEST_INDEXES`` (default
+``build/test-indexes``); a rebuild there reuses vectors by content hash, as operators' rebuilds do.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.encoders import SentenceTransformerEncoder
+from indexes.synthetic import with_demo_metadata
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--data-dir", default=None, help="folder holding scifact/, cranfield/, cisi/")
+
+
+def _data_dir(config: pytest.Config) -> Path:
+    given = config.getoption("--data-dir") or os.environ.get("RETRIEVAL_DATA")
+    return Path(given) if given else (REPO.parent / "shared" / "data")
+
+
+@pytest.fixture(scope="session")
+def dataset(request: pytest.FixtureRequest):
+    """dataset(name) -> Path of a BEIR folder, skipping (failing under CI) when absent."""
+
+    def find(name: str) -> Path:
+        path = _data_dir(request.config) / name
+        if not (path / "corpus.jsonl").is_file():
+            message = f"dataset {name!r} not found at {path}; pass --data-dir or RETRIEVAL_DATA"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+        return path
+
+    return find
+
+
+@pytest.fixture(scope="session")
+def encoder() -> SentenceTransformerEncoder:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return SentenceTransformerEncoder()
+
+
+def _index_root(name: str) -> Path:
+    base = Path(os.environ.get("RETRIEVAL_TEST_INDEXES", REPO / "build" / "test-indexes"))
+    return base / name
+
+
+@pytest.fixture(scope="session")
+def beir_index(dataset, encoder):
+    """beir_index(name) -> (index root, queries, test qrels); built once per session."""
+    built: dict[str, tuple[Path, dict[str, str], dict[str, dict[str, int]]]] = {}
+
+    def get(name: str) -> tuple[Path, dict[str, str], dict[str, dict[str, int]]]:
+        if name not in built:
+            path = dataset(name)
+            root = _index_root(name)
+            build_index(with_demo_metadata(read_corpus(path)), root, encoder=encoder,
+                        progress=False)
+            qrels = read_qrels(path / "qrels" / "test.tsv")
+            queries = {q: t for q, t in read_queries(path / "queries.jsonl").items() if q in qrels}
+            built[name] = (root, queries, qrels)
+        return built[name]
+
+    return get
