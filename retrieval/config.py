@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from retrieval.cache import CacheConfig
+
 
 class Limits(BaseModel):
     """Bounds that protect the process from oversized input; each breach is a typed error."""
@@ -39,6 +41,7 @@ class RetrieverConfig(BaseModel):
         None, description="sentence-transformers model directory; None = the packaged default"
     )
     limits: Limits = Field(default_factory=Limits)
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="memory by default")
 
     @model_validator(mode="after")
     def _candidates_within_limits(self) -> RetrieverConfig:

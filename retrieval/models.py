@@ -6,7 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CacheStatus = Literal["hit", "miss", "off", "provided"]
+# hit/miss: looked up; off: no cache configured; provided: caller passed the query vector;
+# skipped: not needed (the result itself came from the cache).
+CacheStatus = Literal["hit", "miss", "off", "provided", "skipped"]
 
 
 class Hit(BaseModel):

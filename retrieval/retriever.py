@@ -17,11 +17,13 @@ import numpy as np
 
 from indexes.encoders import DEFAULT_MODEL, Encoder, SentenceTransformerEncoder
 from indexes.errors import EncoderMismatchError, InvalidQueryError, LimitExceededError
+from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
 from retrieval.models import CacheInfo, Hit, SearchResult
 from retrieval.request import SearchRequest, validate
+from retrieval.request_cache import Lookup, RequestCache
 from retrieval.snapshot import IndexSnapshot
 from retrieval.timing import StageTimer
 
@@ -50,13 +52,16 @@ class Retriever:
     """Two-stage hybrid search over one published build. Thread-safe."""
 
     def __init__(
-        self, snapshot: IndexSnapshot, config: RetrieverConfig, encoder: Encoder | None
+        self, snapshot: IndexSnapshot, config: RetrieverConfig, encoder: Encoder | None,
+        cache: Cache | None = None,
     ) -> None:
         if encoder is not None:
             check_encoder(encoder, snapshot)
         self.config = config
         self.encoder = encoder
         self._snapshot = snapshot
+        self._config_key = config.fingerprint()
+        self._cache = RequestCache(cache, config.cache) if cache is not None else None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval")
 
     @classmethod
@@ -66,14 +71,18 @@ class Retriever:
         config: RetrieverConfig | dict[str, Any] | None = None,
         *,
         encoder: Encoder | None = None,
+        cache: Cache | None = None,
     ) -> Retriever:
-        """Load the live build under ``path`` (or a build directory), verified and mmapped."""
+        """Load the live build under ``path`` (or a build directory), verified and mmapped.
+
+        The cache is built from ``config.cache`` (in-process by default) unless one is given.
+        """
         if not isinstance(config, RetrieverConfig):
             config = RetrieverConfig(**(config or {}))
         snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
-        retriever = cls(snapshot, config, encoder)
+        retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache))
         retriever._warm_up()
         return retriever
 
@@ -86,7 +95,21 @@ class Retriever:
         return self._snapshot
 
     def close(self) -> None:
+        """Stop worker threads and the cache's writer (queued cache writes are flushed)."""
         self._pool.shutdown(wait=False)
+        if self._cache is not None:
+            self._cache.cache.close()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for operators: cache hits/misses/errors per kind, breaker state, build."""
+        return {
+            "build_id": self.build_id,
+            "cache": self._cache.stats() if self._cache is not None else None,
+        }
+
+    def flush_cache_writes(self, timeout: float = 5.0) -> bool:
+        """Wait until queued cache writes are done (tests and orderly shutdown)."""
+        return self._cache.cache.flush_writes(timeout) if self._cache is not None else True
 
     def _warm_up(self) -> None:
         """Compile the kernel and run the model once, so the first request is not cold."""
@@ -110,8 +133,17 @@ class Retriever:
         timer = StageTimer()
         request = validate(query, filters, k, candidates, self.config, snapshot.metadata.kinds)
         timer.lap("validate")
-        vector = self._start_embedding(request.query, query_vector, snapshot)
-        return self._run(snapshot, request, vector, timer)
+        if self._cache is None or query_vector is not None:
+            # A caller-supplied vector is not part of any key, so its results are not cached.
+            vector = self._start_embedding(request.query, query_vector, snapshot)
+            return self._run(snapshot, request, vector, timer)[0]
+        cache = self._cache
+        lookup = cache.lookup_many([self._keys(snapshot, request)], snapshot.build_id,
+                                   snapshot.vectors.dim)[0]
+        timer.lap("cache")
+        if lookup.result is not None:
+            return _served_from_cache(lookup.result, request, timer)
+        return cache.once(lookup.result_key, lambda: self._miss(snapshot, request, lookup, timer))
 
     def search_batch(
         self,
@@ -126,16 +158,61 @@ class Retriever:
         snapshot = self._snapshot
         requests = [validate(q, filters, k, candidates, self.config, snapshot.metadata.kinds)
                     for q in queries]
-        per_query_ms = 0.0
-        if query_vectors is None:
-            started = time.perf_counter()
-            query_vectors = self._encode([r.query for r in requests])
-            per_query_ms = (time.perf_counter() - started) * 1e3 / max(len(requests), 1)
-        embed_ms = per_query_ms if per_query_ms else None
-        return [
-            self._run(snapshot, request, _Ready(vector, embed_ms), StageTimer())
-            for request, vector in zip(requests, query_vectors, strict=True)
-        ]
+        if query_vectors is not None or self._cache is None:
+            vectors = query_vectors if query_vectors is not None else self._encode(
+                [r.query for r in requests])
+            embed = "provided" if query_vectors is not None else "miss"
+            return [self._run(snapshot, r, _Ready(v, None), StageTimer(), embed)[0]
+                    for r, v in zip(requests, vectors, strict=True)]
+        return self._cached_batch(snapshot, requests)
+
+    def _cached_batch(self, snapshot: IndexSnapshot, requests: list[SearchRequest]
+                      ) -> list[SearchResult]:
+        """One cache round trip for the batch, one encoder call for the embedding misses."""
+        assert self._cache is not None
+        timer = StageTimer()
+        lookups = self._cache.lookup_many([self._keys(snapshot, r) for r in requests],
+                                          snapshot.build_id, snapshot.vectors.dim)
+        timer.lap("cache")
+        missing = [i for i, look in enumerate(lookups)
+                   if look.result is None and look.embedding is None]
+        fresh = dict(zip(missing, self._encode([requests[i].query for i in missing]), strict=True)
+                     ) if missing else {}
+        results = []
+        for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
+            if lookup.result is not None:
+                results.append(_served_from_cache(lookup.result, request, StageTimer()))
+                continue
+            vector = fresh.get(i, lookup.embedding)
+            assert vector is not None
+            embed = "miss" if i in fresh else "hit"
+            result, _ = self._run(snapshot, request, _Ready(vector, None), StageTimer(), embed)
+            result = _with_cache_status(result, "miss", embed)
+            self._cache.store(lookup, result, fresh.get(i))
+            results.append(result)
+        return results
+
+    def _keys(self, snapshot: IndexSnapshot, request: SearchRequest) -> tuple[str, str | None]:
+        assert self._cache is not None
+        return self._cache.keys(
+            build_id=snapshot.build_id, snapshot_id="",
+            config_key=f"{self._config_key}:{request.candidates}", query=request.query,
+            filter_key=request.filter_key, k=request.k,
+            encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
+        )
+
+    def _miss(self, snapshot: IndexSnapshot, request: SearchRequest, lookup: Lookup,
+              timer: StageTimer) -> SearchResult:
+        assert self._cache is not None
+        if lookup.embedding is not None:
+            result, _ = self._run(snapshot, request, _Ready(lookup.embedding, None), timer, "hit")
+            fresh_vector = None
+        else:
+            pending = self._start_embedding(request.query, None, snapshot)
+            result, fresh_vector = self._run(snapshot, request, pending, timer)
+        result = _with_cache_status(result, "miss", result.cache.embedding)
+        self._cache.store(lookup, result, fresh_vector)
+        return result
 
     # -- stages -------------------------------------------------------------------------------
 
@@ -157,8 +234,10 @@ class Retriever:
         return _Ready(*_timed_call(self._encode, [text]))
 
     def _run(
-        self, snapshot: IndexSnapshot, request: SearchRequest, vector: _Pending, timer: StageTimer
-    ) -> SearchResult:
+        self, snapshot: IndexSnapshot, request: SearchRequest, vector: _Pending, timer: StageTimer,
+        embed_status: str | None = None,
+    ) -> tuple[SearchResult, np.ndarray]:
+        """The uncached pipeline; returns the result and the query vector it used."""
         mask, allowed = self._filter(snapshot, request)
         timer.lap("filter")
         rows, bm25 = self._bm25(snapshot, request, mask)
@@ -174,11 +253,13 @@ class Retriever:
         timer.lap("fuse")
         hits = [self._hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i]) for i in order]
         timer.lap("hydrate")
-        return SearchResult(
+        embed = embed_status or ("provided" if embed_ms is None else "miss")
+        result = SearchResult(
             query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
             candidates=int(rows.size), allowed=allowed,
-            cache=CacheInfo(embedding="provided" if embed_ms is None else "miss"),
+            cache=CacheInfo(embedding=embed),  # type: ignore[arg-type]
         )
+        return result, query_vector
 
     def _filter(self, snapshot: IndexSnapshot, request: SearchRequest
                 ) -> tuple[np.ndarray | None, int]:
@@ -207,6 +288,20 @@ class Retriever:
         return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                    vector_score=float(cosine), title=doc.title, text=doc.text,
                    metadata=doc.metadata)
+
+
+def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer
+                       ) -> SearchResult:
+    """A cached result with this request's query text, timings and cache status."""
+    return cached.model_copy(update={
+        "query": request.query, "timings": timer.finish(),
+        "cache": CacheInfo(result="hit", embedding="skipped"),
+    })
+
+
+def _with_cache_status(result: SearchResult, status: str, embedding: str) -> SearchResult:
+    result.cache = CacheInfo(result=status, embedding=embedding)  # type: ignore[arg-type]
+    return result
 
 
 def _timed_call(encode: Any, texts: list[str]) -> tuple[np.ndarray, float]:

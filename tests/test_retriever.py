@@ -19,10 +19,13 @@ QUERIES = [
 ]
 
 
+NO_CACHE = {"cache": {"backend": "none"}}  # these tests exercise the uncached pipeline
+
+
 @pytest.fixture(scope="module")
 def scifact(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    return Retriever.load(root, encoder=encoder)
+    return Retriever.load(root, NO_CACHE, encoder=encoder)
 
 
 def naive_match(spec: dict, metadata: dict) -> bool:
@@ -113,7 +116,7 @@ def test_k_is_capped_by_allowed_count(scifact):
 
 def test_rerank_equals_brute_force_cosine_over_candidates(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    by_cosine = Retriever.load(root, RetrieverConfig(vector_weight=1.0, candidates=50),
+    by_cosine = Retriever.load(root, RetrieverConfig(vector_weight=1.0, candidates=50, **NO_CACHE),
                                encoder=encoder)
     snapshot = by_cosine.snapshot
     everything = snapshot.vectors.reconstruct_all().astype(np.float64)
@@ -138,7 +141,7 @@ def test_result_shape_and_timings(scifact):
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
     for stage in ("validate", "filter", "bm25", "embed", "rerank", "fuse", "hydrate", "total"):
         assert result.timings[stage] >= 0
-    assert result.cache.embedding == "miss"
+    assert result.cache.embedding == "miss" and result.cache.result == "off"
     hit = result.hits[0]
     assert hit.text and hit.metadata["doc_type"] in ("review", "trial")
 
@@ -154,7 +157,8 @@ def test_search_batch_equals_search(scifact):
 
 def test_serial_and_parallel_stages_agree(beir_index, encoder, scifact):
     root, _, _ = beir_index("scifact")
-    serial = Retriever.load(root, RetrieverConfig(parallel_stages=False), encoder=encoder)
+    serial = Retriever.load(root, RetrieverConfig(parallel_stages=False, **NO_CACHE),
+                            encoder=encoder)
     for query in QUERIES:
         a, b = serial.search(query, k=10), scifact.search(query, k=10)
         assert [h.doc_id for h in a.hits] == [h.doc_id for h in b.hits]
@@ -162,7 +166,7 @@ def test_serial_and_parallel_stages_agree(beir_index, encoder, scifact):
 
 def test_rrf_fusion_is_selectable(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    rrf = Retriever.load(root, RetrieverConfig(fusion="rrf"), encoder=encoder)
+    rrf = Retriever.load(root, RetrieverConfig(fusion="rrf", **NO_CACHE), encoder=encoder)
     result = rrf.search(QUERIES[0], k=5)
     assert len(result.hits) == 5
     assert all(0 < h.score <= 2 / 61 for h in result.hits)

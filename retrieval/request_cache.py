@@ -1,0 +1,107 @@
+"""Caching for the request path: one lookup of result + embedding, writes off the critical path.
+
+Keys hold everything their value depends on (build id, feature snapshot id, config fingerprint,
+candidates, normalized query, canonical filters, k; encoder id for embeddings), so publishing a
+build or changing the config invalidates by construction. A value that fails to decode or
+validate is a miss, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import ValidationError
+
+from retrieval.cache import (
+    Cache,
+    CacheConfig,
+    SingleFlight,
+    decode_embedding,
+    embedding_key,
+    encode_embedding,
+    result_key,
+)
+from retrieval.cache.base import CacheCounters
+from retrieval.models import SearchResult
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What one request found in the cache."""
+
+    result_key: str
+    embedding_key: str | None
+    result: SearchResult | None
+    embedding: np.ndarray | None
+
+
+class RequestCache:
+    """Result and embedding caching over one ``Cache`` backend, with per-kind counters."""
+
+    def __init__(self, cache: Cache, config: CacheConfig) -> None:
+        self.cache = cache
+        self.config = config
+        self.flights = SingleFlight()
+        self.counters = CacheCounters(
+            ("result_hits", "result_misses", "embedding_hits", "embedding_misses", "corrupt"))
+
+    def keys(
+        self, *, build_id: str, snapshot_id: str, config_key: str, query: str, filter_key: str,
+        k: int, encoder_id: str | None,
+    ) -> tuple[str, str | None]:
+        ns = self.config.namespace
+        rkey = result_key(ns, build_id, snapshot_id, config_key, query, filter_key, k)
+        ekey = embedding_key(ns, encoder_id, query) if encoder_id else None
+        return rkey, ekey
+
+    def lookup_many(self, keys: Sequence[tuple[str, str | None]], build_id: str, dim: int
+                    ) -> list[Lookup]:
+        """Fetch every request's result and embedding in one ``get_many`` call."""
+        flat = [k for pair in keys for k in pair if k is not None]
+        values = dict(zip(flat, self.cache.get_many(flat), strict=True))
+        return [self._decode(rkey, ekey, values, build_id, dim) for rkey, ekey in keys]
+
+    def _decode(self, rkey: str, ekey: str | None, values: dict[str, bytes | None],
+                build_id: str, dim: int) -> Lookup:
+        result = self._decode_result(values.get(rkey), build_id)
+        embedding = None
+        if ekey is not None and result is None:
+            blob = values.get(ekey)
+            embedding = decode_embedding(blob, dim) if blob is not None else None
+            if blob is not None and embedding is None:
+                self.counters.add(corrupt=1)
+            self.counters.add(embedding_hits=int(embedding is not None),
+                              embedding_misses=int(embedding is None))
+        self.counters.add(result_hits=int(result is not None), result_misses=int(result is None))
+        return Lookup(rkey, ekey, result, embedding)
+
+    def _decode_result(self, blob: bytes | None, build_id: str) -> SearchResult | None:
+        if blob is None:
+            return None
+        try:
+            result = SearchResult.model_validate_json(blob)
+        except (ValidationError, ValueError):
+            self.counters.add(corrupt=1)
+            return None
+        if result.build_id != build_id:  # keys include the build id; this is belt and braces
+            self.counters.add(corrupt=1)
+            return None
+        return result
+
+    def store(self, lookup: Lookup, result: SearchResult, vector: np.ndarray | None) -> None:
+        """Queue the result (and a freshly computed embedding) for writing; never blocks long."""
+        self.cache.set_many({lookup.result_key: result.model_dump_json().encode()},
+                            self.config.result_ttl_seconds)
+        if vector is not None and lookup.embedding_key is not None and lookup.embedding is None:
+            self.cache.set_many({lookup.embedding_key: encode_embedding(vector)},
+                                self.config.embedding_ttl_seconds)
+
+    def once(self, key: str, compute: Callable[[], SearchResult]) -> SearchResult:
+        """Concurrent identical misses in this process compute once."""
+        return self.flights.do(key, compute)
+
+    def stats(self) -> dict[str, object]:
+        return {**self.counters.snapshot(), "backend": self.cache.stats(),
+                "single_flight": self.flights.stats()}

@@ -1,0 +1,221 @@
+"""Result and embedding caching in the Retriever, against real Redis servers and the real model."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+import pytest
+from redis_servers import RedisProcess
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.docstore import Document
+from indexes.synthetic import with_demo_metadata
+from retrieval import Retriever
+
+QUERIES = ["cell differentiation in tissue", "cancer risk and diet", "protein signalling pathway",
+           "immune response", "gene expression in tumors", "blood pressure treatment"]
+FILTER = {"department": {"in": ["cardiology", "oncology", "genetics"]}, "year": {"gte": 2000}}
+SAME_FILTER_REORDERED = {"year": {"gte": 2000},
+                         "department": {"in": ["genetics", "oncology", "cardiology"]}}
+
+
+class CountingEncoder:
+    """Wraps the real encoder and counts calls (our own Encoder interface; not a mock)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        with self._lock:
+            self.calls += 1
+        time.sleep(0.05)  # widen the window in which concurrent identical misses overlap
+        return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+
+
+@pytest.fixture(scope="module")
+def small_docs(dataset):
+    return list(itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 300))
+
+
+@pytest.fixture(scope="module")
+def root(small_docs, encoder, tmp_path_factory):
+    path = tmp_path_factory.mktemp("cached")
+    build_index(small_docs, path, encoder=encoder, progress=False)
+    return path
+
+
+def _ids(result):
+    return [(h.doc_id, round(h.score, 6)) for h in result.hits]
+
+
+def _cache_config(kind: str, request) -> dict:
+    if kind == "memory":
+        return {"backend": "memory"}
+    if kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        return {"backend": "redis", "url": server.url, "socket_timeout_ms": 500,
+                "connect_timeout_ms": 500, "namespace": f"t{time.monotonic_ns()}"}
+    cluster = request.getfixturevalue("redis_cluster")
+    return {"backend": "redis", "url": cluster.url, "cluster": True, "socket_timeout_ms": 500,
+            "connect_timeout_ms": 500, "namespace": f"t{time.monotonic_ns()}"}
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis", "cluster"])
+def test_cache_contract(kind, request, root, encoder):
+    cached = Retriever.load(root, {"cache": _cache_config(kind, request)}, encoder=encoder)
+    plain = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    try:
+        for query in QUERIES:
+            first = cached.search(query, filters=FILTER, k=5)
+            assert (first.cache.result, first.cache.embedding) == ("miss", "miss")
+            cached.flush_cache_writes()
+            second = cached.search(query, filters=SAME_FILTER_REORDERED, k=5)
+            assert (second.cache.result, second.cache.embedding) == ("hit", "skipped")
+            assert _ids(second) == _ids(first) == _ids(plain.search(query, filters=FILTER, k=5))
+            # A different k or filter is a different result, but reuses the embedding.
+            other_k = cached.search(query, filters=FILTER, k=3)
+            assert (other_k.cache.result, other_k.cache.embedding) == ("miss", "hit")
+            assert _ids(other_k) == _ids(first)[:3]
+            other_filter = cached.search(query, filters={"year": {"gte": 2001}}, k=5)
+            assert other_filter.cache.result == "miss"
+            cached.flush_cache_writes()
+        stats = cached.stats()["cache"]
+        assert stats["result_hits"] == len(QUERIES)
+        assert stats["embedding_hits"] == 2 * len(QUERIES)
+    finally:
+        cached.close()
+
+
+def test_different_config_never_shares_results(root, encoder, redis_server):
+    config = {
+        "backend": "redis", "url": redis_server.url, "namespace": "shared-config-test",
+        "socket_timeout_ms": 500, "connect_timeout_ms": 500}
+    a = Retriever.load(root, {"cache": config}, encoder=encoder)
+    b = Retriever.load(root, {"cache": config, "vector_weight": 0.2}, encoder=encoder)
+    a.search(QUERIES[0], k=5)
+    a.flush_cache_writes()
+    assert a.search(QUERIES[0], k=5).cache.result == "hit"
+    other = b.search(QUERIES[0], k=5)
+    assert other.cache.result == "miss" and other.cache.embedding == "hit"
+    assert a.search(QUERIES[0], k=5, candidates=20).cache.result == "miss"
+
+
+def test_result_cached_before_a_rebuild_is_not_served_after(small_docs, encoder, redis_server,
+                                                            tmp_path):
+    config = {"cache": {"backend": "redis", "url": redis_server.url, "namespace": "rebuild",
+                        "socket_timeout_ms": 500, "connect_timeout_ms": 500}}
+    build_index(small_docs[:100], tmp_path, encoder=encoder, progress=False)
+    old = Retriever.load(tmp_path, config, encoder=encoder)
+    before = old.search(QUERIES[1], k=5)
+    old.flush_cache_writes()
+    assert old.search(QUERIES[1], k=5).cache.result == "hit"
+    target = before.hits[0].doc_id
+    changed = [d if d.id != target else Document(d.id, "unrelated text about astronomy", "stars",
+                                                 d.metadata) for d in small_docs[:100]]
+    build_index(changed, tmp_path, encoder=encoder, progress=False)
+    new = Retriever.load(tmp_path, config, encoder=encoder)
+    after = new.search(QUERIES[1], k=5)
+    assert after.cache.result == "miss" and after.build_id == new.build_id != before.build_id
+    assert target not in [h.doc_id for h in after.hits]
+
+
+def test_redis_stopped_mid_run_fails_open_and_recovers(root, encoder):
+    server = RedisProcess()
+    server.start()
+    config = {"cache": {"backend": "redis", "url": server.url, "socket_timeout_ms": 50,
+                        "connect_timeout_ms": 50, "breaker_failures": 2,
+                        "breaker_cooldown_seconds": 0.3}}
+    cached = Retriever.load(root, config, encoder=encoder)
+    plain = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    try:
+        for query in QUERIES[:3]:
+            cached.search(query, k=5)
+        cached.flush_cache_writes()
+        server.stop()
+        for query in QUERIES * 2:
+            result = cached.search(query, k=5)
+            assert _ids(result) == _ids(plain.search(query, k=5))
+        stats = cached.stats()["cache"]["backend"]
+        assert stats["errors"] >= 2 and stats["breaker_state"] == "open"
+        server.start()
+        time.sleep(0.4)  # the breaker's cool-down, then one probe closes it
+        deadline = time.monotonic() + 10
+        while cached.search(QUERIES[0], k=5).cache.result != "hit":
+            cached.flush_cache_writes()
+            assert time.monotonic() < deadline, cached.stats()
+            time.sleep(0.1)
+        assert cached.stats()["cache"]["backend"]["breaker_state"] == "closed"
+    finally:
+        cached.close()
+        server.cleanup()
+
+
+def test_paused_redis_does_not_hang_searches(root, encoder):
+    server = RedisProcess()
+    server.start()
+    config = {"cache": {"backend": "redis", "url": server.url}}  # default (short) timeouts
+    cached = Retriever.load(root, config, encoder=encoder)
+    plain = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    try:
+        cached.search(QUERIES[0], k=5)
+        server.pause()
+        for query in QUERIES:
+            started = time.monotonic()
+            result = cached.search(query, k=5)
+            # A hang check, not a latency assertion: a hung socket would take forever.
+            assert time.monotonic() - started < 2.0
+            assert _ids(result) == _ids(plain.search(query, k=5))
+        server.resume()
+    finally:
+        cached.close()
+        server.cleanup()
+
+
+def test_corrupt_or_foreign_values_are_misses(root, encoder, redis_server):
+    config = {"cache": {"backend": "redis", "url": redis_server.url, "namespace": "corrupt",
+                        "socket_timeout_ms": 500, "connect_timeout_ms": 500}}
+    cached = Retriever.load(root, config, encoder=encoder)
+    plain = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    query = QUERIES[2]
+    cached.search(query, k=5)
+    cached.flush_cache_writes()
+    client = redis_server.client()
+    keys = [k for k in client.keys("corrupt:*")]
+    assert len(keys) == 2  # the result and the embedding
+    for junk in (b"\x00garbage", b'{"hits": "not a list"}', b"RQEM" + b"\x01" * 40,
+                 np.ones(384, dtype=np.float64).tobytes()):
+        for key in keys:
+            client.set(key, junk)
+        result = cached.search(query, k=5)
+        assert result.cache.result == "miss"
+        assert _ids(result) == _ids(plain.search(query, k=5))
+        cached.flush_cache_writes()
+    assert cached.stats()["cache"]["corrupt"] >= 4
+
+
+def test_concurrent_identical_misses_compute_once(root, encoder):
+    counting = CountingEncoder(encoder)
+    retriever = Retriever.load(root, encoder=counting)  # in-process cache (the default)
+    counting.calls = 0
+    barrier = threading.Barrier(16)
+    results = []
+
+    def worker() -> None:
+        barrier.wait()
+        results.append(retriever.search("a brand new question about stem cells", k=5))
+
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 16 and len({tuple(_ids(r)) for r in results}) == 1
+    assert counting.calls == 1
+    assert retriever.stats()["cache"]["single_flight"]["shared"] >= 1
