@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from indexes.errors import InvalidQueryError, LimitExceededError
-from retrieval.config import RetrieverConfig
+from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
 
 
@@ -45,9 +48,58 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
     return query
 
 
+class FilterMemo:
+    """Parsed filters by their JSON text, per build: a repeated filter skips parsing.
+
+    Only JSON-representable filters up to ``max_text`` characters are remembered; errors are
+    never remembered (they raise again, with the same message, on every call).
+    """
+
+    def __init__(self, kinds: Mapping[str, str], limits: Limits, size: int = 1024,
+                 max_text: int = 4096) -> None:
+        self.kinds = kinds
+        self.limits = limits
+        self._size, self._max_text = size, max_text
+        self._entries: OrderedDict[tuple[bool, str], tuple[Filter | None, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def parse(self, filters: Any) -> tuple[Filter | None, str]:
+        """(parsed filter or None, canonical key)."""
+        if filters is None:
+            return None, ""
+        key = self._memo_key(filters)
+        if key is not None:
+            with self._lock:
+                found = self._entries.get(key)
+                if found is not None:
+                    self._entries.move_to_end(key)
+                    return found
+        parsed = parse_filter(filters, self.kinds, max_clauses=self.limits.max_filter_clauses,
+                              max_in_values=self.limits.max_in_values)
+        entry = (parsed, canonical(parsed) if parsed is not None else "")
+        if key is not None:
+            with self._lock:
+                self._entries[key] = entry
+                while len(self._entries) > self._size:
+                    self._entries.popitem(last=False)
+        return entry
+
+    def _memo_key(self, filters: Any) -> tuple[bool, str] | None:
+        if isinstance(filters, str):
+            text = filters
+        elif isinstance(filters, dict):
+            try:
+                text = json.dumps(filters, sort_keys=True)
+            except (TypeError, ValueError):  # dates, numpy scalars, mixed keys: just parse
+                return None
+        else:
+            return None
+        return (isinstance(filters, str), text) if len(text) <= self._max_text else None
+
+
 def validate(
     query: Any, filters: Any, k: Any, candidates: Any, config: RetrieverConfig,
-    kinds: Mapping[str, str],
+    memo: FilterMemo,
 ) -> SearchRequest:
     """Check every argument of a search against the config and the index's field kinds."""
     text = check_query_text(query, config)
@@ -55,7 +107,5 @@ def validate(
     k = _check_int("k", config.default_k if k is None else k, 1, limits.max_k)
     c = _check_int("candidates", config.candidates if candidates is None else candidates, 1,
                    limits.max_candidates)
-    parsed = parse_filter(filters, kinds, max_clauses=limits.max_filter_clauses,
-                          max_in_values=limits.max_in_values)
-    key = canonical(parsed) if parsed is not None else ""
+    parsed, key = memo.parse(filters)
     return SearchRequest(text, parsed, key, k, max(c, k))

@@ -22,7 +22,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
 from retrieval.models import CacheInfo, Hit, SearchResult
-from retrieval.request import SearchRequest, validate
+from retrieval.request import FilterMemo, SearchRequest, validate
 from retrieval.request_cache import Lookup, RequestCache
 from retrieval.snapshot import IndexSnapshot
 from retrieval.timing import StageTimer
@@ -60,6 +60,7 @@ class Retriever:
         self.config = config
         self.encoder = encoder
         self._snapshot = snapshot
+        self._filters = FilterMemo(snapshot.metadata.kinds, config.limits)
         self._config_key = config.fingerprint()
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval")
@@ -131,7 +132,7 @@ class Retriever:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``."""
         snapshot = self._snapshot
         timer = StageTimer()
-        request = validate(query, filters, k, candidates, self.config, snapshot.metadata.kinds)
+        request = validate(query, filters, k, candidates, self.config, self._filters)
         timer.lap("validate")
         if self._cache is None or query_vector is not None:
             # A caller-supplied vector is not part of any key, so its results are not cached.
@@ -156,7 +157,7 @@ class Retriever:
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
         snapshot = self._snapshot
-        requests = [validate(q, filters, k, candidates, self.config, snapshot.metadata.kinds)
+        requests = [validate(q, filters, k, candidates, self.config, self._filters)
                     for q in queries]
         if query_vectors is not None or self._cache is None:
             vectors = query_vectors if query_vectors is not None else self._encode(
