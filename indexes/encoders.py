@@ -16,6 +16,29 @@ import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
+# Backends whose query vectors may search documents encoded by another backend of the same model:
+# fp32 ONNX reproduces torch (cosine 1.0000); per-channel INT8 queries stay within +-0.005 nDCG@10.
+COMPATIBLE_BACKENDS = frozenset({"torch", "onnx", "onnx-int8"})
+
+
+def parse_encoder_id(encoder_id: str) -> tuple[str, str, str, int] | None:
+    """``model:backend:precision:dim`` -> parts, or None for ids of another shape."""
+    parts = encoder_id.rsplit(":", 3)
+    if len(parts) != 4 or not parts[3].isdigit():
+        return None
+    return parts[0], parts[1], parts[2], int(parts[3])
+
+
+def compatible_query_encoder(query_id: str, index_id: str) -> bool:
+    """True when queries encoded by ``query_id`` may search vectors made by ``index_id``."""
+    if query_id == index_id:
+        return True
+    query, index = parse_encoder_id(query_id), parse_encoder_id(index_id)
+    if query is None or index is None:
+        return False
+    same_model = query[0] == index[0] and query[3] == index[3]
+    return same_model and {query[1], index[1]} <= COMPATIBLE_BACKENDS
+
 
 @runtime_checkable
 class Encoder(Protocol):

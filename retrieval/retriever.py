@@ -15,7 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from indexes.encoders import DEFAULT_MODEL, Encoder, SentenceTransformerEncoder
+from indexes.encoders import (
+    DEFAULT_MODEL,
+    Encoder,
+    SentenceTransformerEncoder,
+    compatible_query_encoder,
+)
 from indexes.errors import EncoderMismatchError, InvalidQueryError, LimitExceededError
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
@@ -40,11 +45,12 @@ def default_encoder(snapshot: IndexSnapshot, config: RetrieverConfig) -> Encoder
 
 def check_encoder(encoder: Encoder, snapshot: IndexSnapshot) -> None:
     expected = snapshot.manifest.encoder
-    if encoder.encoder_id != expected.encoder_id or encoder.dim != expected.dim:
+    compatible = compatible_query_encoder(encoder.encoder_id, expected.encoder_id)
+    if not compatible or encoder.dim != expected.dim:
         raise EncoderMismatchError(
             f"query encoder {encoder.encoder_id!r} does not match the index's "
             f"{expected.encoder_id!r}; load the retriever with the encoder the index was built "
-            "with, or rebuild the index with this one"
+            "with (or a declared compatible backend of the same model), or rebuild the index"
         )
 
 
