@@ -8,7 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from retrieval.batching import BatchingConfig
 from retrieval.cache import CacheConfig
+from retrieval.tracing import TracingConfig
 
 
 class Limits(BaseModel):
@@ -37,11 +39,19 @@ class RetrieverConfig(BaseModel):
     parallel_stages: bool = Field(True, description="encode the query while filter+BM25 run")
     verify_checksums: bool = True
     mmap: bool = True
+    encoder_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        "torch", description="query encoder backend (documents may use another compatible one)"
+    )
     encoder_model_path: str | None = Field(
         None, description="sentence-transformers model directory; None = the packaged default"
     )
     limits: Limits = Field(default_factory=Limits)
     cache: CacheConfig = Field(default_factory=CacheConfig, description="memory by default")
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    reload_interval_seconds: float | None = Field(
+        None, gt=0, description="poll CURRENT and hot-swap new builds; None = only reload()"
+    )
 
     @model_validator(mode="after")
     def _candidates_within_limits(self) -> RetrieverConfig:

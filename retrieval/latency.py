@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -35,3 +37,25 @@ def format_table(summary: Mapping[str, Mapping[str, float]], title: str = "stage
         lines.append(f"| {name} | {s['p50']:.3f} | {s['p95']:.3f} | {s['p99']:.3f} | "
                      f"{s['max']:.3f} |")
     return "\n".join(lines)
+
+
+class RollingLatency:
+    """The last ``window`` samples per stage; thread-safe; percentiles on demand."""
+
+    def __init__(self, window: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._window = window
+        self._samples: dict[str, deque[float]] = {}
+
+    def add(self, timings: Mapping[str, float]) -> None:
+        with self._lock:
+            for stage, ms in timings.items():
+                samples = self._samples.get(stage)
+                if samples is None:
+                    samples = self._samples[stage] = deque(maxlen=self._window)
+                samples.append(ms)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            copies = {stage: list(samples) for stage, samples in self._samples.items()}
+        return {stage: summarize(values) for stage, values in copies.items()}

@@ -1,0 +1,106 @@
+"""Dynamic batching of query encodings across concurrent searches.
+
+One worker thread owns the encoder. It takes the first waiting query, then everything else
+already queued (up to ``max_batch``), optionally waiting ``max_wait_ms`` for more, and encodes
+them in one call. At concurrency 1 nothing waits, so single-request latency is unchanged; under
+load, queries that arrive while the encoder is busy form the next batch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexes.encoders import Encoder
+
+
+class BatchingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    max_batch: int = Field(32, ge=1, le=1024)
+    max_wait_ms: float = Field(0.0, ge=0.0, le=100.0,
+                               description="extra wait for a fuller batch; 0 = only what queued")
+
+
+@dataclass
+class _Job:
+    text: str
+    future: Future[tuple[np.ndarray, float]]
+
+
+class EncodeBatcher:
+    """Thread-safe front of an encoder; ``submit`` returns a future of (vector, encode ms)."""
+
+    def __init__(self, encoder: Encoder, config: BatchingConfig) -> None:
+        self.encoder = encoder
+        self.config = config
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._encoded = 0
+        self._largest = 0
+        self._worker = threading.Thread(target=self._run, name="encode-batcher", daemon=True)
+        self._worker.start()
+
+    def submit(self, text: str) -> Future[tuple[np.ndarray, float]]:
+        future: Future[tuple[np.ndarray, float]] = Future()
+        self._queue.put(_Job(text, future))
+        return future
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def stats(self) -> dict[str, float]:
+        with self._lock:
+            mean = self._encoded / self._calls if self._calls else 0.0
+            return {"encoder_calls": self._calls, "queries_encoded": self._encoded,
+                    "mean_batch": mean, "largest_batch": self._largest}
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch, stop = self._collect(first)
+            self._encode(batch)
+            if stop:
+                return
+
+    def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
+        """The first job plus what is queued (or arrives within max_wait_ms)."""
+        batch = [first]
+        deadline = time.perf_counter() + self.config.max_wait_ms / 1e3
+        while len(batch) < self.config.max_batch:
+            remaining = deadline - time.perf_counter()
+            try:
+                job = self._queue.get(timeout=remaining) if remaining > 0 else (
+                    self._queue.get_nowait())
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
+    def _encode(self, batch: list[_Job]) -> None:
+        started = time.perf_counter()
+        try:
+            vectors = self.encoder.encode([job.text for job in batch])
+        except BaseException as exc:  # every waiter must hear about the failure
+            for job in batch:
+                job.future.set_exception(exc)
+            return
+        elapsed_ms = (time.perf_counter() - started) * 1e3
+        with self._lock:
+            self._calls += 1
+            self._encoded += len(batch)
+            self._largest = max(self._largest, len(batch))
+        for job, vector in zip(batch, vectors, strict=True):
+            job.future.set_result((vector, elapsed_ms))

@@ -1,0 +1,115 @@
+"""The uncached request pipeline over one snapshot: filter, BM25, re-rank, fuse, hydrate.
+
+The query embedding arrives as a ``PendingVector``: already known (cache hit, caller-supplied,
+batch-encoded) or still being computed concurrently while filter and BM25 run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from indexes.errors import LimitExceededError
+from retrieval.config import RetrieverConfig
+from retrieval.filters import evaluate
+from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
+from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
+from retrieval.request import SearchRequest
+from retrieval.snapshot import IndexSnapshot
+from retrieval.timing import StageTimer
+
+
+class PendingVector:
+    """A query vector; ``get`` returns (vector, encode ms or None when not encoded here)."""
+
+    def get(self) -> tuple[np.ndarray, float | None]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ReadyVector(PendingVector):
+    def __init__(self, vector: np.ndarray, encode_ms: float | None = None) -> None:
+        self._value = (vector, encode_ms)
+
+    def get(self) -> tuple[np.ndarray, float | None]:
+        return self._value
+
+
+class FutureVector(PendingVector):
+    """An embedding computed in another thread (a worker pool or the encode batcher)."""
+
+    def __init__(self, future: Future[tuple[np.ndarray, float]]) -> None:
+        self._future = future
+
+    def get(self) -> tuple[np.ndarray, float | None]:
+        vector, ms = self._future.result()
+        return vector, ms
+
+
+def timed_encode(encode: Callable[[list[str]], np.ndarray], text: str) -> tuple[np.ndarray, float]:
+    started = time.perf_counter()
+    vectors = encode([text])
+    return vectors[0], (time.perf_counter() - started) * 1e3
+
+
+def run_pipeline(
+    snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector, timer: StageTimer,
+    config: RetrieverConfig, embed_status: CacheStatus | None = None,
+) -> tuple[SearchResult, np.ndarray]:
+    """Search one validated request; returns the result and the query vector it used."""
+    mask, allowed = filter_mask(snapshot, request)
+    timer.lap("filter")
+    rows, bm25 = bm25_candidates(snapshot, request, mask, config)
+    timer.lap("bm25")
+    query_vector, embed_ms = pending.get()
+    timer.lap("embed_wait")  # how long the caller waited for the encoder after BM25 finished
+    if embed_ms is not None:
+        timer.record("embed", embed_ms)
+    cosine = snapshot.vectors.scores(query_vector, rows)
+    timer.lap("rerank")
+    fused = fuse(bm25, cosine, config)
+    order = top_k_order(fused, request.k)
+    timer.lap("fuse")
+    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i]) for i in order]
+    timer.lap("hydrate")
+    status: Any = embed_status or ("provided" if embed_ms is None else "miss")
+    result = SearchResult(
+        query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
+        candidates=int(rows.size), allowed=allowed, cache=CacheInfo(embedding=status),
+    )
+    return result, query_vector
+
+
+def filter_mask(snapshot: IndexSnapshot, request: SearchRequest) -> tuple[np.ndarray | None, int]:
+    """Boolean mask of allowed rows (None = all) and the allowed count."""
+    if request.filter is None:
+        return None, snapshot.manifest.n_docs
+    mask = evaluate(request.filter, snapshot.metadata)
+    return mask, int(np.count_nonzero(mask))
+
+
+def bm25_candidates(
+    snapshot: IndexSnapshot, request: SearchRequest, mask: np.ndarray | None,
+    config: RetrieverConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    tokens = snapshot.analyzer(request.query)
+    limit = config.limits.max_query_tokens
+    if len(tokens) > limit:
+        raise LimitExceededError(f"query has {len(tokens)} terms, more than the limit {limit}; "
+                                 "shorten it or raise limits.max_query_tokens")
+    return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
+
+
+def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:
+    if config.fusion == "rrf":
+        return rrf_fusion(bm25, cosine, config.rrf_k)
+    return linear_fusion(bm25, cosine, config.vector_weight)
+
+
+def make_hit(snapshot: IndexSnapshot, row: int, score: float, bm25: float, cosine: float) -> Hit:
+    doc = snapshot.docs.get(row)
+    return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
+               vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata)

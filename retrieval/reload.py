@@ -1,0 +1,37 @@
+"""Background polling of an index root's ``CURRENT``: new builds are swapped in while serving."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+from indexes.errors import RetrievalError
+
+log = logging.getLogger(__name__)
+
+
+class Reloadable(Protocol):
+    def reload(self) -> bool: ...
+
+
+class Reloader:
+    """Calls ``target.reload()`` every ``interval`` seconds on a daemon thread until stopped."""
+
+    def __init__(self, target: Reloadable, interval: float) -> None:
+        self._target = target
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="index-reloader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._target.reload()
+            except (RetrievalError, OSError) as exc:  # e.g. CURRENT names a vanished build
+                log.error("index reload check failed: %s", exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -1,0 +1,143 @@
+"""One Retriever serving many threads and asyncio tasks; dynamic batching; spans and stats."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+
+import pytest
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus, read_queries
+from indexes.synthetic import with_demo_metadata
+from retrieval import Retriever
+
+NO_CACHE = {"backend": "none"}
+
+
+class RecordingEncoder:
+    """The real encoder, recording the size of every call (our Encoder interface, not a mock)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.batch_sizes: list[int] = []
+        self._lock = threading.Lock()
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        with self._lock:
+            self.batch_sizes.append(len(texts))
+        return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+
+
+@pytest.fixture(scope="module")
+def root(dataset, encoder, tmp_path_factory):
+    docs = list(itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 300))
+    path = tmp_path_factory.mktemp("concurrency")
+    build_index(docs, path, encoder=encoder, progress=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def queries(dataset):
+    return list(read_queries(dataset("scifact") / "queries.jsonl").values())[:48]
+
+
+def _ids(result):
+    return [(h.doc_id, h.score) for h in result.hits]
+
+
+def assert_same_results(got: list, expected: list) -> None:
+    """Same documents and scores; a batched (padded) encode differs from a single one by ~1e-6,
+    so scores compare with a tolerance and near-ties may swap places."""
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert {d for d, _ in a} == {d for d, _ in b}
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], abs=1e-4)
+
+
+def _serial(root, encoder, queries):
+    serial = Retriever.load(root, {"cache": NO_CACHE, "batching": {"enabled": False},
+                                   "parallel_stages": False}, encoder=encoder)
+    return [_ids(serial.search(q, filters={"year": {"gte": 2000}}, k=10)) for q in queries]
+
+
+def test_sixteen_threads_equal_serial_and_batching_batches(root, encoder, queries):
+    expected = _serial(root, encoder, queries)
+    recording = RecordingEncoder(encoder)
+    shared = Retriever.load(root, {"cache": NO_CACHE}, encoder=recording)
+    recording.batch_sizes.clear()
+    got: dict[int, list] = {}
+    barrier = threading.Barrier(16)
+
+    def worker(offset: int) -> None:
+        barrier.wait()
+        for i in range(offset, len(queries), 16):
+            got[i] = _ids(shared.search(queries[i], filters={"year": {"gte": 2000}}, k=10))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert_same_results([got[i] for i in range(len(queries))], expected)
+    assert max(recording.batch_sizes) > 1, recording.batch_sizes
+    assert shared.stats()["batching"]["largest_batch"] > 1
+
+
+def test_sixteen_asyncio_tasks_equal_serial(root, encoder, queries):
+    expected = _serial(root, encoder, queries[:16])
+    shared = Retriever.load(root, {"cache": NO_CACHE}, encoder=encoder)
+
+    async def main() -> list:
+        tasks = [shared.asearch(q, {"year": {"gte": 2000}}, 10) for q in queries[:16]]
+        return await asyncio.gather(*tasks)
+
+    results = asyncio.run(main())
+    assert_same_results([_ids(r) for r in results], expected)
+    batch = asyncio.run(shared.asearch_batch(queries[:16], {"year": {"gte": 2000}}, 10))
+    assert_same_results([_ids(r) for r in batch], expected)
+
+
+def test_stats_report_rolling_percentiles_per_stage(root, encoder, queries):
+    retriever = Retriever.load(root, encoder=encoder)
+    for query in queries[:20]:
+        retriever.search(query, k=5)
+    latency = retriever.stats()["latency_ms"]
+    for stage in ("validate", "cache", "filter", "bm25", "embed", "rerank", "hydrate", "total"):
+        assert latency[stage]["n"] >= 1
+        assert 0 <= latency[stage]["p50"] <= latency[stage]["p95"] <= latency[stage]["p99"]
+
+
+def test_slow_query_log(root, encoder, caplog):
+    retriever = Retriever.load(root, {"tracing": {"slow_query_ms": 0.001}}, encoder=encoder)
+    with caplog.at_level(logging.WARNING, logger="retrieval.slow_queries"):
+        retriever.search("stem cells", k=3)
+    assert any("slow search" in r.getMessage() for r in caplog.records)
+    assert not any("stem cells" in r.getMessage() for r in caplog.records)  # no user text
+
+
+def test_spans_carry_stage_names(root, encoder):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    retriever = Retriever.load(root, {"tracing": {"enabled": True}, "cache": NO_CACHE},
+                               encoder=encoder)
+    retriever.search("protein folding", filters={"year": {"gte": 2000}}, k=3)
+    spans = exporter.get_finished_spans()
+    names = {s.name for s in spans}
+    for stage in ("search", "validate", "filter", "bm25", "embed", "rerank", "fuse", "hydrate"):
+        assert f"retrieval.{stage}" in names, names
+    root_span = next(s for s in spans if s.name == "retrieval.search")
+    assert root_span.attributes["retrieval.build_id"] == retriever.build_id
+    assert root_span.attributes["retrieval.candidates"] > 0
+    children = [s for s in spans if s.parent is not None]
+    assert all(s.parent.span_id == root_span.context.span_id for s in children)
