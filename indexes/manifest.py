@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,24 @@ def publish(staging: Path, root: Path, build_id: str) -> Path:
 
 def discard(staging: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def collect_garbage(root: Path, keep: int, stale_staging_seconds: float = 3600.0) -> list[Path]:
+    """Delete all but the newest ``keep`` builds (never the live one) and abandoned staging dirs.
+
+    Staging directories younger than ``stale_staging_seconds`` may belong to a build in
+    progress in another process, so they are left alone. Returns what was removed.
+    """
+    if keep < 1:
+        raise ValueError("keep must be at least 1: the live build is never removed")
+    builds = root / "builds"
+    live = current_build_dir(root)
+    published = sorted((p for p in builds.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                       key=lambda p: p.name, reverse=True)
+    doomed = [p for p in published[keep:] if p != live]
+    now = time.time()
+    doomed += [p for p in builds.glob(".tmp-*")
+               if p.is_dir() and now - p.stat().st_mtime > stale_staging_seconds]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed

@@ -14,7 +14,7 @@ from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.errors import RetrievalError
-from indexes.manifest import read_manifest, resolve_build_dir, verify_build
+from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir, verify_build
 from indexes.synthetic import with_demo_metadata
 from retrieval.config import RetrieverConfig
 from retrieval.retriever import Retriever
@@ -44,6 +44,14 @@ def _verify(args: argparse.Namespace) -> int:
     verify_build(directory, manifest)
     print(f"ok: build {manifest.build_id}, {manifest.n_docs} documents, "
           f"{len(manifest.files)} files verified")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    removed = collect_garbage(Path(args.index), args.keep)
+    for path in removed:
+        print(f"removed {path}")
+    print(f"{len(removed)} removed; kept the newest {args.keep} builds and the live one")
     return 0
 
 
@@ -98,6 +106,11 @@ def parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check every file of a build against its manifest")
     verify.add_argument("index")
     verify.set_defaults(func=_verify)
+
+    gc = sub.add_parser("gc", help="remove old builds from an index root")
+    gc.add_argument("index")
+    gc.add_argument("--keep", type=int, default=3, help="newest builds to keep (live one always)")
+    gc.set_defaults(func=_gc)
 
     search = sub.add_parser("search", help="search an index and print hits and timings")
     search.add_argument("index")

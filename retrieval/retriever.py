@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ class Retriever:
                          if encoder is not None and config.batching.enabled else None)
         self._observer = Observer(config.tracing)
         self._reloader: Any = None
-        self.reload_events: list[dict[str, str]] = []
+        self.reload_events: list[dict[str, Any]] = []
 
     @classmethod
     def load(
@@ -162,8 +163,10 @@ class Retriever:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})
             return False
+        swap_started = time.monotonic()
         self._live = _Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
-        self.reload_events.append({"event": "loaded", "build_id": fresh.build_id})
+        self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
+                                   "swapped_at": (swap_started, time.monotonic())})
         log.info("now serving build %s", fresh.build_id)
         return True
 

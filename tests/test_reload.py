@@ -1,0 +1,115 @@
+"""Hot reload of nightly builds under load; corrupt builds refused; old builds collected."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import threading
+import time
+import weakref
+
+import pytest
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.docstore import Document
+from indexes.manifest import CURRENT, read_manifest
+from indexes.synthetic import with_demo_metadata
+from retrieval import Retriever
+from retrieval.cli import main as cli
+
+QUERIES = ["cell differentiation", "cancer risk", "immune response", "gene expression",
+           "protein structure", "blood pressure"]
+
+
+@pytest.fixture(scope="module")
+def docs(dataset):
+    return list(itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 200))
+
+
+def _variant(docs: list[Document], n: int) -> list[Document]:
+    """A new nightly build: one document's text changes, so every build has a new id."""
+    first = docs[0]
+    return [Document(first.id, f"{first.text} revision {n}", first.title, first.metadata),
+            *docs[1:]]
+
+
+def _live_intervals(initial: str, events: list[dict]) -> dict[str, tuple[float, float]]:
+    """Each build's live window: from just before its swap to just after the next swap."""
+    loads = [e for e in events if e["event"] == "loaded"]
+    starts = [float("-inf")] + [e["swapped_at"][0] for e in loads]
+    ends = [e["swapped_at"][1] for e in loads] + [float("inf")]
+    builds = [initial] + [e["build_id"] for e in loads]
+    return {b: (s, e) for b, s, e in zip(builds, starts, ends, strict=True)}
+
+
+def test_publishing_while_eight_threads_search(docs, encoder, tmp_path):
+    build_index(docs, tmp_path, encoder=encoder, progress=False)
+    retriever = Retriever.load(tmp_path, {"reload_interval_seconds": 0.05,
+                                          "cache": {"backend": "none"}}, encoder=encoder)
+    initial = retriever.build_id
+    snapshots = [weakref.ref(retriever.snapshot)]
+    failures: list[BaseException] = []
+    observed: list[tuple[float, float, str]] = []
+    stop = threading.Event()
+
+    def searcher(offset: int) -> None:
+        for n in itertools.count(offset):
+            if stop.is_set():
+                return
+            try:
+                started = time.monotonic()
+                result = retriever.search(QUERIES[n % len(QUERIES)], k=5)
+                observed.append((started, time.monotonic(), result.build_id))
+            except BaseException as exc:  # noqa: BLE001 - the test counts every failure
+                failures.append(exc)
+
+    threads = [threading.Thread(target=searcher, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    try:
+        for n in range(8):
+            build_index(_variant(docs, n), tmp_path, encoder=encoder, progress=False)
+            time.sleep(0.3)
+            snapshots.append(weakref.ref(retriever.snapshot))
+    finally:
+        time.sleep(0.3)
+        stop.set()
+        for thread in threads:
+            thread.join()
+        retriever.close()
+    assert not failures, failures[:3]
+    live = _live_intervals(initial, retriever.reload_events)
+    assert len(live) >= 5  # the reloader really swapped builds while searches ran
+    for started, ended, build in observed:
+        window_start, window_end = live[build]
+        assert window_start <= ended and started <= window_end, (build, started, ended)
+    gc.collect()
+    alive = [ref for ref in snapshots if ref() is not None]
+    assert len(alive) <= 2, "old builds are released once no request uses them"
+
+
+def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, tmp_path):
+    build_index(docs, tmp_path, encoder=encoder, progress=False)
+    retriever = Retriever.load(tmp_path, {"cache": {"backend": "none"}}, encoder=encoder)
+    old = retriever.build_id
+    report = build_index(_variant(docs, 1), tmp_path, encoder=encoder, progress=False)
+    victim = report.path / "vectors" / "vectors.npy"
+    data = bytearray(victim.read_bytes())
+    data[-7] ^= 0x01
+    victim.write_bytes(bytes(data))
+    assert retriever.reload() is False
+    assert retriever.build_id == old
+    assert retriever.search("cell", k=3).build_id == old
+    refused = retriever.stats()["reloads"][-1]
+    assert refused["event"] == "refused" and "vectors.npy" in refused["error"]
+
+
+def test_gc_keeps_newest_and_live_builds(docs, encoder, tmp_path, capsys):
+    ids = [build_index(_variant(docs, n), tmp_path, encoder=encoder, progress=False).build_id
+           for n in range(4)]
+    (tmp_path / CURRENT).write_text(ids[0] + "\n")  # an operator rolled back to the oldest
+    assert cli(["gc", str(tmp_path), "--keep", "2"]) == 0
+    remaining = sorted(p.name for p in (tmp_path / "builds").iterdir())
+    assert remaining == sorted([ids[0], ids[2], ids[3]])
+    assert read_manifest(tmp_path / "builds" / ids[0]).build_id == ids[0]
