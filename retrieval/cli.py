@@ -17,6 +17,7 @@ from indexes.errors import RetrievalError
 from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir, verify_build
 from indexes.synthetic import with_demo_metadata
 from retrieval.config import RetrieverConfig
+from retrieval.features.cli import add_features_parser
 from retrieval.retriever import Retriever
 
 
@@ -120,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     search.add_argument("--candidates", type=int, default=300)
     search.add_argument("--json", action="store_true")
     search.set_defaults(func=_search)
+
+    add_features_parser(sub)
 
     demo = sub.add_parser("demo", help="build an index, run queries, print p50/p95/p99")
     demo.add_argument("--data", default=None, help="BEIR folder (default: ../shared/data/scifact)")

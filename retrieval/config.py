@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from retrieval.batching import BatchingConfig
 from retrieval.cache import CacheConfig
+from retrieval.feature_stage import RecencyWeight
+from retrieval.features import FeatureStoreConfig
+from retrieval.features.ranking import FeatureWeights
 from retrieval.tracing import TracingConfig
 
 
@@ -49,6 +52,13 @@ class RetrieverConfig(BaseModel):
     cache: CacheConfig = Field(default_factory=CacheConfig, description="memory by default")
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    feature_store: FeatureStoreConfig | None = Field(
+        None, description="online store of nightly features (local directory or Redis URL)"
+    )
+    features: tuple[FeatureWeights, ...] = Field((), description="weighted views in ranking")
+    recency: RecencyWeight | None = Field(None, description="request-time recency feature")
+    feature_candidates: int = Field(100, ge=1, description="top fused candidates re-scored")
+    feature_snapshot_refresh_seconds: float = Field(1.0, gt=0)
     reload_interval_seconds: float | None = Field(
         None, gt=0, description="poll CURRENT and hot-swap new builds; None = only reload()"
     )
@@ -64,5 +74,7 @@ class RetrieverConfig(BaseModel):
 
     def fingerprint(self) -> str:
         """Hash of every setting that changes ranking (part of result-cache keys)."""
-        ranking = self.model_dump(include={"candidates", "fusion", "vector_weight", "rrf_k"})
+        ranking = self.model_dump(mode="json", include={
+            "candidates", "fusion", "vector_weight", "rrf_k", "features", "recency",
+            "feature_candidates"})
         return hashlib.sha256(json.dumps(ranking, sort_keys=True).encode()).hexdigest()[:16]

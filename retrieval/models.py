@@ -42,7 +42,9 @@ class SearchResult(BaseModel):
     hits: list[Hit]
     timings: dict[str, float] = Field(description="milliseconds per stage, and total")
     build_id: str
-    feature_snapshot_id: str | None = None
+    feature_snapshot_id: str | None = Field(None, description="view=snapshot pairs read")
+    features_available: bool | None = Field(
+        None, description="False when the feature store was unreachable and defaults were used")
     candidates: int = Field(0, description="BM25 candidates that were re-ranked")
     allowed: int = Field(0, description="documents allowed by the filters")
     cache: CacheInfo = Field(default_factory=CacheInfo)

@@ -15,6 +15,7 @@ import numpy as np
 
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
+from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
@@ -58,6 +59,7 @@ def timed_encode(encode: Callable[[list[str]], np.ndarray], text: str) -> tuple[
 def run_pipeline(
     snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector, timer: StageTimer,
     config: RetrieverConfig, embed_status: CacheStatus | None = None,
+    features: FeatureStage | None = None,
 ) -> tuple[SearchResult, np.ndarray]:
     """Search one validated request; returns the result and the query vector it used."""
     mask, allowed = filter_mask(snapshot, request)
@@ -73,14 +75,41 @@ def run_pipeline(
     fused = fuse(bm25, cosine, config)
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
+    outcome = None
+    if features is not None:
+        order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
+        timer.lap("features")
     hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i]) for i in order]
+    if outcome is not None:
+        for hit, values in zip(hits, outcome.per_hit, strict=True):
+            hit.features = values
     timer.lap("hydrate")
     status: Any = embed_status or ("provided" if embed_ms is None else "miss")
     result = SearchResult(
         query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
         candidates=int(rows.size), allowed=allowed, cache=CacheInfo(embedding=status),
+        feature_snapshot_id=outcome.snapshot_id if outcome else None,
+        features_available=outcome.available if outcome else None,
     )
     return result, query_vector
+
+
+def apply_features(
+    snapshot: IndexSnapshot, rows: np.ndarray, fused: np.ndarray, k: int,
+    config: RetrieverConfig, features: FeatureStage,
+) -> tuple[np.ndarray, np.ndarray, FeatureOutcome]:
+    """Re-score the top ``feature_candidates`` fused candidates with features; new top-k.
+
+    Returns (order into rows, final scores aligned with rows, per-hit outcome of the top-k).
+    """
+    top = top_k_order(fused, max(config.feature_candidates, k))
+    outcome = features.apply(snapshot, rows[top])
+    final = fused.copy()
+    final[top] += outcome.adjustment
+    best = top_k_order(final[top], k)
+    per_hit = [outcome.per_hit[i] for i in best]
+    return top[best], final, FeatureOutcome(outcome.adjustment[best], per_hit,
+                                            outcome.snapshot_id, outcome.available)
 
 
 def filter_mask(snapshot: IndexSnapshot, request: SearchRequest) -> tuple[np.ndarray | None, int]:

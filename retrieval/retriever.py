@@ -30,6 +30,8 @@ from indexes.manifest import resolve_build_dir
 from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
+from retrieval.feature_stage import FeatureStage
+from retrieval.features import OnlineStore, make_store
 from retrieval.models import CacheInfo, SearchResult
 from retrieval.pipeline import (
     FutureVector,
@@ -84,6 +86,7 @@ class Retriever:
     def __init__(
         self, snapshot: IndexSnapshot, config: RetrieverConfig, encoder: Encoder | None,
         cache: Cache | None = None, root: Path | None = None,
+        feature_store: OnlineStore | None = None,
     ) -> None:
         if encoder is not None:
             check_encoder(encoder, snapshot)
@@ -97,6 +100,10 @@ class Retriever:
         self._batcher = (EncodeBatcher(encoder, config.batching)
                          if encoder is not None and config.batching.enabled else None)
         self._observer = Observer(config.tracing)
+        self._features = (FeatureStage(feature_store, config.features, config.recency,
+                                       config.feature_snapshot_refresh_seconds)
+                          if (feature_store is not None and config.features) or config.recency
+                          else None)
         self._reloader: Any = None
         self.reload_events: list[dict[str, Any]] = []
 
@@ -108,6 +115,7 @@ class Retriever:
         *,
         encoder: Encoder | None = None,
         cache: Cache | None = None,
+        feature_store: OnlineStore | None = None,
     ) -> Retriever:
         """Load the live build under ``path`` (or a build directory), verified and mmapped.
 
@@ -118,7 +126,10 @@ class Retriever:
         snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
-        retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), Path(path))
+        if feature_store is None and config.feature_store is not None:
+            feature_store = make_store(config.feature_store)
+        retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), Path(path),
+                        feature_store)
         retriever._warm_up()
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
@@ -137,6 +148,8 @@ class Retriever:
     def _warm_up(self) -> None:
         """Compile the kernel and run the model once, so the first request is not cold."""
         self.snapshot.bm25.top_candidates(["warmup"], 1)
+        if self._features is not None:
+            self._features.doc_ids(self.snapshot)
         if self.encoder is not None:
             self.encoder.encode(["warm up"])
 
@@ -213,7 +226,8 @@ class Retriever:
         if self._cache is None or query_vector is not None:
             # A caller-supplied vector is not part of any key, so its results are not cached.
             pending = self._embedding(request.query, query_vector, live.snapshot)
-            result = run_pipeline(live.snapshot, request, pending, timer, self.config)[0]
+            result = run_pipeline(live.snapshot, request, pending, timer, self.config,
+                                  features=self._features)[0]
             return self._done(result, timer)
         cache = self._cache
         lookup = cache.lookup_many([self._keys(live.snapshot, request)], live.snapshot.build_id,
@@ -268,7 +282,7 @@ class Retriever:
                   status: str) -> SearchResult:
         timer = StageTimer()
         result = run_pipeline(snapshot, request, pending, timer, self.config,
-                              status)[0]  # type: ignore[arg-type]
+                              status, self._features)[0]  # type: ignore[arg-type]
         return self._done(result, timer)
 
     def _cached_batch(self, snapshot: IndexSnapshot, requests: list[SearchRequest]
@@ -300,7 +314,8 @@ class Retriever:
     def _keys(self, snapshot: IndexSnapshot, request: SearchRequest) -> tuple[str, str | None]:
         assert self._cache is not None
         return self._cache.keys(
-            build_id=snapshot.build_id, snapshot_id="",
+            build_id=snapshot.build_id,
+            snapshot_id=self._features.snapshot_key() if self._features is not None else "",
             config_key=f"{self._config_key}:{request.candidates}", query=request.query,
             filter_key=request.filter_key, k=request.k,
             encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
@@ -311,11 +326,12 @@ class Retriever:
         assert self._cache is not None
         if lookup.embedding is not None:
             result, _ = run_pipeline(snapshot, request, ReadyVector(lookup.embedding), timer,
-                                     self.config, "hit")
+                                     self.config, "hit", self._features)
             fresh_vector = None
         else:
             pending = self._embedding(request.query, None, snapshot)
-            result, fresh_vector = run_pipeline(snapshot, request, pending, timer, self.config)
+            result, fresh_vector = run_pipeline(snapshot, request, pending, timer, self.config,
+                                                features=self._features)
         result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
         self._cache.store(lookup, result, fresh_vector)
         return result

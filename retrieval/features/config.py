@@ -1,0 +1,67 @@
+"""Feature-store configuration (pydantic) and the factory that opens a store from it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from retrieval.cache.redis_backend import redact_url, validate_redis_url
+from retrieval.features.local import LocalStore
+from retrieval.features.redis_store import (
+    DEFAULT_CONNECT_TIMEOUT_MS,
+    DEFAULT_KEY_TTL_SECONDS,
+    DEFAULT_SOCKET_TIMEOUT_MS,
+    RedisStore,
+)
+from retrieval.features.store import DEFAULT_GRACE_SECONDS, OnlineStore
+
+REDIS_SCHEMES = ("redis://", "rediss://")
+
+
+def is_redis_location(location: str) -> bool:
+    return location.lower().startswith(REDIS_SCHEMES)
+
+
+class FeatureStoreConfig(BaseModel):
+    """Where features live: a ``redis://``/``rediss://`` URL, or else a local directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # repr=False: a URL may carry a password and configs end up in logs.
+    location: str = Field(min_length=1, repr=False)
+    cluster: bool = False
+    namespace: str = "retrieval"
+    grace_seconds: float = Field(DEFAULT_GRACE_SECONDS, ge=0, allow_inf_nan=False)
+    key_ttl_seconds: float = Field(DEFAULT_KEY_TTL_SECONDS, ge=60, allow_inf_nan=False)
+    socket_timeout_ms: float = Field(DEFAULT_SOCKET_TIMEOUT_MS, gt=0, le=60_000)
+    connect_timeout_ms: float = Field(DEFAULT_CONNECT_TIMEOUT_MS, gt=0, le=60_000)
+    breaker_failures: int = Field(5, ge=1)
+    breaker_cooldown_seconds: float = Field(1.0, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check_location(self) -> FeatureStoreConfig:
+        if is_redis_location(self.location):
+            validate_redis_url(self.location, self.cluster)
+        elif self.cluster:
+            raise ValueError("cluster=True needs a redis:// or rediss:// location")
+        return self
+
+    def describe(self) -> str:
+        """One-line, password-free summary for logs."""
+        return f"feature store {redact_url(self.location)} cluster={self.cluster}"
+
+
+def make_store(config: FeatureStoreConfig) -> OnlineStore:
+    """The store ``config`` describes: ``RedisStore`` for a Redis URL, else ``LocalStore``."""
+    if not is_redis_location(config.location):
+        return LocalStore(config.location, grace_seconds=config.grace_seconds)
+    return RedisStore(
+        config.location,
+        cluster=config.cluster,
+        namespace=config.namespace,
+        grace_seconds=config.grace_seconds,
+        key_ttl_seconds=config.key_ttl_seconds,
+        socket_timeout_ms=config.socket_timeout_ms,
+        connect_timeout_ms=config.connect_timeout_ms,
+        breaker_failures=config.breaker_failures,
+        breaker_cooldown_seconds=config.breaker_cooldown_seconds,
+    )

@@ -1,0 +1,101 @@
+"""Turning features into a ranking adjustment (pure numpy), and request-time features.
+
+``feature_adjustment`` returns ``sum_f weight_f * normalize(feature_f)`` over the candidates of
+one request; add it to the fused scores. With the default min-max normalization every feature
+contributes in ``[0, weight]``, on the same scale as min-max fused scores, so a weight reads as
+"how much of the fused score range this feature may move a document".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from retrieval.features.batch import FeatureBatch, FeatureStatus
+from retrieval.features.errors import FeatureConfigError
+
+Normalization = Literal["minmax", "none", "log1p+minmax"]
+SECONDS_PER_DAY = 86400.0
+
+
+class FeatureWeights(BaseModel):
+    """How much each feature of one view moves the final score."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    view: str = Field(min_length=1)
+    weights: dict[str, float] = Field(min_length=1, description="feature name -> weight")
+    normalization: Normalization = Field(
+        "minmax",
+        description="minmax: over the request's candidates; log1p+minmax: signed log1p first "
+        "(for heavy-tailed counts); none: raw values",
+    )
+    use_stale: bool = Field(True, description="False: stale values are replaced by defaults")
+
+    @field_validator("weights")
+    @classmethod
+    def _finite(cls, weights: dict[str, float]) -> dict[str, float]:
+        bad = {name: w for name, w in weights.items() if not math.isfinite(w)}
+        if bad:
+            raise ValueError(f"weights must be finite numbers, got {bad}")
+        return weights
+
+
+def normalize(values: np.ndarray, how: Normalization) -> np.ndarray:
+    """float64 copy of ``values`` (shape ``(n,)``) normalized over its own entries.
+
+    minmax maps to [0, 1]; a constant column maps to 0 (it cannot reorder anything).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if how == "none":
+        return x.copy()
+    if how == "log1p+minmax":
+        x = np.sign(x) * np.log1p(np.abs(x))  # signed: defined for negatives, monotone
+    if x.size == 0:
+        return x.copy()
+    low, high = float(x.min()), float(x.max())
+    if not high > low:
+        return np.zeros_like(x)
+    return (x - low) / (high - low)
+
+
+def feature_adjustment(batch: FeatureBatch, weights: FeatureWeights) -> np.ndarray:
+    """float64 ``(len(batch),)`` score adjustment to add to the candidates' fused scores.
+
+    All zeros when the store was unavailable (defaults carry no signal). A weighted feature the
+    batch does not hold (e.g. not in the live snapshot yet) contributes nothing.
+    """
+    if batch.view != weights.view:
+        raise FeatureConfigError(
+            f"weights are for view {weights.view!r} but the batch is from {batch.view!r}"
+        )
+    total = np.zeros(len(batch), dtype=np.float64)
+    if not batch.available:
+        return total
+    stale = batch.status == int(FeatureStatus.STALE)
+    for name, weight in weights.weights.items():
+        column = batch.values.get(name)
+        if column is None or weight == 0:
+            continue
+        values = np.asarray(column, dtype=np.float64)
+        if not weights.use_stale and stale.any():
+            values = np.where(stale, float(batch.defaults[name]), values)
+        total += weight * normalize(values, weights.normalization)
+    return total
+
+
+def recency(timestamps_epoch_s: np.ndarray, now: float, half_life_days: float) -> np.ndarray:
+    """Exponential decay ``0.5 ** (age / half_life)`` in (0, 1], float64 ``(n,)``.
+
+    A request-time feature (it depends on ``now``, so it is never materialized). Future
+    timestamps count as age 0; NaN timestamps (unknown) give 0.
+    """
+    if not (half_life_days > 0 and math.isfinite(half_life_days)):
+        raise FeatureConfigError(f"half_life_days must be a positive number, got {half_life_days}")
+    t = np.asarray(timestamps_epoch_s, dtype=np.float64)
+    age = np.maximum(float(now) - t, 0.0)
+    decayed = np.exp2(-age / (half_life_days * SECONDS_PER_DAY))
+    return np.where(np.isnan(t), 0.0, decayed)

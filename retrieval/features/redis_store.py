@@ -1,0 +1,265 @@
+"""``RedisStore``: feature snapshots in Redis (standalone or Cluster), read fail-open.
+
+Reads are ONE round trip and see ONE snapshot: a Lua script (``redis_layout.READ_SCRIPT``)
+reads the live pointer and ``HMGET``s every requested entity of that snapshot atomically, so
+neither a flip nor a garbage collection can land in the middle of a read. All keys of a view
+share a Cluster hash tag, hence one slot and one node, which is what lets one script do it.
+The price: a view must fit on one node (1M documents x 5 features is ~150 MB); a larger one
+can be split into several views.
+
+The snapshot's schema (its ``SnapshotMeta``) comes back with the values the first time a
+process reads a snapshot, so a reader needs nothing but the view name, and values are always
+decoded with the schema they were written with.
+
+Failure model, as in ``retrieval.cache``: short socket timeouts, no client retries, errors
+counted and logged once per outage (``BurstLogger``), and a ``CircuitBreaker`` that skips a dead
+server; an unreachable store gives defaults with ``available=False``, never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from retrieval.cache.base import CacheCounters
+from retrieval.cache.breaker import BurstLogger, CircuitBreaker
+from retrieval.cache.keys import validate_namespace
+from retrieval.cache.redis_backend import redact_url, validate_redis_url
+from retrieval.features.batch import (
+    FeatureBatch,
+    assemble_batch,
+    check_entity_ids,
+    unavailable_batch,
+)
+from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
+from retrieval.features.redis_client import AnyRedis, LuaScript, make_client
+from retrieval.features.redis_layout import EVENT_FIELD, READ_SCRIPT, ViewKeys
+from retrieval.features.redis_writer import RedisWriter, record_layout
+from retrieval.features.store import (
+    DEFAULT_GRACE_SECONDS,
+    DEFAULT_MAX_ENTITIES,
+    OnlineStore,
+    SnapshotWriter,
+    check_grace,
+)
+from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
+
+logger = logging.getLogger(__name__)
+READ = LuaScript(READ_SCRIPT)
+_SCHEMAS_KEPT = 4  # per view: enough for readers racing across a couple of flips
+
+DEFAULT_SOCKET_TIMEOUT_MS = 20.0  # a 1,000-entity script answers in ~1 ms on loopback
+DEFAULT_CONNECT_TIMEOUT_MS = 20.0
+DEFAULT_KEY_TTL_SECONDS = 30 * 86400.0
+
+
+class RedisStore(OnlineStore):
+    """Feature snapshots in Redis; see the module docstring."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        cluster: bool = False,
+        namespace: str = "retrieval",
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        key_ttl_seconds: float = DEFAULT_KEY_TTL_SECONDS,
+        socket_timeout_ms: float = DEFAULT_SOCKET_TIMEOUT_MS,
+        connect_timeout_ms: float = DEFAULT_CONNECT_TIMEOUT_MS,
+        breaker_failures: int = 5,
+        breaker_cooldown_seconds: float = 1.0,
+        write_timeout_seconds: float = 60.0,
+        write_chunk: int = 1000,
+        views: Sequence[FeatureView] = (),
+        max_entities_per_read: int = DEFAULT_MAX_ENTITIES,
+        log_quiet_seconds: float = 60.0,
+    ) -> None:
+        super().__init__(views, max_entities_per_read)
+        self.url = validate_redis_url(url, cluster)
+        self.cluster = cluster
+        self.namespace = validate_namespace(namespace)
+        self.grace_seconds = check_grace(grace_seconds)
+        if not key_ttl_seconds >= 60:
+            raise FeatureConfigError(
+                f"key_ttl_seconds must be >= 60 (it bounds how long a snapshot survives "
+                f"without a new materialization), got {key_ttl_seconds}")
+        if not (socket_timeout_ms > 0 and connect_timeout_ms > 0 and write_timeout_seconds > 0):
+            raise FeatureConfigError("timeouts must be > 0")
+        if write_chunk < 1:
+            raise FeatureConfigError(f"write_chunk must be >= 1, got {write_chunk}")
+        self.key_ttl_ms = int(key_ttl_seconds * 1000)
+        self.write_chunk = write_chunk
+        self._timeouts = (socket_timeout_ms / 1000.0, connect_timeout_ms / 1000.0)
+        self._write_timeout = write_timeout_seconds
+        self._breaker = CircuitBreaker(breaker_failures, breaker_cooldown_seconds)
+        self._log = BurstLogger(logger, f"feature store {redact_url(url)}", log_quiet_seconds)
+        self._counters = CacheCounters(("reads", "entities", "missing", "stale", "errors",
+                                        "short_circuits"))
+        self._client: AnyRedis | None = None
+        self._connect_lock = threading.Lock()
+        self._closed = False
+        self._schemas: dict[str, dict[str, SnapshotMeta]] = {}
+
+    def describe(self) -> str:
+        return f"RedisStore({redact_url(self.url)!r}, cluster={self.cluster})"
+
+    def keys(self, view_name: str) -> ViewKeys:
+        if not VIEW_NAME.match(view_name):
+            raise FeatureRequestError(f"invalid view name {view_name!r}")
+        return ViewKeys(self.namespace, view_name)
+
+    def _reader(self) -> AnyRedis:
+        client = self._client
+        if client is not None:
+            return client
+        with self._connect_lock:  # lazily: constructing must work while Redis is down
+            if self._closed:
+                raise FeatureStoreError("redis feature store is closed")
+            if self._client is None:
+                self._client = make_client(self.url, self.cluster, *self._timeouts)
+            return self._client
+
+    def _admin(self) -> AnyRedis:
+        """A client with batch-job timeouts (materialization and admin calls)."""
+        return make_client(self.url, self.cluster, self._write_timeout, self._write_timeout)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(self, view_name: str, entity_ids: Sequence[str], *, now: float | None = None
+             ) -> FeatureBatch:
+        ids = check_entity_ids(entity_ids, self.max_entities_per_read)
+        keys = self.keys(view_name)
+        if self._closed or not self._breaker.allow():
+            self._counters.add(reads=1, entities=len(ids), missing=len(ids), short_circuits=1)
+            return unavailable_batch(view_name, ids, self._fallback_view(view_name))
+        try:
+            batch = self._read(view_name, keys, ids, time.time() if now is None else now)
+        except Exception as exc:
+            self._breaker.record_failure()
+            self._log.error(exc)
+            self._counters.add(reads=1, entities=len(ids), missing=len(ids), errors=1)
+            return unavailable_batch(view_name, ids, self._fallback_view(view_name))
+        except BaseException:
+            self._breaker.record_failure()  # never leave a half-open probe dangling
+            raise
+        self._breaker.record_success()
+        self._log.success()
+        missing = int(np.count_nonzero(batch.status == 2))
+        stale = int(np.count_nonzero(batch.status == 1))
+        self._counters.add(reads=1, entities=len(ids), missing=missing, stale=stale)
+        return batch
+
+    def _read(self, view_name: str, keys: ViewKeys, ids: tuple[str, ...], now: float
+              ) -> FeatureBatch:
+        known = self._schemas.get(view_name, {})
+        latest = next(reversed(known), "") if known else ""
+        reply = READ(self._reader(), [keys.live], [keys.base, latest, *ids])
+        if not reply:  # never materialized (or the pointer was deleted by hand)
+            return unavailable_batch(view_name, ids, self._fallback_view(view_name), None, True)
+        snapshot_id = _text(reply[0])
+        if len(reply) == 1:  # the live snapshot's keys expired: nothing to serve
+            return unavailable_batch(view_name, ids, self._fallback_view(view_name),
+                                     snapshot_id, True)
+        meta = self._schema(view_name, snapshot_id, reply[1])
+        if meta is None:  # schema evicted by racing readers: ask again with no known schema
+            self._schemas.pop(view_name, None)
+            return self._read(view_name, keys, ids, now)
+        batch = _decode(meta, ids, reply[2], now)
+        self._remember(meta.view, snapshot_id)
+        return batch
+
+    def _schema(self, view_name: str, snapshot_id: str, raw: bytes | None) -> SnapshotMeta | None:
+        known = self._schemas.setdefault(view_name, {})
+        if raw is None:
+            return known.get(snapshot_id)
+        meta = SnapshotMeta.model_validate_json(raw)
+        known = {sid: m for sid, m in known.items() if sid != snapshot_id}
+        known[snapshot_id] = meta
+        while len(known) > _SCHEMAS_KEPT:
+            known.pop(next(iter(known)))
+        self._schemas[view_name] = known  # replaced whole: readers iterate a stable dict
+        return meta
+
+    # -- batch side ---------------------------------------------------------------------------
+
+    def begin(self, view: FeatureView, *, created_at: float, has_event_time: bool
+              ) -> SnapshotWriter:
+        try:
+            client = self._admin()
+        except Exception as exc:
+            raise FeatureStoreError(f"cannot connect to {redact_url(self.url)}: {exc}") from exc
+        return RedisWriter(client, self.keys(view.name), view, created_at, has_event_time,
+                           self.key_ttl_ms, self.write_chunk, self.grace_seconds)
+
+    def _admin_call(self, what: str, call: Any) -> Any:
+        client = None
+        try:
+            client = self._admin()
+            return call(client)
+        except FeatureStoreError:
+            raise
+        except Exception as exc:
+            raise FeatureStoreError(f"{what} failed on {redact_url(self.url)}: {exc}") from exc
+        finally:
+            if client is not None:
+                client.close()
+
+    def live_snapshot_id(self, view_name: str) -> str | None:
+        keys = self.keys(view_name)
+        value = self._admin_call("reading the live pointer", lambda c: c.get(keys.live))
+        return _text(value) if value is not None else None
+
+    def live_view(self, view_name: str) -> FeatureView | None:
+        snapshot_id = self.live_snapshot_id(view_name)
+        if snapshot_id is None:
+            return None
+        meta_key = self.keys(view_name).meta(snapshot_id)
+        raw = self._admin_call("reading snapshot metadata", lambda c: c.hget(meta_key, "schema"))
+        if raw is None:
+            raise FeatureStoreError(f"live snapshot {snapshot_id} of {view_name!r} has expired")
+        return SnapshotMeta.model_validate_json(raw).view
+
+    def snapshot_ids(self, view_name: str) -> list[str]:
+        keys = self.keys(view_name)
+        ids = self._admin_call("listing snapshots", lambda c: c.zrange(keys.registry, 0, -1))
+        return sorted(_text(value) for value in ids)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return {"backend": "redis", "cluster": self.cluster, **self._counters.snapshot(),
+                **self._breaker.stats()}
+
+    def close(self) -> None:
+        with self._connect_lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:  # closing a dead connection is not worth an error
+                logger.debug("closing redis client failed: %s", exc)
+
+
+def _decode(meta: SnapshotMeta, ids: tuple[str, ...], records: bytes, now: float
+            ) -> FeatureBatch:
+    """The reply's fixed-width records (see ``redis_layout``) -> a batch."""
+    layout = record_layout(meta.view, meta.has_event_time)
+    if len(records) != len(ids) * layout.itemsize:
+        raise FeatureStoreError(
+            f"read reply holds {len(records)} bytes, expected {len(ids)} x {layout.itemsize}")
+    packed = np.frombuffer(records, dtype=layout)
+    found = packed["present"] == 1
+    columns = {f.name: packed[f.name] for f in meta.view.features}
+    times = packed[EVENT_FIELD] if meta.has_event_time else np.full(len(ids), meta.created_at)
+    return assemble_batch(meta.view, ids, found, columns, np.asarray(times, dtype=np.float64),
+                          meta.snapshot_id, now)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value

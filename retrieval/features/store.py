@@ -1,0 +1,170 @@
+"""The ``OnlineStore`` contract shared by the local-file and Redis stores.
+
+Writers: ``begin`` a snapshot, ``write`` chunks, ``commit`` (which publishes it by flipping the
+live pointer, then garbage-collects) or ``abort``. Nothing a writer does is visible to readers
+before ``commit`` flips the pointer, and every read returns values of exactly one snapshot.
+
+Readers: ``read`` never raises for an unreachable or broken store: it returns defaults with
+``available=False``, counts the error and lets a circuit breaker skip a dead backend. It raises
+only for caller bugs (``FeatureRequestError``: non-string ids, too many ids).
+
+Garbage collection (``snapshots_to_delete``): the live snapshot and the previous one are always
+kept; any other snapshot is deleted once it has been retired (or, if it was never published
+because its job failed or was killed, once it was started) at least ``grace_seconds`` ago. The
+grace period protects readers that looked up the pointer just before a flip.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from retrieval.features.batch import FeatureBatch, FeatureColumns
+from retrieval.features.errors import FeatureConfigError
+from retrieval.features.view import FeatureView
+
+DEFAULT_GRACE_SECONDS = 3600.0
+DEFAULT_MAX_ENTITIES = 10_000
+
+
+def new_snapshot_id(created_at: float) -> str:
+    """Sortable, unique snapshot id: UTC start time plus 32 random bits."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created_at))
+    return f"{stamp}-{secrets.token_hex(4)}"
+
+
+def snapshots_to_delete(
+    created: Mapping[str, float],
+    retired: Mapping[str, float],
+    live: str | None,
+    now: float,
+    grace_seconds: float,
+) -> list[str]:
+    """Snapshot ids that garbage collection may delete (see the module docstring)."""
+    known_retired = {sid: at for sid, at in retired.items() if sid in created and sid != live}
+    previous = max(known_retired, key=lambda sid: known_retired[sid], default=None)
+    doomed = []
+    for sid, created_at in created.items():
+        if sid in (live, previous):
+            continue
+        since = known_retired.get(sid, created_at)
+        if now - since >= grace_seconds:
+            doomed.append(sid)
+    return sorted(doomed)
+
+
+def check_grace(grace_seconds: float) -> float:
+    if not grace_seconds >= 0:
+        raise FeatureConfigError(f"grace_seconds must be >= 0, got {grace_seconds}")
+    return float(grace_seconds)
+
+
+class SnapshotWriter(ABC):
+    """Writes one snapshot of one view; invisible to readers until ``commit``."""
+
+    snapshot_id: str
+
+    @abstractmethod
+    def write(self, columns: FeatureColumns) -> None:
+        """Add a chunk of rows (raises ``FeatureSchemaError`` for a duplicate entity id)."""
+
+    @abstractmethod
+    def commit(self) -> list[str]:
+        """Publish the snapshot (atomic pointer flip); returns the snapshot ids deleted by GC."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Best-effort removal of what was written; never raises."""
+
+
+class OnlineStore(ABC):
+    """Where materialized snapshots live and where the request path reads them."""
+
+    def __init__(self, views: Sequence[FeatureView] = (),
+                 max_entities_per_read: int = DEFAULT_MAX_ENTITIES) -> None:
+        if max_entities_per_read < 1:
+            raise FeatureConfigError("max_entities_per_read must be >= 1")
+        self.max_entities_per_read = max_entities_per_read
+        self._views: dict[str, FeatureView] = {view.name: view for view in views}
+        self._last_ids: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+
+    # -- request path -----------------------------------------------------------------------
+
+    @abstractmethod
+    def read(self, view_name: str, entity_ids: Sequence[str], *, now: float | None = None
+             ) -> FeatureBatch:
+        """Features of ``entity_ids`` in input order from one snapshot; one round trip.
+
+        ``now`` (epoch seconds, default the wall clock) decides staleness. Never raises for
+        store failures (``available=False``, defaults); raises ``FeatureRequestError`` for bad
+        arguments.
+        """
+
+    def last_snapshot_id(self, view_name: str) -> str | None:
+        """The snapshot id the latest successful read of ``view_name`` returned (no I/O).
+
+        Meant for result-cache keys: it may lag one read behind a flip.
+        """
+        return self._last_ids.get(view_name)
+
+    def register(self, view: FeatureView) -> None:
+        """Declare a view so reads can fill its defaults even before any snapshot is readable."""
+        with self._lock:
+            self._views[view.name] = view
+
+    def _fallback_view(self, view_name: str) -> FeatureView | None:
+        return self._views.get(view_name)
+
+    def _remember(self, view: FeatureView, snapshot_id: str | None) -> None:
+        self._last_ids[view.name] = snapshot_id
+        if self._views.get(view.name) != view:  # the latest schema seen fills future defaults
+            with self._lock:
+                self._views[view.name] = view
+
+    # -- batch side ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def begin(self, view: FeatureView, *, created_at: float, has_event_time: bool
+              ) -> SnapshotWriter:
+        """Start a new snapshot of ``view``."""
+
+    @abstractmethod
+    def live_snapshot_id(self, view_name: str) -> str | None:
+        """The live snapshot id, read from the store (raises ``FeatureStoreError``)."""
+
+    @abstractmethod
+    def live_view(self, view_name: str) -> FeatureView | None:
+        """The view definition stored with the live snapshot (raises ``FeatureStoreError``)."""
+
+    @abstractmethod
+    def snapshot_ids(self, view_name: str) -> list[str]:
+        """Every stored snapshot of the view, published or not, sorted by id (oldest first)."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+    def stats(self) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections and mappings; later calls stay safe."""
+
+    def __enter__(self) -> OnlineStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

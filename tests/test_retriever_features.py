@@ -1,0 +1,93 @@
+"""Nightly features in ranking on SciFact: direction, cache invalidation, store outages."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from redis_servers import RedisProcess
+
+from retrieval import Retriever
+from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
+
+VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
+                                                        default=0.0),))
+QUERY = "vitamin D deficiency and bone fractures"
+
+
+def _clicks(favourite: str, all_ids: list[str], value: float = 1000.0):
+    def rows():
+        return [{"doc_id": d, "clicks": value if d == favourite else 1.0} for d in all_ids]
+    return CallableSource(rows)
+
+
+def _config(weight: float, **extra) -> dict:
+    return {"cache": {"backend": "none"}, "features": [
+        {"view": "popularity", "weights": {"clicks": weight}, "normalization": "minmax"}],
+        **extra}
+
+
+@pytest.fixture(scope="module")
+def index(beir_index):
+    return beir_index("scifact")[0]
+
+
+def test_feature_weight_moves_ranking_in_its_direction(index, encoder, tmp_path):
+    plain = Retriever.load(index, {"cache": {"backend": "none"}}, encoder=encoder)
+    baseline = [h.doc_id for h in plain.search(QUERY, k=10).hits]
+    favourite = baseline[6]
+    store = LocalStore(tmp_path / "features")
+    materialize(VIEW, _clicks(favourite, plain.snapshot.docs.all_ids()), store, progress=False)
+    boosted = Retriever.load(index, _config(0.5), encoder=encoder, feature_store=store)
+    result = boosted.search(QUERY, k=10)
+    ids = [h.doc_id for h in result.hits]
+    assert ids[0] == favourite
+    assert result.hits[0].features["clicks"] == 1000.0
+    assert result.feature_snapshot_id and result.feature_snapshot_id.startswith("popularity=")
+    assert result.features_available is True
+    assert "features" in result.timings
+    demoted = Retriever.load(index, _config(-0.5), encoder=encoder, feature_store=store)
+    assert favourite not in [h.doc_id for h in demoted.search(QUERY, k=10).hits[:6]]
+
+
+def test_materialization_invalidates_cached_results(index, encoder, tmp_path):
+    store = LocalStore(tmp_path / "features")
+    plain = Retriever.load(index, {"cache": {"backend": "none"}}, encoder=encoder)
+    ids = plain.snapshot.docs.all_ids()
+    first_pick = [h.doc_id for h in plain.search(QUERY, k=10).hits][5]
+    materialize(VIEW, _clicks(first_pick, ids), store, progress=False)
+    config = _config(0.5, feature_snapshot_refresh_seconds=0.05)
+    config["cache"] = {"backend": "memory"}
+    retriever = Retriever.load(index, config, encoder=encoder, feature_store=store)
+    before = retriever.search(QUERY, k=10)
+    assert retriever.search(QUERY, k=10).cache.result == "hit"
+    second_pick = [h.doc_id for h in plain.search(QUERY, k=10).hits][8]
+    materialize(VIEW, _clicks(second_pick, ids), store, progress=False)
+    time.sleep(0.1)
+    after = retriever.search(QUERY, k=10)
+    assert after.cache.result == "miss"
+    assert after.feature_snapshot_id != before.feature_snapshot_id
+    assert after.hits[0].doc_id == second_pick != before.hits[0].doc_id
+
+
+def test_unreachable_feature_store_serves_defaults(index, encoder):
+    from retrieval.features import RedisStore
+
+    server = RedisProcess()
+    server.start()
+    try:
+        store = RedisStore(server.url, socket_timeout_ms=200, connect_timeout_ms=200)
+        plain = Retriever.load(index, {"cache": {"backend": "none"}}, encoder=encoder)
+        ids = plain.snapshot.docs.all_ids()
+        favourite = [h.doc_id for h in plain.search(QUERY, k=10).hits][6]
+        materialize(VIEW, _clicks(favourite, ids), store, progress=False)
+        store.register(VIEW)
+        boosted = Retriever.load(index, _config(0.5), encoder=encoder, feature_store=store)
+        assert boosted.search(QUERY, k=10).hits[0].doc_id == favourite
+        server.stop()
+        result = boosted.search(QUERY, k=10)
+        assert result.features_available is False
+        assert [h.doc_id for h in result.hits] == [h.doc_id for h in plain.search(QUERY,
+                                                                                  k=10).hits]
+    finally:
+        server.cleanup()
