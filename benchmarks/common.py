@@ -1,0 +1,208 @@
+"""Shared benchmark plumbing: environment capture, timing loops, tables, JSON and plots.
+
+Every benchmark writes ``benchmarks/results/<name>-<timestamp>.{json,md}`` with the config, the
+environment and the git sha, so a number can always be traced back to what produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from retrieval.latency import summarize
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+PACKAGES = ("numpy", "faiss-cpu", "numba", "bm25s", "rank-bm25", "PyStemmer",
+            "sentence-transformers", "torch", "pydantic")
+
+
+# -- provenance ------------------------------------------------------------------------------
+
+
+def git_sha() -> str:
+    """HEAD's sha (``-dirty`` when the tree has changes), or "uncommitted" without a commit."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    try:
+        sha = git("rev-parse", "HEAD")
+    except (OSError, subprocess.CalledProcessError):
+        return "uncommitted"
+    return sha + ("-dirty" if git("status", "--porcelain") else "")
+
+
+def source_digest(packages: Sequence[str] = ("indexes", "retrieval")) -> str:
+    """sha256 prefix of the library's Python sources: without a commit (or with a dirty tree)
+    it still tells two runs on different code apart."""
+    digest = hashlib.sha256()
+    for package in packages:
+        for path in sorted((REPO / package).rglob("*.py")):
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers depend on: interpreter, libraries, CPU, and how busy the machine was."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "python": sys.version.split()[0],
+        "packages": {name: package_version(name) for name in PACKAGES},
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(affinity) if affinity is not None else None,
+        # Shared machines: the load average says how much the absolute figures can be trusted.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "blas_env": {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_"))},
+        "git_sha": git_sha(),
+        "source_digest": source_digest(),
+    }
+
+
+def timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Samples:
+    """Wall-clock milliseconds of each measured call and what each call returned."""
+
+    wall_ms: list[float] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        return summarize(self.wall_ms)
+
+
+def measure_side_by_side(
+    runners: Mapping[str, Callable[[Any], Any]],
+    items: Sequence[Any],
+    warmup: Sequence[Any] = (),
+    chunk: int = 100,
+) -> dict[str, Samples]:
+    """Time every runner on every item, after running each on ``warmup`` (discarded).
+
+    Runners take turns in chunks of ``chunk`` items: a burst of load from a neighbour on a shared
+    machine then lands on every configuration instead of on one, so the ratios hold, while each
+    runner still sees ``chunk`` consecutive queries with its own data warm in cache.
+    """
+    for run in runners.values():
+        for item in warmup:
+            run(item)
+    samples = {name: Samples() for name in runners}
+    clock = time.perf_counter
+    for start in range(0, len(items), chunk):
+        block = items[start:start + chunk]
+        for name, run in runners.items():
+            wall, outputs = samples[name].wall_ms, samples[name].outputs
+            for item in block:
+                began = clock()
+                output = run(item)
+                wall.append((clock() - began) * 1e3)
+                outputs.append(output)
+    return samples
+
+
+def single_thread() -> Any:
+    """Pin BLAS (e.g. a re-rank matmul) to one thread, as a one-query-per-core server would."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return nullcontext()
+    return threadpool_limits(limits=1)
+
+
+def measure(run: Callable[[Any], Any], items: Sequence[Any], warmup: Sequence[Any] = ()
+            ) -> Samples:
+    """``measure_side_by_side`` for a single runner."""
+    return measure_side_by_side({"run": run}, items, warmup)["run"]
+
+
+# -- reporting -------------------------------------------------------------------------------
+
+
+def fmt_ms(value: float) -> str:
+    """Milliseconds with three significant-ish digits from microseconds to seconds."""
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}"
+
+
+def percentile_cells(summary: Mapping[str, float], keys: Sequence[str] = ("p50", "p95", "p99")
+                     ) -> str:
+    """``p50 / p95 / p99`` in one table cell."""
+    return " / ".join(fmt_ms(summary[k]) for k in keys)
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def write_results(name: str, payload: Mapping[str, Any], markdown: str,
+                  directory: Path = RESULTS_DIR) -> tuple[Path, Path]:
+    """``<name>-<timestamp>.json`` and ``.md`` side by side; returns both paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = directory / f"{name}-{timestamp()}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    md_path.write_text(markdown + "\n")
+    return json_path, md_path
+
+
+def plot_cdfs(panels: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
+              xlabel: str = "end-to-end latency (ms, log scale)") -> Path | None:
+    """One panel per dataset, one latency CDF per configuration; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display on benchmark machines
+        import matplotlib.pyplot as plt
+        import numpy as np
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, series) in zip(axes[0], panels.items(), strict=True):
+        for label, values in series.items():
+            ordered = np.sort(np.asarray(values, dtype=np.float64))
+            ax.plot(ordered, np.arange(1, ordered.size + 1) / ordered.size, label=label)
+        ax.set_xscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("fraction of queries")
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
