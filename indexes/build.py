@@ -49,6 +49,9 @@ class BuildConfig(BaseModel):
     vector_dtype: VectorDtype = "float32"
     batch_size: int = Field(64, ge=1)
     reuse_vectors: bool = True
+    reuse_from: str | None = Field(
+        None, description="index root whose live build's vectors are reused by content hash "
+        "(default: the output root, i.e. the previous nightly build)")
 
 
 @dataclass
@@ -91,7 +94,8 @@ def embed_documents(
 ) -> tuple[np.ndarray, int]:
     """Vectors for ``texts``, reusing the live build's where the content hash matches."""
     vectors = np.zeros((len(texts), encoder.dim), dtype=np.float32)
-    previous = _previous_vectors(root, encoder.encoder_id) if config.reuse_vectors else None
+    source = Path(config.reuse_from) if config.reuse_from else root
+    previous = _previous_vectors(source, encoder.encoder_id) if config.reuse_vectors else None
     todo = list(range(len(texts)))
     if previous is not None:
         row_of, store = previous

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from indexes.build import build_index
+from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.synthetic import with_demo_metadata
@@ -74,3 +74,19 @@ def beir_index(dataset, encoder):
         return built[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def build_subset(beir_index, encoder):
+    """build_subset(docs, root): build SciFact documents, reusing the full build's vectors.
+
+    Documents whose text is unchanged get their vectors from the session's SciFact index (by
+    content hash, as a nightly rebuild would); changed documents are encoded by the real model.
+    """
+    source, _, _ = beir_index("scifact")
+    config = BuildConfig(reuse_from=str(source))
+
+    def build(docs, root):
+        return build_index(docs, root, encoder=encoder, config=config, progress=False)
+
+    return build

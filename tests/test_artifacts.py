@@ -37,10 +37,10 @@ SUBSET = 200
 
 
 @pytest.fixture(scope="module")
-def small_root(dataset, encoder, tmp_path_factory) -> Path:
+def small_root(dataset, tmp_path_factory, build_subset) -> Path:
     docs = list(itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), SUBSET))
     root = tmp_path_factory.mktemp("small")
-    build_index(docs, root, encoder=encoder, progress=False)
+    build_subset(docs, root)
     return root
 
 
@@ -139,14 +139,15 @@ def test_build_killed_half_way_leaves_current_on_old_build(small_root, encoder, 
     assert retriever.search("cell", k=3).hits
 
 
-def test_failed_build_raises_typed_error_and_publishes_nothing(small_root, tmp_path, encoder):
+def test_failed_build_raises_typed_error_and_publishes_nothing(small_root, tmp_path, encoder,
+                                                               build_subset):
     root = tmp_path / "root"
     shutil.copytree(small_root, root)
     before = (root / CURRENT).read_text()
     mixed = [Document("a", "x y", metadata={"year": 2001}),
              Document("b", "y z", metadata={"year": "soon"})]
     with pytest.raises(CorpusError, match="year"):
-        build_index(mixed, root, encoder=encoder, progress=False)
+        build_subset(mixed, root)
     with pytest.raises(CorpusError, match="duplicate"):
         build_index([Document("a", "x"), Document("a", "y")], root, encoder=encoder)
     with pytest.raises(CorpusError, match="empty"):

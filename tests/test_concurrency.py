@@ -9,7 +9,6 @@ import threading
 
 import pytest
 
-from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
 from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
@@ -33,10 +32,10 @@ class RecordingEncoder:
 
 
 @pytest.fixture(scope="module")
-def root(dataset, encoder, tmp_path_factory):
+def root(dataset, encoder, tmp_path_factory, build_subset):
     docs = list(itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 300))
     path = tmp_path_factory.mktemp("concurrency")
-    build_index(docs, path, encoder=encoder, progress=False)
+    build_subset(docs, path)
     return path
 
 

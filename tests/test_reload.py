@@ -10,7 +10,6 @@ import weakref
 
 import pytest
 
-from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.manifest import CURRENT, read_manifest
@@ -43,8 +42,8 @@ def _live_intervals(initial: str, events: list[dict]) -> dict[str, tuple[float, 
     return {b: (s, e) for b, s, e in zip(builds, starts, ends, strict=True)}
 
 
-def test_publishing_while_eight_threads_search(docs, encoder, tmp_path):
-    build_index(docs, tmp_path, encoder=encoder, progress=False)
+def test_publishing_while_eight_threads_search(docs, encoder, tmp_path, build_subset):
+    build_subset(docs, tmp_path)
     retriever = Retriever.load(tmp_path, {"reload_interval_seconds": 0.05,
                                           "cache": {"backend": "none"}}, encoder=encoder)
     initial = retriever.build_id
@@ -69,7 +68,7 @@ def test_publishing_while_eight_threads_search(docs, encoder, tmp_path):
         thread.start()
     try:
         for n in range(8):
-            build_index(_variant(docs, n), tmp_path, encoder=encoder, progress=False)
+            build_subset(_variant(docs, n), tmp_path)
             time.sleep(0.3)
             snapshots.append(weakref.ref(retriever.snapshot))
     finally:
@@ -89,11 +88,12 @@ def test_publishing_while_eight_threads_search(docs, encoder, tmp_path):
     assert len(alive) <= 2, "old builds are released once no request uses them"
 
 
-def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, tmp_path):
-    build_index(docs, tmp_path, encoder=encoder, progress=False)
+def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, tmp_path,
+                                                                build_subset):
+    build_subset(docs, tmp_path)
     retriever = Retriever.load(tmp_path, {"cache": {"backend": "none"}}, encoder=encoder)
     old = retriever.build_id
-    report = build_index(_variant(docs, 1), tmp_path, encoder=encoder, progress=False)
+    report = build_subset(_variant(docs, 1), tmp_path)
     victim = report.path / "vectors" / "vectors.npy"
     data = bytearray(victim.read_bytes())
     data[-7] ^= 0x01
@@ -105,8 +105,8 @@ def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, t
     assert refused["event"] == "refused" and "vectors.npy" in refused["error"]
 
 
-def test_gc_keeps_newest_and_live_builds(docs, encoder, tmp_path, capsys):
-    ids = [build_index(_variant(docs, n), tmp_path, encoder=encoder, progress=False).build_id
+def test_gc_keeps_newest_and_live_builds(docs, encoder, tmp_path, capsys, build_subset):
+    ids = [build_subset(_variant(docs, n), tmp_path).build_id
            for n in range(4)]
     (tmp_path / CURRENT).write_text(ids[0] + "\n")  # an operator rolled back to the oldest
     assert cli(["gc", str(tmp_path), "--keep", "2"]) == 0

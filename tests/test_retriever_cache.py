@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from redis_servers import RedisProcess
 
-from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.synthetic import with_demo_metadata
@@ -45,9 +44,9 @@ def small_docs(dataset):
 
 
 @pytest.fixture(scope="module")
-def root(small_docs, encoder, tmp_path_factory):
+def root(small_docs, encoder, tmp_path_factory, build_subset):
     path = tmp_path_factory.mktemp("cached")
-    build_index(small_docs, path, encoder=encoder, progress=False)
+    build_subset(small_docs, path)
     return path
 
 
@@ -108,10 +107,10 @@ def test_different_config_never_shares_results(root, encoder, redis_server):
 
 
 def test_result_cached_before_a_rebuild_is_not_served_after(small_docs, encoder, redis_server,
-                                                            tmp_path):
+                                                            tmp_path, build_subset):
     config = {"cache": {"backend": "redis", "url": redis_server.url, "namespace": "rebuild",
                         "socket_timeout_ms": 500, "connect_timeout_ms": 500}}
-    build_index(small_docs[:100], tmp_path, encoder=encoder, progress=False)
+    build_subset(small_docs[:100], tmp_path)
     old = Retriever.load(tmp_path, config, encoder=encoder)
     before = old.search(QUERIES[1], k=5)
     old.flush_cache_writes()
@@ -119,7 +118,7 @@ def test_result_cached_before_a_rebuild_is_not_served_after(small_docs, encoder,
     target = before.hits[0].doc_id
     changed = [d if d.id != target else Document(d.id, "unrelated text about astronomy", "stars",
                                                  d.metadata) for d in small_docs[:100]]
-    build_index(changed, tmp_path, encoder=encoder, progress=False)
+    build_subset(changed, tmp_path)
     new = Retriever.load(tmp_path, config, encoder=encoder)
     after = new.search(QUERIES[1], k=5)
     assert after.cache.result == "miss" and after.build_id == new.build_id != before.build_id
