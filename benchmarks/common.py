@@ -10,16 +10,21 @@ import hashlib
 import json
 import os
 import platform
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from retrieval.latency import summarize
 
@@ -206,3 +211,43 @@ def plot_cdfs(panels: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# -- services ------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A throwaway redis-server (no persistence) on a free loopback port; yields its URL."""
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server not found: install it (apt-get install redis-server)")
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port, socket_timeout=1)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"redis-server on port {port} did not start") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +31,7 @@ from benchmarks.common import (
     markdown_table,
     measure_side_by_side,
     percentile_cells,
+    private_redis,
     write_results,
 )
 from retrieval.features import (
@@ -74,43 +71,6 @@ def write_source(path: Path, n: int, seed: int = 0) -> Path:
     })
     pq.write_table(table, path)
     return path
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextmanager
-def private_redis() -> Iterator[str]:
-    """A throwaway redis-server (no persistence) on a free loopback port; yields its URL."""
-    if shutil.which("redis-server") is None:
-        raise SystemExit("redis-server not found: install it (apt-get install redis-server)")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port, socket_timeout=1)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"redis-server on port {port} did not start") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def id_lists(n_entities: int, size: int, count: int, seed: int) -> list[list[str]]:

@@ -41,6 +41,13 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
         raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
     if not query.strip():
         raise InvalidQueryError("query is empty or whitespace; pass the question text to search")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:  # lone surrogates: no tokenizer or cache key can use them
+        raise InvalidQueryError(
+            f"query is not valid Unicode (unpaired surrogate at position {exc.start}); "
+            "decode the input text properly before searching"
+        ) from exc
     limit = config.limits.max_query_chars
     if len(query) > limit:
         raise LimitExceededError(f"query has {len(query)} characters, more than the limit "

@@ -1,0 +1,170 @@
+"""Cache latency and hit rate: ``python -m benchmarks.cache``.
+
+On SciFact with the real encoder, side by side in one run:
+
+- result-cache hit, in-process and through Redis on loopback;
+- embedding-cache hit with a result miss (same question, new k);
+- full miss (new question: encode + search), in-process cache;
+- hit rate and latency when a query log with repeats is replayed: SciFact queries drawn
+  Zipf-distributed (a heavy head of popular questions, a long tail of one-offs).
+
+Each scenario runs over every query after a warm-up that is thrown away.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import (
+    REPO,
+    RESULTS_DIR,
+    environment,
+    markdown_table,
+    measure,
+    percentile_cells,
+    private_redis,
+    verdict,
+    write_results,
+)
+from indexes.build import build_index
+from indexes.corpus import read_corpus, read_queries
+from indexes.encoders import SentenceTransformerEncoder
+from indexes.synthetic import with_demo_metadata
+from retrieval import Retriever, SearchResult
+from retrieval.latency import summarize
+
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
+FILTER = {"doc_type": {"in": ["review", "trial", "cohort"]}, "year": {"gte": 2000}}
+
+
+def scenario(retriever: Retriever, queries: Sequence[str], k: int, expect: tuple[str, str],
+             warmup: int) -> dict[str, Any]:
+    """Search every query once; check each result's cache status is the expected one."""
+    def run(query: str) -> SearchResult:
+        return retriever.search(query, filters=FILTER, k=k)
+
+    samples = measure(run, queries[warmup:], warmup=queries[:warmup])
+    statuses = [(r.cache.result, r.cache.embedding) for r in samples.outputs]
+    share = sum(s == expect for s in statuses) / len(statuses)
+    return {"summary": samples.summary(), "expected_status": expect, "share_as_expected": share}
+
+
+def prime(retriever: Retriever, queries: Sequence[str], k: int) -> None:
+    for query in queries:
+        retriever.search(query, filters=FILTER, k=k)
+    retriever.flush_cache_writes(timeout=30)
+
+
+def zipf_replay(retriever: Retriever, queries: Sequence[str], n: int, a: float, seed: int
+                ) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    ranks = (rng.zipf(a, size=n) - 1) % len(queries)
+    log = [queries[int(r)] for r in ranks]
+    hits = 0
+    wall: list[float] = []
+    for query in log:
+        started = time.perf_counter()
+        result = retriever.search(query, filters=FILTER, k=10)
+        wall.append((time.perf_counter() - started) * 1e3)
+        hits += result.cache.result == "hit"
+    return {"requests": n, "zipf_a": a, "distinct": len(set(log)), "hit_rate": hits / n,
+            "summary": summarize(wall)}
+
+
+def load(data: Path, work: Path, encoder: Any, config: dict[str, Any]) -> Retriever:
+    root = work / data.name
+    if not (root / "CURRENT").is_file():
+        build_index(with_demo_metadata(read_corpus(data)), root, encoder=encoder)
+    return Retriever.load(root, config, encoder=encoder)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    encoder = SentenceTransformerEncoder()
+    queries = list(read_queries(args.data / "queries.jsonl").values())[: args.queries]
+    w = args.warmup
+    results: dict[str, Any] = {}
+    with private_redis() as url:
+        redis_cache = {"backend": "redis", "url": url, "namespace": f"bench{os.getpid()}"}
+        memory = load(args.data, args.work, encoder, {"cache": {"backend": "memory"}})
+        remote = load(args.data, args.work, encoder, {"cache": redis_cache})
+        steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("full miss (in-process cache)",
+             lambda: scenario(memory, queries, 10, ("miss", "miss"), w)),
+            ("result hit, in-process",
+             lambda: scenario(memory, queries, 10, ("hit", "skipped"), w)),
+            ("embedding hit + result miss, in-process",
+             lambda: scenario(memory, queries, 9, ("miss", "hit"), w)),
+            ("result hit, Redis loopback",
+             lambda: (prime(remote, queries, 10),
+                      scenario(remote, queries, 10, ("hit", "skipped"), w))[1]),
+            ("embedding hit + result miss, Redis loopback",
+             lambda: scenario(remote, queries, 8, ("miss", "hit"), w)),
+        ]
+        for name, step in steps:
+            results[name] = step()
+            memory.flush_cache_writes(timeout=30)
+        replay = load(args.data, args.work, encoder, {"cache": {"backend": "memory"}})
+        results["zipf replay"] = zipf_replay(replay, queries, args.replay, args.zipf_a, seed=7)
+        results["redis stats"] = remote.stats()["cache"]
+    return results
+
+
+def render(results: dict[str, Any], args: argparse.Namespace) -> str:
+    rows = []
+    for name, result in results.items():
+        if "summary" not in result or name == "zipf replay":
+            continue
+        s = result["summary"]
+        rows.append([name, s["n"], percentile_cells(s), f"{s['max']:.3f}",
+                     f"{result['share_as_expected']:.3f}"])
+    replay = results["zipf replay"]
+    hit_memory = results["result hit, in-process"]["summary"]["p95"]
+    hit_redis = results["result hit, Redis loopback"]["summary"]["p95"]
+    lines = [
+        f"# Cache benchmark ({args.data.name}, filter {FILTER}, k=10)", "",
+        markdown_table(["scenario", "n", "p50 / p95 / p99 ms", "max ms",
+                        "share with expected cache status"], rows), "",
+        f"Zipf replay (a={replay['zipf_a']}): {replay['requests']} requests, "
+        f"{replay['distinct']} distinct queries, result-cache hit rate "
+        f"{replay['hit_rate']:.3f}, latency p50/p95/p99 {percentile_cells(replay['summary'])} ms",
+        "",
+        f"- result-cache hit p95 <= 0.1 ms in-process: {hit_memory:.3f} ms "
+        f"{verdict(hit_memory <= 0.1)}",
+        f"- result-cache hit p95 <= 0.3 ms through Redis: {hit_redis:.3f} ms "
+        f"{verdict(hit_redis <= 0.3)}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cache", description=__doc__)
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--work", type=Path, default=REPO / "build" / "bench")
+    parser.add_argument("--queries", type=int, default=None, help="default: all")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--replay", type=int, default=5000)
+    parser.add_argument("--zipf-a", type=float, default=1.2)
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    if not (args.data / "corpus.jsonl").is_file():
+        raise SystemExit(f"no BEIR dataset at {args.data}; pass --data")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    results = run(args)
+    markdown = render(results, args)
+    print(markdown)
+    payload = {"config": {k: str(v) for k, v in vars(args).items()}, "environment": environment(),
+               "results": results}
+    json_path, _ = write_results("cache", payload, markdown, args.out)
+    print(f"\nwrote {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
