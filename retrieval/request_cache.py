@@ -8,6 +8,8 @@ validate is a miss, never an exception.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +48,11 @@ class RequestCache:
         self.flights = SingleFlight()
         self.counters = CacheCounters(
             ("result_hits", "result_misses", "embedding_hits", "embedding_misses", "corrupt"))
+        # Decoded results by key, reused only when the cached bytes are identical: parsing a
+        # 10-hit JSON result is most of the cost of a hit, and equal bytes parse equally.
+        self._decoded: OrderedDict[str, tuple[bytes, SearchResult]] = OrderedDict()
+        self._decoded_lock = threading.Lock()
+        self._decoded_size = 4096
 
     def keys(
         self, *, build_id: str, snapshot_id: str, config_key: str, query: str, filter_key: str,
@@ -65,7 +72,7 @@ class RequestCache:
 
     def _decode(self, rkey: str, ekey: str | None, values: dict[str, bytes | None],
                 build_id: str, dim: int) -> Lookup:
-        result = self._decode_result(values.get(rkey), build_id)
+        result = self._decode_result(rkey, values.get(rkey), build_id)
         embedding = None
         if ekey is not None and result is None:
             blob = values.get(ekey)
@@ -77,9 +84,22 @@ class RequestCache:
         self.counters.add(result_hits=int(result is not None), result_misses=int(result is None))
         return Lookup(rkey, ekey, result, embedding)
 
-    def _decode_result(self, blob: bytes | None, build_id: str) -> SearchResult | None:
+    def _decode_result(self, key: str, blob: bytes | None, build_id: str) -> SearchResult | None:
         if blob is None:
             return None
+        with self._decoded_lock:
+            memo = self._decoded.get(key)
+        if memo is not None and memo[0] == blob:
+            return memo[1]
+        result = self._parse_result(blob, build_id)
+        if result is not None:
+            with self._decoded_lock:
+                self._decoded[key] = (blob, result)
+                while len(self._decoded) > self._decoded_size:
+                    self._decoded.popitem(last=False)
+        return result
+
+    def _parse_result(self, blob: bytes, build_id: str) -> SearchResult | None:
         try:
             result = SearchResult.model_validate_json(blob)
         except (ValidationError, ValueError):

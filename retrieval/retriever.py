@@ -358,8 +358,12 @@ class Retriever:
 
 def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer
                        ) -> SearchResult:
-    """A cached result with this request's query text, timings and cache status."""
+    """A cached result with this request's query text, timings and cache status.
+
+    Decoded results are shared between hits of the same entry; the hit list is copied so a
+    caller reordering it cannot affect others (treat the Hit objects themselves as read-only).
+    """
     return cached.model_copy(update={
-        "query": request.query, "timings": timer.finish(),
+        "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
         "cache": CacheInfo(result="hit", embedding="skipped"),
     })
