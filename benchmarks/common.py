@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -222,32 +223,121 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class RedisServer:
+    """A throwaway redis-server (no persistence) on a fixed loopback port, with fault controls."""
+
+    def __init__(self) -> None:
+        if shutil.which("redis-server") is None:
+            raise SystemExit("redis-server not found: install it (apt-get install redis-server)")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.workdir = tempfile.mkdtemp(prefix="bench-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.workdir],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_timeout=1)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise SystemExit(f"redis-server on {self.port} did not start") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process ignores SIGTERM
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def pause(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 @contextmanager
 def private_redis() -> Iterator[str]:
-    """A throwaway redis-server (no persistence) on a free loopback port; yields its URL."""
-    if shutil.which("redis-server") is None:
-        raise SystemExit("redis-server not found: install it (apt-get install redis-server)")
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port, socket_timeout=1)
+    """A throwaway redis-server on a free loopback port for the block; yields its URL."""
+    server = RedisServer()
+    server.start()
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"redis-server on port {port} did not start") from None
-                time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+        server.cleanup()
+
+
+# -- suite helpers -----------------------------------------------------------------------------
+
+
+def memory_mb() -> dict[str, float]:
+    """Resident and peak resident memory of this process in MB (Linux /proc, else getrusage)."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        return {"rss": int(fields["VmRSS"].split()[0]) / 1024,
+                "peak": int(fields["VmHWM"].split()[0]) / 1024}
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+    return {"rss": peak, "peak": peak}
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def artifact_sizes(build_dir: Path) -> dict[str, int]:
+    """Bytes per component directory of a build (bm25/, vectors/, ...) plus ``total``."""
+    sizes = {p.name: tree_bytes(p) for p in sorted(build_dir.iterdir()) if p.is_dir()}
+    sizes["total"] = tree_bytes(build_dir)
+    return sizes
+
+
+def measure_concurrency(run: Callable[[Any], Any], items: Sequence[Any], threads: int,
+                        warmup: Sequence[Any] = ()) -> dict[str, Any]:
+    """``threads`` workers share ``run`` (closed loop: each starts its next item when one
+    finishes); returns throughput and the per-call latency distribution."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    clock = time.perf_counter
+
+    def timed(item: Any) -> float:
+        began = clock()
+        run(item)
+        return (clock() - began) * 1e3
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(timed, warmup))
+        began = clock()
+        wall = list(pool.map(timed, items))
+        seconds = clock() - began
+    return {"threads": threads, "queries": len(items), "seconds": seconds,
+            "qps": len(items) / seconds if seconds > 0 else 0.0, "latency": summarize(wall)}
+
+
+def pareto_front(points: Sequence[Mapping[str, Any]], maximize: str, minimize: str
+                 ) -> list[Mapping[str, Any]]:
+    """Points no other point beats on both ``maximize`` and ``minimize``, by ``minimize``."""
+    def dominated(p: Mapping[str, Any]) -> bool:
+        return any(q[maximize] >= p[maximize] and q[minimize] <= p[minimize]
+                   and (q[maximize] > p[maximize] or q[minimize] < p[minimize]) for q in points)
+    return sorted((p for p in points if not dominated(p)), key=lambda p: p[minimize])

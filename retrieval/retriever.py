@@ -105,7 +105,9 @@ class Retriever:
                           if (feature_store is not None and config.features) or config.recency
                           else None)
         self._reloader: Any = None
-        self.reload_events: list[dict[str, Any]] = []
+        now = time.monotonic()
+        self.reload_events: list[dict[str, Any]] = [
+            {"event": "loaded", "build_id": snapshot.build_id, "swapped_at": (now, now)}]
 
     @classmethod
     def load(
@@ -182,6 +184,14 @@ class Retriever:
                                    "swapped_at": (swap_started, time.monotonic())})
         log.info("now serving build %s", fresh.build_id)
         return True
+
+    def live_windows(self) -> dict[str, tuple[float, float]]:
+        """Monotonic-clock window in which each build served: from just before its swap to
+        just after the next one (a request bound to it started and ended inside)."""
+        loads = [e for e in self.reload_events if e["event"] == "loaded"]
+        ends = [e["swapped_at"][1] for e in loads[1:]] + [float("inf")]
+        return {e["build_id"]: (e["swapped_at"][0] if i else float("-inf"), end)
+                for i, (e, end) in enumerate(zip(loads, ends, strict=True))}
 
     def close(self) -> None:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""

@@ -33,20 +33,10 @@ def _variant(docs: list[Document], n: int) -> list[Document]:
             *docs[1:]]
 
 
-def _live_intervals(initial: str, events: list[dict]) -> dict[str, tuple[float, float]]:
-    """Each build's live window: from just before its swap to just after the next swap."""
-    loads = [e for e in events if e["event"] == "loaded"]
-    starts = [float("-inf")] + [e["swapped_at"][0] for e in loads]
-    ends = [e["swapped_at"][1] for e in loads] + [float("inf")]
-    builds = [initial] + [e["build_id"] for e in loads]
-    return {b: (s, e) for b, s, e in zip(builds, starts, ends, strict=True)}
-
-
 def test_publishing_while_eight_threads_search(docs, encoder, tmp_path, build_subset):
     build_subset(docs, tmp_path)
     retriever = Retriever.load(tmp_path, {"reload_interval_seconds": 0.05,
                                           "cache": {"backend": "none"}}, encoder=encoder)
-    initial = retriever.build_id
     snapshots = [weakref.ref(retriever.snapshot)]
     failures: list[BaseException] = []
     observed: list[tuple[float, float, str]] = []
@@ -78,7 +68,7 @@ def test_publishing_while_eight_threads_search(docs, encoder, tmp_path, build_su
             thread.join()
         retriever.close()
     assert not failures, failures[:3]
-    live = _live_intervals(initial, retriever.reload_events)
+    live = retriever.live_windows()
     assert len(live) >= 5  # the reloader really swapped builds while searches ran
     for started, ended, build in observed:
         window_start, window_end = live[build]
