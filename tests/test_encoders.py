@@ -1,0 +1,165 @@
+"""ONNX encoders against the sentence-transformers reference, on the real model and SciFact.
+
+The graphs are exported and quantized once per session into a temporary cache directory, so the
+export path itself is exercised on every run (~15 s on two cores).
+"""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.quality import evaluate_run, retriever_run
+from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.encoders import Encoder, SentenceTransformerEncoder
+from indexes.onnx_encoder import BACKENDS, OnnxEncoder, make_encoder
+from retrieval import Retriever
+
+NO_CACHE = {"cache": {"backend": "none"}}
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="session")
+def onnx_fp32(onnx_cache: Path) -> OnnxEncoder:
+    return OnnxEncoder(cache_dir=onnx_cache)
+
+
+@pytest.fixture(scope="session")
+def onnx_int8(onnx_cache: Path, onnx_fp32: OnnxEncoder) -> OnnxEncoder:
+    return OnnxEncoder(cache_dir=onnx_cache, quantized=True)  # quantizes onnx_fp32's export
+
+
+@pytest.fixture(scope="session")
+def scifact_queries(dataset) -> list[str]:
+    """The 300 SciFact test queries."""
+    path = dataset("scifact")
+    qrels = read_qrels(path / "qrels" / "test.tsv")
+    return [text for q, text in read_queries(path / "queries.jsonl").items() if q in qrels]
+
+
+@pytest.fixture(scope="session")
+def scifact_docs(dataset) -> list[str]:
+    """100 SciFact documents (title + text); most are longer than the 256-token cut."""
+    return [doc.content for doc in itertools.islice(read_corpus(dataset("scifact")), 100)]
+
+
+@pytest.fixture(scope="session")
+def reference_queries(encoder: SentenceTransformerEncoder, scifact_queries) -> np.ndarray:
+    return encoder.encode(scifact_queries)
+
+
+def one_by_one(encoder: Encoder, texts: list[str]) -> np.ndarray:
+    """float32 (n, dim): each text encoded alone, as the retriever encodes a query."""
+    return np.vstack([encoder.encode([text]) for text in texts])
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine of each row pair of two (n, d) arrays of unit vectors."""
+    return np.einsum("nd,nd->n", a.astype(np.float64), b.astype(np.float64))
+
+
+def test_encoder_ids_and_protocol(onnx_fp32, onnx_int8):
+    assert onnx_fp32.encoder_id == "all-MiniLM-L6-v2:onnx:fp32:384"
+    assert onnx_int8.encoder_id == "all-MiniLM-L6-v2:onnx-int8:int8:384"
+    for enc in (onnx_fp32, onnx_int8):
+        assert isinstance(enc, Encoder)
+        vectors = enc.encode(["protein folding", "", "a b c"])
+        assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+        assert enc.encode([]).shape == (0, 384)
+
+
+def test_fp32_queries_match_reference(onnx_fp32, scifact_queries, reference_queries):
+    cosines = row_cosines(one_by_one(onnx_fp32, scifact_queries), reference_queries)
+    print(f"fp32 query cosine to torch: mean {cosines.mean():.6f} min {cosines.min():.6f}")
+    assert len(cosines) == 300
+    assert cosines.min() >= 0.999
+
+
+def test_fp32_document_batches_match_reference(onnx_fp32, encoder, scifact_docs):
+    reference = encoder.encode(scifact_docs)
+    # A batch size that does not divide 100, so the last batch is short and padding varies.
+    cosines = row_cosines(onnx_fp32.encode(scifact_docs, batch_size=16), reference)
+    print(f"fp32 document cosine to torch: mean {cosines.mean():.6f} min {cosines.min():.6f}")
+    assert cosines.min() >= 0.999
+
+
+def test_int8_close_to_reference(onnx_int8, encoder, scifact_queries, reference_queries,
+                                 scifact_docs):
+    queries = row_cosines(one_by_one(onnx_int8, scifact_queries), reference_queries)
+    docs = row_cosines(onnx_int8.encode(scifact_docs, batch_size=16),
+                       encoder.encode(scifact_docs))
+    print(f"int8 query cosine to torch: mean {queries.mean():.4f} min {queries.min():.4f}; "
+          f"documents: mean {docs.mean():.4f} min {docs.min():.4f}")
+    assert queries.mean() >= 0.98 and queries.min() >= 0.95
+    assert docs.mean() >= 0.98 and docs.min() >= 0.95
+
+
+def test_single_text_unpadded_equals_batched(onnx_fp32, scifact_queries):
+    texts = scifact_queries[:40]  # lengths differ: the batch pads most of them
+    single, batched = one_by_one(onnx_fp32, texts), onnx_fp32.encode(texts, batch_size=8)
+    assert row_cosines(single, batched).min() >= 0.9999
+
+
+def test_batches_come_back_in_input_order(onnx_fp32, scifact_queries):
+    texts = scifact_queries[:30]
+    shuffled = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
+    by_text = dict(zip(shuffled, onnx_fp32.encode(shuffled, batch_size=7), strict=True))
+    expected = np.vstack([by_text[t] for t in texts])
+    assert row_cosines(onnx_fp32.encode(texts, batch_size=7), expected).min() >= 0.9999
+
+
+def test_concurrent_encodes_match_sequential(onnx_int8, scifact_queries):
+    """The retriever encodes from worker threads: one session and tokenizer serve them all."""
+    texts = scifact_queries[:40]
+    sequential = one_by_one(onnx_int8, texts)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = np.vstack(list(pool.map(lambda t: onnx_int8.encode([t]), texts)))
+    np.testing.assert_array_equal(concurrent, sequential)
+
+
+def test_export_is_cached(onnx_cache, onnx_fp32, onnx_int8):
+    files = sorted(p.name for p in onnx_cache.iterdir())
+    assert files == ["model-fp32-v1.onnx", "model-int8-v1.onnx"]  # no temporary leftovers
+    before = onnx_fp32.onnx_path.stat().st_mtime_ns
+    again = make_encoder("onnx", cache_dir=onnx_cache)
+    assert again.encoder_id == onnx_fp32.encoder_id
+    assert onnx_fp32.onnx_path.stat().st_mtime_ns == before
+
+
+def test_invalid_backend_names_the_valid_ones():
+    with pytest.raises(ValueError) as error:
+        make_encoder("onnx-fp16")
+    assert "onnx-fp16" in str(error.value)
+    for backend in BACKENDS:
+        assert backend in str(error.value)
+
+
+def test_scifact_ndcg_per_backend(beir_index, encoder, onnx_fp32, onnx_int8):
+    """The torch-built index searched with each backend: queries encoded by the retriever in
+    one batch, and (ONNX) one at a time, as a single search encodes them."""
+    root, queries, qrels = beir_index("scifact")
+    ndcg = {}
+    for enc in (encoder, onnx_fp32, onnx_int8):
+        retriever = Retriever.load(root, NO_CACHE, encoder=enc)
+        try:
+            ndcg[enc.encoder_id] = evaluate_run(qrels, retriever_run(retriever, queries))["ndcg@10"]
+            if enc is not encoder:
+                vectors = one_by_one(enc, list(queries.values()))
+                run = retriever_run(retriever, queries, query_vectors=vectors)
+                ndcg[enc.encoder_id + " single"] = evaluate_run(qrels, run)["ndcg@10"]
+        finally:
+            retriever.close()
+    print("SciFact nDCG@10:", {k: round(v, 4) for k, v in ndcg.items()})
+    torch_ndcg = ndcg.pop(encoder.encoder_id)
+    for encoder_id, value in ndcg.items():
+        tolerance = 0.001 if ":fp32:" in encoder_id else 0.005
+        assert abs(value - torch_ndcg) <= tolerance, encoder_id
