@@ -341,3 +341,26 @@ def pareto_front(points: Sequence[Mapping[str, Any]], maximize: str, minimize: s
         return any(q[maximize] >= p[maximize] and q[minimize] <= p[minimize]
                    and (q[maximize] > p[maximize] or q[minimize] < p[minimize]) for q in points)
     return sorted((p for p in points if not dominated(p)), key=lambda p: p[minimize])
+
+
+def measure_in_chunks(runners: Mapping[str, Callable[[Any], Any]], items: Sequence[Any],
+                      warmup: Sequence[Any], chunk: int,
+                      after: Mapping[str, Callable[[Any], Any]] | None = None,
+                      flush: Callable[[], object] = lambda: None, desc: str | None = None
+                      ) -> dict[str, Samples]:
+    """``measure_side_by_side`` one chunk at a time, with a progress bar; ``after`` runs on
+    each chunk once ``runners`` did and ``flush`` ran (cache hits need the writes landed)."""
+    from tqdm.auto import tqdm
+
+    after = after or {}
+    samples: dict[str, Samples] = {name: Samples() for name in [*runners, *after]}
+    blocks = [items[s:s + chunk] for s in range(0, len(items), chunk)]
+    for n, block in enumerate(tqdm(blocks, desc=desc, disable=desc is None)):
+        first = warmup if n == 0 else ()
+        parts = measure_side_by_side(runners, block, first, chunk)
+        flush()
+        parts.update(measure_side_by_side(after, block, first, chunk) if after else {})
+        for name, part in parts.items():
+            samples[name].wall_ms += part.wall_ms
+            samples[name].outputs += part.outputs
+    return samples

@@ -49,3 +49,26 @@ def dense_run(retriever: Retriever, queries: Mapping[str, str], query_vectors: n
         rows, scores = snapshot.vectors.dense_top_k(vector, k)
         run[q] = {snapshot.docs.doc_id(int(r)): float(s) for r, s in zip(rows, scores, strict=True)}
     return run
+
+
+SUITE_METRICS = ("ndcg@10", "recall@10", "recall@100", "recall@1000", "mrr@10")
+
+
+def run_from_outputs(query_ids: Sequence[str], outputs: Sequence[tuple]) -> RunDict:
+    """{query id: {doc id: score}} from per-query (timings, ids, scores) outputs.
+
+    Scores are replaced by ``n - rank``: ranx then evaluates exactly the order each system
+    returned (it would re-order ties, e.g. equal RRF scores, its own way). A duplicate id keeps
+    its first (best) rank.
+    """
+    run: RunDict = {}
+    for q, output in zip(query_ids, outputs, strict=True):
+        ids = list(dict.fromkeys(output[1]))
+        run[q] = {doc: float(len(ids) - rank) for rank, doc in enumerate(ids)}
+    return run
+
+
+def qrels_from_relevant(query_ids: Sequence[str], relevant: Sequence[Sequence[str] | None]
+                        ) -> dict[str, dict[str, int]]:
+    """Binary qrels from a query log's optional ``relevant`` lists (queries without one skip)."""
+    return {q: dict.fromkeys(docs, 1) for q, docs in zip(query_ids, relevant, strict=True) if docs}

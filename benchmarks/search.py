@@ -43,6 +43,12 @@ from benchmarks.common import (
     verdict,
     write_results,
 )
+from benchmarks.peers import (
+    bm25s_candidates,
+    peer,
+    rank_bm25_candidates,
+    tokenize_corpus,
+)
 from indexes import Analyzer, EncoderInfo, build_index, read_corpus, read_queries
 from indexes.synthetic import (
     random_unit_vectors,
@@ -148,24 +154,6 @@ def load_or_build(docs: list, vectors: np.ndarray, root: Path) -> tuple[Retrieve
     return Retriever.load(root, config), False
 
 
-def tokenize_corpus(analyzer: Analyzer, texts: Sequence[str]) -> tuple[list[str], list[list[int]]]:
-    """Terms and each document's term ids; every occurrence of a term shares one str object,
-    which keeps the peers' token lists at 1M documents within memory."""
-    vocab: dict[str, int] = {}
-    terms: list[str] = []
-    ids: list[list[int]] = []
-    for text in texts:
-        row = []
-        for token in analyzer(text):
-            term_id = vocab.get(token)
-            if term_id is None:
-                term_id = vocab[token] = len(terms)
-                terms.append(token)
-            row.append(term_id)
-        ids.append(row)
-    return terms, ids
-
-
 def synthetic_queries(terms: list[str], ids: list[list[int]], n: int, seed: int = 1
                       ) -> list[str]:
     """``n`` queries of 2-4 distinct terms of one random document, without the stop terms."""
@@ -193,7 +181,6 @@ def add_synthetic_queries(ds: Dataset, terms: list[str], ids: list[list[int]], n
 # -- the configurations under test -----------------------------------------------------------
 
 Runner = Callable[[int], Any]
-Candidates = Callable[[list[str]], tuple[np.ndarray, np.ndarray]]
 
 
 def ours(ds: Dataset, filters: dict | None) -> Runner:
@@ -205,62 +192,6 @@ def ours(ds: Dataset, filters: dict | None) -> Runner:
         return result.timings, result.allowed, [h.doc_id for h in result.hits]
 
     return run
-
-
-def minmax(scores: np.ndarray) -> np.ndarray:
-    scores = scores.astype(np.float64)
-    low, high = scores.min(), scores.max()
-    return np.ones_like(scores) if high <= low else (scores - low) / (high - low)
-
-
-def peer(ds: Dataset, candidates: Candidates) -> Runner:
-    """BM25 top-C from ``candidates``, then the re-rank and fusion a numpy user would write."""
-    analyzer, queries, qvecs = ds.analyzer, ds.queries, ds.query_vectors
-    vectors, doc_ids, clock = ds.vectors, ds.doc_ids, time.perf_counter
-
-    def run(i: int) -> tuple[dict[str, float], list[str]]:
-        t0 = clock()
-        rows, bm25 = candidates(analyzer(queries[i]))
-        t1 = clock()
-        cosine = vectors[rows] @ qvecs[i]
-        t2 = clock()
-        fused = VECTOR_WEIGHT * minmax(cosine) + (1 - VECTOR_WEIGHT) * minmax(bm25)
-        top = np.argpartition(-fused, K - 1)[:K] if fused.size > K else np.arange(fused.size)
-        top = top[np.argsort(-fused[top], kind="stable")]
-        hits = doc_ids[rows[top]].tolist()
-        t3 = clock()
-        return {"bm25": (t1 - t0) * 1e3, "rerank": (t2 - t1) * 1e3, "fuse": (t3 - t2) * 1e3,
-                "total": (t3 - t0) * 1e3}, hits
-
-    return run
-
-
-def rank_bm25_candidates(tokens: list[list[str]]) -> Candidates:
-    from rank_bm25 import BM25Okapi
-
-    okapi = BM25Okapi(tokens)
-
-    def top(query: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        scores = okapi.get_scores(query)
-        rows = np.argpartition(-scores, CANDIDATES - 1)[:CANDIDATES]
-        return rows, scores[rows]
-
-    return top
-
-
-def bm25s_candidates(terms: list[str], ids: list[list[int]]) -> Candidates:
-    import bm25s
-    from bm25s.tokenization import Tokenized
-
-    model = bm25s.BM25(backend="numba")
-    model.index(Tokenized(ids=ids, vocab={t: i for i, t in enumerate(terms)}),
-                show_progress=False)
-
-    def top(query: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        result = model.retrieve([query], k=CANDIDATES, n_threads=1, show_progress=False)
-        return result.documents[0], result.scores[0]
-
-    return top
 
 
 # -- one dataset -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -80,6 +81,12 @@ def _search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    # Imported by name: the suite needs the dev extras (ranx, matplotlib), not the library.
+    suite = importlib.import_module("benchmarks.suite")
+    return int(suite.main(args.suite_args))
+
+
 def _demo(args: argparse.Namespace) -> int:
     from retrieval.demo import run_demo
 
@@ -129,6 +136,11 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="build/demo")
     demo.add_argument("--queries", type=int, default=1000)
     demo.set_defaults(func=_demo)
+    bench = sub.add_parser("bench", help="run the benchmark suite (python -m benchmarks.suite)",
+                           add_help=False, prefix_chars="\0")  # every argument goes to the suite
+    bench.add_argument("suite_args", nargs=argparse.REMAINDER,
+                       help="benchmarks.suite arguments, e.g. --tiny; --help lists them")
+    bench.set_defaults(func=_bench)
     return root
 
 
