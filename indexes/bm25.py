@@ -6,6 +6,11 @@ evaluates the BM25 formula. Two variants:
 - ``okapi``: rank-bm25's ``BM25Okapi`` exactly (natural-log idf, negative idfs floored at
   ``epsilon * mean(idf)``, tf saturation with ``k1 + 1`` in the numerator).
 - ``lucene``: Lucene's BM25 (``log(1 + (N - n + 0.5) / (n + 0.5))`` idf, no ``k1 + 1``).
+
+The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
+``indexes.bm25_kernels`` and ``indexes.topk``. A score is the float64 sum, in query-term order,
+of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
+agrees to rtol 1e-6 (tests/test_bm25.py).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from numba import njit
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.bm25_kernels import general_rows, top_rows, touched_rows
+from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
 Variant = Literal["okapi", "lucene"]
+_NO_MASK = np.zeros(1, dtype=np.bool_)  # placeholder: numba needs an array even when unused
 
 
 class BM25Params(BaseModel):
@@ -92,12 +99,17 @@ class BM25Index:
     ) -> None:
         self.vocab_list = vocab
         self.vocab = {term: i for i, term in enumerate(vocab)}
-        self.indptr = indptr
-        self.rows = rows
-        self.impacts = impacts
+        # Plain ndarray views of the (often memory-mapped) postings: numba types an np.memmap
+        # argument through a slow fallback, ~5 us per call.
+        self.indptr = np.asarray(indptr)
+        self.rows = np.asarray(rows)
+        self.impacts = np.asarray(impacts)
         self.n_docs = n_docs
         self.params = params
         self._scratch = threading.local()
+        # Terms with a non-positive impact (usually none): their queries need the kernel that
+        # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
+        self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -126,38 +138,75 @@ class BM25Index:
         write_json(directory / "params.json", {"n_docs": self.n_docs, **self.params.model_dump()})
 
     @classmethod
-    def load(cls, directory: Path, mmap: bool = True) -> BM25Index:
+    def load(cls, directory: Path, mmap: bool = True, prefault: bool = True) -> BM25Index:
+        """Load a saved index; memory-mapped postings are prefaulted unless ``prefault=False``
+        (see ``prefault_mapping``)."""
         meta = read_json(directory / "params.json")
         n_docs = int(meta.pop("n_docs"))
+        rows = load_array(directory / "rows.npy", mmap)
+        impacts = load_array(directory / "impacts.npy", mmap)
+        if prefault:
+            prefault_mapping(rows)
+            prefault_mapping(impacts)
         return cls(
             vocab=read_json(directory / "vocab.json"),
             indptr=load_array(directory / "indptr.npy", mmap),
-            rows=load_array(directory / "rows.npy", mmap),
-            impacts=load_array(directory / "impacts.npy", mmap),
+            rows=rows,
+            impacts=impacts,
             n_docs=n_docs,
             params=BM25Params(**meta),
         )
 
     def query_terms(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Known term ids and their query counts (a repeated query word counts twice)."""
-        counts = Counter(t for t in tokens if t in self.vocab)
-        ids = np.fromiter((self.vocab[t] for t in counts), dtype=np.int64, count=len(counts))
+        """Known term ids int64 (q,) in first-occurrence order and their query counts float64
+        (q,): a repeated query word counts twice, as in rank-bm25."""
+        counts: dict[int, int] = {}
+        lookup = self.vocab.get
+        for token in tokens:
+            term = lookup(token)
+            if term is not None:
+                counts[term] = counts.get(term, 0) + 1
+        ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
         weights = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
         return ids, weights
 
-    def _buffers(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per-thread scratch, so one index serves many threads without locks."""
-        buffers = getattr(self._scratch, "buffers", None)
+    def _buffer(self) -> np.ndarray:
+        """Per-thread scratch, float64 (n_docs,), zeros between calls: one index serves many
+        threads without locks (the kernels release the GIL)."""
+        scratch = getattr(self._scratch, "scores", None)
+        if scratch is None:
+            scratch = self._scratch.scores = np.zeros(self.n_docs, dtype=np.float64)
+        return scratch
+
+    def _general_buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-thread (seen bool (n_docs,) all False, touched int32 (n_docs,)), made on the
+        first query that needs them: fresh pages cost ~0.5 ms per MB here."""
+        buffers = getattr(self._scratch, "general", None)
         if buffers is None:
-            n = self.n_docs
-            buffers = (
-                np.zeros(n, dtype=np.float64),
-                np.zeros(n, dtype=np.bool_),
-                np.empty(n, dtype=np.int32),
-                np.empty(n, dtype=np.float64),
-            )
-            self._scratch.buffers = buffers
+            buffers = self._scratch.general = (np.zeros(self.n_docs, dtype=np.bool_),
+                                               np.empty(self.n_docs, dtype=np.int32))
         return buffers
+
+    def _mask_arg(self, mask: np.ndarray | None) -> tuple[np.ndarray, bool]:
+        if mask is None:
+            return _NO_MASK, False
+        if mask.dtype != np.bool_ or mask.shape != (self.n_docs,):
+            # The kernel reads mask[row] unchecked: a short mask would read past its end.
+            raise ValueError(f"mask must be bool of shape ({self.n_docs},), got "
+                             f"{mask.dtype} {mask.shape}")
+        return mask, True
+
+    def _search(self, tokens: Sequence[str], k: int, mask: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (all touched rows, unsorted, when ``k`` < 0) through the right kernel."""
+        ids, weights = self.query_terms(tokens)
+        mask_arr, use_mask = self._mask_arg(mask)
+        args = (self.indptr, self.rows, self.impacts, ids, weights, mask_arr, use_mask)
+        if self._nonpositive and not self._nonpositive.isdisjoint(ids.tolist()):
+            return general_rows(*args, k, self._buffer(), *self._general_buffers())
+        if k < 0:
+            return touched_rows(*args, self._buffer())
+        return top_rows(*args, k, self._buffer())
 
     def score_touched(
         self, tokens: Sequence[str], mask: np.ndarray | None = None
@@ -166,65 +215,27 @@ class BM25Index:
 
         Returns (rows int32 (m,), scores float64 (m,)), rows in no particular order.
         """
-        ids, weights = self.query_terms(tokens)
-        scratch, seen, out_rows, out_scores = self._buffers()
-        use_mask = mask is not None
-        mask_arr = mask if use_mask else np.zeros(1, dtype=np.bool_)
-        m = _accumulate_touched(
-            self.indptr, self.rows, self.impacts, ids, weights,
-            mask_arr, use_mask, scratch, seen, out_rows, out_scores,
-        )
-        return out_rows[:m].copy(), out_scores[:m].copy()
+        return self._search(tokens, -1, mask)
 
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``n`` rows by BM25 among rows matching a query term and allowed by ``mask``.
 
-        Returns (rows int32, scores float64), best first; ties broken by lower row.
+        Returns (rows int32 (m,), scores float64 (m,)), m <= n, best first; ties broken by
+        lower row (also at the cut-off: of rows tied with the n-th, the lowest are kept).
         """
-        rows, scores = self.score_touched(tokens, mask)
-        return top_n(rows, scores, n)
+        return self._search(tokens, max(int(n), 0), mask)
 
 
-def top_n(rows: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``n`` best (row, score) pairs, sorted by score desc then row asc."""
-    if rows.size > n:
-        keep = np.argpartition(-scores, n - 1)[:n]
-        rows, scores = rows[keep], scores[keep]
-    order = np.lexsort((rows, -scores))
-    return rows[order], scores[order]
+def nonpositive_terms(indptr: np.ndarray, impacts: np.ndarray) -> frozenset[int]:
+    """Ids of terms holding an impact <= 0 (or NaN): one pass over impacts, ~10 ms at 1M docs.
 
-
-@njit(nogil=True, cache=True)
-def _accumulate_touched(
-    indptr, rows, impacts, term_ids, weights, mask, use_mask, scratch, seen, out_rows, out_scores
-):  # pragma: no cover - compiled
-    """Sum impacts into ``scratch`` for touched rows only, then gather the allowed ones.
-
-    Scratch is reset for every touched row before returning, so the buffers are reusable.
-    Masking after accumulation (not inside the postings loop) keeps the inner loop branch-free.
+    indptr int64 (n_terms + 1,), impacts float32 (nnz,).
     """
-    n_touched = 0
-    for i in range(term_ids.shape[0]):
-        t = term_ids[i]
-        w = weights[i]
-        for p in range(indptr[t], indptr[t + 1]):
-            r = rows[p]
-            if not seen[r]:
-                seen[r] = True
-                out_rows[n_touched] = r
-                n_touched += 1
-            scratch[r] += w * impacts[p]
-    m = 0
-    for j in range(n_touched):
-        r = out_rows[j]
-        s = scratch[r]
-        scratch[r] = 0.0
-        seen[r] = False
-        if use_mask and not mask[r]:
-            continue
-        out_rows[m] = r
-        out_scores[m] = s
-        m += 1
-    return m
+    nonempty = np.flatnonzero(indptr[1:] > indptr[:-1])
+    if nonempty.size == 0:
+        return frozenset()
+    # Empty terms are skipped, so each segment runs exactly to the next term's start.
+    lowest = np.minimum.reduceat(impacts, indptr[nonempty])
+    return frozenset(nonempty[~(lowest > 0)].tolist())

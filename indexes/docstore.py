@@ -7,6 +7,7 @@ memory map, and nothing is pickled.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from indexes.errors import CorruptArtifactError
+from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, save_array
 
 COLUMNS = ("doc_id", "title", "text", "metadata")
@@ -43,11 +45,29 @@ def _pack(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return blob, offsets
 
 
+class _Column:
+    """One string column read through memoryviews: indexing an int64 memoryview gives a
+    Python int and slicing a byte memoryview copies nothing, where numpy (and np.memmap in
+    particular) builds an object per scalar and per slice."""
+
+    __slots__ = ("blob", "offsets")
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        self.blob = np.ascontiguousarray(blob, dtype=np.uint8).data.cast("B")
+        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64).data.cast("B").cast("q")
+
+    def __getitem__(self, row: int) -> str:
+        return str(self.blob[self.offsets[row] : self.offsets[row + 1]], "utf-8")
+
+
 class DocStore:
     """Columns of strings by row; ``get`` is the query verb."""
 
     def __init__(self, columns: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
         self._columns = columns
+        self._doc_id, self._title, self._text, self._metadata = (
+            _Column(*columns[name]) for name in COLUMNS)
+        self._n = len(self._doc_id.offsets) - 1
         self._row_of: dict[str, int] | None = None
 
     @classmethod
@@ -62,7 +82,7 @@ class DocStore:
         return cls({name: _pack(column) for name, column in values.items()})
 
     def __len__(self) -> int:
-        return int(self._columns["doc_id"][1].shape[0] - 1)
+        return self._n
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -71,34 +91,42 @@ class DocStore:
             save_array(directory / f"{name}.offsets.npy", offsets)
 
     @classmethod
-    def load(cls, directory: Path, mmap: bool = True) -> DocStore:
-        return cls({
+    def load(cls, directory: Path, mmap: bool = True, prefault: bool = True) -> DocStore:
+        """Load the columns; memory-mapped ones are prefaulted unless ``prefault=False``: a
+        hit reads ~6 scattered pages, and first-touch faults made hydrating 10 hits at 1M
+        documents 0.16-0.69 ms at p95 instead of 0.07 (the prefault costs ~40 ms at load)."""
+        columns = {
             name: (
                 load_array(directory / f"{name}.bin.npy", mmap),
                 load_array(directory / f"{name}.offsets.npy", mmap),
             )
             for name in COLUMNS
-        })
+        }
+        if prefault:
+            for blob, offsets in columns.values():
+                prefault_mapping(blob)
+                prefault_mapping(offsets)
+        return cls(columns)
 
-    def _string(self, column: str, row: int) -> str:
-        blob, offsets = self._columns[column]
-        start, end = int(offsets[row]), int(offsets[row + 1])
-        return bytes(blob[start:end]).decode("utf-8")
+    def _row(self, row: int) -> int:
+        # Row n would read offsets[n + 1] past the end, and a negative row would count from
+        # the end: refuse both, naming the range.
+        row = operator.index(row)
+        if not 0 <= row < self._n:
+            raise IndexError(f"doc store row {row} out of range (0..{self._n - 1})")
+        return row
 
     def doc_id(self, row: int) -> str:
-        return self._string("doc_id", row)
+        return self._doc_id[self._row(row)]
 
     def get(self, row: int) -> Document:
+        row = self._row(row)
         try:
-            metadata = json.loads(self._string("metadata", row))
-        except ValueError as exc:
+            metadata = json.loads(self._metadata[row])
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
             raise CorruptArtifactError(f"doc store metadata for row {row} is unreadable") from exc
-        return Document(
-            id=self.doc_id(row),
-            title=self._string("title", row),
-            text=self._string("text", row),
-            metadata=metadata,
-        )
+        return Document(id=self._doc_id[row], title=self._title[row], text=self._text[row],
+                        metadata=metadata)
 
     def row_of(self, doc_id: str) -> int | None:
         """Row of an external id (the mapping is built on first use)."""

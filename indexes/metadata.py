@@ -23,6 +23,8 @@ from typing import Any, Literal
 import numpy as np
 
 from indexes.errors import CorpusError
+from indexes.mapping import prefault_mapping
+from indexes.mask_cache import MaskCache
 from indexes.storage import load_array, read_json, save_array, write_json
 
 FieldKind = Literal["keyword", "number", "date"]
@@ -84,7 +86,8 @@ def infer_kinds(records: Sequence[Mapping[str, Any]]) -> dict[str, FieldKind]:
 
 
 class MetadataIndex:
-    """Filterable metadata; ``keyword_rows`` and ``numeric_column`` are the query verbs."""
+    """Filterable metadata; ``keyword_rows`` and ``numeric_column`` are the query verbs, and
+    ``masks`` remembers evaluated filter masks (``retrieval.filters.evaluate`` fills it)."""
 
     def __init__(
         self,
@@ -95,11 +98,15 @@ class MetadataIndex:
     ) -> None:
         self.n_docs = n_docs
         self.kinds = kinds
-        self._keywords = keywords
+        self._keywords = {f: (values, np.asarray(offsets), np.asarray(rows))
+                          for f, (values, offsets, rows) in keywords.items()}
         self._lookup = {
             f: {v: i for i, v in enumerate(vals)} for f, (vals, _, _) in keywords.items()
         }
-        self._columns = columns
+        # Plain ndarray views: numpy ufuncs on an np.memmap pay subclass overhead per call.
+        self._columns = {f: np.asarray(c) for f, c in columns.items()}
+        # Evaluated filter masks of this build only (the index object is per build).
+        self.masks = MaskCache()
 
     @classmethod
     def build(cls, records: Sequence[Mapping[str, Any]]) -> MetadataIndex:
@@ -139,7 +146,10 @@ class MetadataIndex:
                 save_array(directory / f"{stem}.column.npy", self._columns[field])
 
     @classmethod
-    def load(cls, directory: Path, mmap: bool = True) -> MetadataIndex:
+    def load(cls, directory: Path, mmap: bool = True, prefault: bool = True) -> MetadataIndex:
+        """Load a saved index; memory-mapped arrays are prefaulted (``indexes.mapping``) unless
+        ``prefault=False``: a filter reads whole columns, so a first-touch fault per page on
+        the request path would be paid by the first filters on each field."""
         schema = read_json(directory / "schema.json")
         kinds: dict[str, FieldKind] = {}
         keywords: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = {}
@@ -155,6 +165,9 @@ class MetadataIndex:
                 )
             else:
                 columns[field] = load_array(directory / f"{stem}.column.npy", mmap)
+        if prefault:
+            for array in [*columns.values(), *(rows for _, _, rows in keywords.values())]:
+                prefault_mapping(array)
         return cls(int(schema["n_docs"]), kinds, keywords, columns)
 
 

@@ -1,9 +1,10 @@
 """Dynamic batching of query encodings across concurrent searches.
 
-One worker thread owns the encoder. It takes the first waiting query, then everything else
+``workers`` threads share one queue. Each takes the first waiting query, then everything else
 already queued (up to ``max_batch``), optionally waiting ``max_wait_ms`` for more, and encodes
 them in one call. At concurrency 1 nothing waits, so single-request latency is unchanged; under
-load, queries that arrive while the encoder is busy form the next batch.
+load, queries that arrive while the encoders are busy form the next batches. More than one
+worker keeps every core encoding when the encoder itself runs single-threaded (ONNX, 1 thread).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class BatchingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     enabled: bool = True
+    workers: int = Field(2, ge=1, le=64, description="concurrent encoder calls (about cores)")
     max_batch: int = Field(32, ge=1, le=1024)
     max_wait_ms: float = Field(0.0, ge=0.0, le=100.0,
                                description="extra wait for a fuller batch; 0 = only what queued")
@@ -46,8 +48,10 @@ class EncodeBatcher:
         self._calls = 0
         self._encoded = 0
         self._largest = 0
-        self._worker = threading.Thread(target=self._run, name="encode-batcher", daemon=True)
-        self._worker.start()
+        self._workers = [threading.Thread(target=self._run, name=f"encode-batcher-{i}", daemon=True)
+                         for i in range(config.workers)]
+        for worker in self._workers:
+            worker.start()
 
     def submit(self, text: str) -> Future[tuple[np.ndarray, float]]:
         future: Future[tuple[np.ndarray, float]] = Future()
@@ -55,7 +59,8 @@ class EncodeBatcher:
         return future
 
     def close(self) -> None:
-        self._queue.put(None)
+        for _ in self._workers:
+            self._queue.put(None)  # one stop marker per worker
 
     def stats(self) -> dict[str, float]:
         with self._lock:

@@ -16,7 +16,7 @@ import numpy as np
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
-from retrieval.filters import evaluate
+from retrieval.filters import evaluate_counted
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
 from retrieval.request import SearchRequest
@@ -116,8 +116,7 @@ def filter_mask(snapshot: IndexSnapshot, request: SearchRequest) -> tuple[np.nda
     """Boolean mask of allowed rows (None = all) and the allowed count."""
     if request.filter is None:
         return None, snapshot.manifest.n_docs
-    mask = evaluate(request.filter, snapshot.metadata)
-    return mask, int(np.count_nonzero(mask))
+    return evaluate_counted(request.filter, snapshot.metadata)
 
 
 def bm25_candidates(

@@ -20,7 +20,18 @@ from retrieval.errors import (
     MalformedFilterError,
     UnknownFieldError,
 )
-from retrieval.filters import And, Eq, In, Not, Or, Range, canonical, evaluate, parse_filter
+from retrieval.filters import (
+    And,
+    Eq,
+    In,
+    Not,
+    Or,
+    Range,
+    canonical,
+    evaluate,
+    evaluate_counted,
+    parse_filter,
+)
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEPTS = ["cardiology", "oncology", "neurology"]
@@ -458,3 +469,72 @@ def test_fuzz_json_like_specs(spec: Any) -> None:
 @given(st.text() | DSL_SOUP | ESCAPE_SOUP | st.binary().map(lambda b: b.decode("latin-1")))
 def test_fuzz_dsl_text(text: str) -> None:
     _accepts(text)
+
+
+# --- the per-build mask cache: shared masks never change an answer ---
+
+
+@SETTINGS
+@given(FULL_RECORD, st.lists(RECORD, max_size=25), st.data())
+def test_cached_masks_match_naive_across_filters_sharing_leaves(
+    first: dict[str, Any], rest: list[dict[str, Any]], data: st.DataObject
+) -> None:
+    records = [first, *rest]
+    index = MetadataIndex.build(records)
+    index.masks.max_bytes = data.draw(st.sampled_from([0, 3 * len(records), 1 << 20]))
+    specs = data.draw(st.lists(filter_specs(index.kinds), min_size=1, max_size=4), label="specs")
+    for spec in specs * 2:  # the second round reads what the first one cached
+        parsed = parse_filter(spec, index.kinds)
+        assert parsed is not None
+        mask = evaluate(parsed, index)
+        assert not mask.flags.writeable
+        expected = np.array([naive(spec, r) for r in records], dtype=bool)
+        np.testing.assert_array_equal(mask, expected)
+    assert index.masks.nbytes <= index.masks.max_bytes
+
+
+def test_mask_cache_hits_counts_and_stays_per_build() -> None:
+    spec = {"dept": "oncology", "year": {"gte": 2010}}
+    parsed = parse_filter(spec, KINDS)
+    assert parsed is not None
+    index = MetadataIndex.build(SAMPLE_RECORDS)
+    first = evaluate(parsed, index)
+    assert evaluate(parse_filter(dict(reversed(spec.items())), KINDS), index).tolist() == \
+        first.tolist() == [False, True, False, False, False]
+    assert evaluate(parsed, index) is first  # a dict lookup, not a re-evaluation
+    with pytest.raises(ValueError):
+        first[0] = True  # shared: read-only
+    mask, count = evaluate_counted(parsed, index)
+    assert mask is first and count == 1 and evaluate_counted(parsed, index)[1] == 1
+    other = MetadataIndex.build([{**r, "dept": "oncology"} for r in SAMPLE_RECORDS])
+    assert evaluate(parsed, other).tolist() == [True, True, False, False, False]
+
+
+def test_mask_cache_is_bounded_in_bytes_and_entries() -> None:
+    index = MetadataIndex.build([{"n": i} for i in range(1000)])
+    index.masks.max_bytes = 10_000  # ten masks of 1,000 bytes
+    for i in range(50):
+        parsed = parse_filter({"n": {"gte": i}}, index.kinds)
+        assert parsed is not None
+        assert int(evaluate(parsed, index).sum()) == 1000 - i
+    assert len(index.masks) == 10 and index.masks.nbytes == 10_000
+    index.masks.max_entries = 3
+    evaluate(Eq("n", 5.0), index)
+    assert len(index.masks) == 3
+
+
+def test_hand_built_values_of_other_types_are_never_served_from_the_cache() -> None:
+    index = MetadataIndex.build(SAMPLE_RECORDS)
+    assert evaluate(Eq("year", 1.0), index).tolist() == [False] * 5
+    with pytest.raises(FilterTypeError):
+        evaluate(Eq("year", True), index)  # == Eq("year", 1.0) in Python, but invalid
+    assert evaluate(Eq("year", 2012), index).tolist() == [True, False, False, False, False]
+    assert evaluate(And(()), index).all() and not evaluate(Or(()), index).any()
+
+
+def test_corrupt_keyword_posting_raises_instead_of_writing_out_of_bounds() -> None:
+    index = MetadataIndex.build(SAMPLE_RECORDS)
+    values, offsets, rows = index._keywords["dept"]
+    index._keywords["dept"] = (values, offsets, np.full_like(rows, len(SAMPLE_RECORDS)))
+    with pytest.raises(IndexError, match="rebuild"):
+        evaluate(Eq("dept", "oncology"), index)

@@ -1,0 +1,187 @@
+"""Numba kernels behind ``BM25Index``: sum impacts over a query's postings, select the top C.
+
+Scratch protocol: ``scratch`` (float64, one slot per document, per thread) is all zeros between
+calls. A call adds every posting's ``weight * impact`` into its row's slot, then walks the same
+postings again: the first visit of a row reads its final score and zeroes the slot, so later
+visits see 0.0 and skip it. That second walk both resets the scratch and feeds the selection,
+so a call costs O(postings), never O(n_docs), and needs no list of touched rows.
+
+Telling "visited" from "untouched" by 0.0 needs every contribution to be positive (a sum of
+positive doubles is never 0.0). BM25 impacts share the sign of their term's idf, which is
+positive except in corner cases (okapi idf exactly 0 when a term is in half the documents, or a
+negative floor on tiny corpora); queries with a term holding a non-positive impact take
+``general_rows``, which tracks touched rows in a ``seen`` array instead.
+
+Sums are float64 and follow the query's term order, starting from 0.0 as rank-bm25 does, so
+scores are the same bit for bit whichever path produced them. Selection: ``indexes.topk``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from indexes.topk import compact, new_buffer, sorted_best
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _length(indptr, t):  # pragma: no cover - compiled
+    return indptr[t + 1] - indptr[t]
+
+
+@njit(nogil=True, cache=True)
+def _add_postings(indptr, rows, impacts, term_ids, weights, scratch):  # pragma: no cover
+    """scratch[row] += weight * impact over every posting, terms in query order.
+
+    Returns the number of postings. Plain adds, no branch: the cheapest loop over postings.
+    """
+    total = 0
+    for i in range(term_ids.shape[0]):
+        t = term_ids[i]
+        w = weights[i]
+        if i == 0:  # the slots are 0.0 and 0.0 + x == x: store without loading
+            for p in range(indptr[t], indptr[t + 1]):
+                scratch[rows[p]] = w * impacts[p]
+        else:
+            for p in range(indptr[t], indptr[t + 1]):
+                scratch[rows[p]] += w * impacts[p]
+        total += indptr[t + 1] - indptr[t]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch
+             ):  # pragma: no cover - compiled
+    """The ``k`` best allowed rows holding a query term, best first (score desc, row asc).
+
+    indptr int64 (n_terms + 1,), rows int32 and impacts float32 (nnz,): the CSC postings;
+    term_ids int64 / weights float64 (q,): distinct query terms and their counts; mask bool
+    (n_docs,) read only when ``use_mask``; scratch float64 (n_docs,), zeros, left zeros.
+    Every impact of the query's terms must be positive (else use ``general_rows``).
+
+    Rows are appended to an ``indexes.topk`` buffer unless they rank below its cut-off: once
+    that has risen most rows cost one well-predicted comparison. The last term's postings
+    complete their rows' sums, so they are offered as they are added: that term is walked
+    once, not twice.
+    Returns (rows int32 (m,), scores float64 (m,)), m <= k.
+    """
+    n_terms = term_ids.shape[0]
+    if n_terms == 0:
+        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
+    if n_terms == 2 and _length(indptr, term_ids[0]) > _length(indptr, term_ids[1]):
+        # Make the longer list the single-walk last term. Exact: 0.0 + a + b == 0.0 + b + a
+        # (addition commutes; only three or more terms depend on the order).
+        term_ids, weights = term_ids[::-1], weights[::-1]
+    total = _add_postings(indptr, rows, impacts, term_ids[:-1], weights[:-1], scratch)
+    last = term_ids[n_terms - 1]
+    buf_s, buf_r, k = new_buffer(k, total + _length(indptr, last))
+    cap = buf_s.shape[0]
+    size, cut_s, cut_r = 0, -np.inf if k > 0 else np.inf, np.int32(-1)
+    w = weights[n_terms - 1]
+    for p in range(indptr[last], indptr[last + 1]):
+        r = rows[p]
+        s = scratch[r] + w * impacts[p]  # the row's final score (0.0 + x == x if new)
+        scratch[r] = 0.0
+        if use_mask and not mask[r]:
+            continue  # masking here, not while adding, keeps the add loop branch-free
+        if s < cut_s:
+            continue  # the common case once the cut-off has risen: one comparison
+        if s == cut_s and r > cut_r:
+            continue
+        buf_s[size], buf_r[size] = s, r
+        size += 1
+        if size == cap:
+            size, cut_s, cut_r = compact(buf_s, buf_r, k)
+    # Rows without the last term: the first visit reads the final score and zeroes the slot.
+    for i in range(n_terms - 1):
+        t = term_ids[i]
+        for p in range(indptr[t], indptr[t + 1]):
+            r = rows[p]
+            s = scratch[r]
+            scratch[r] = 0.0
+            if use_mask and not mask[r]:
+                continue
+            # Once the cut-off is positive this also skips rows already visited (s == 0.0)
+            # with a well-predicted branch, instead of an unpredictable test per posting.
+            if s < cut_s:
+                continue
+            if s == 0.0:
+                continue  # already visited, before the cut-off rose
+            if s == cut_s and r > cut_r:
+                continue
+            buf_s[size], buf_r[size] = s, r
+            size += 1
+            if size == cap:
+                size, cut_s, cut_r = compact(buf_s, buf_r, k)
+    return sorted_best(buf_s, buf_r, size, k)
+
+
+@njit(nogil=True, cache=True)
+def touched_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, scratch
+                 ):  # pragma: no cover - compiled
+    """Every allowed row holding a query term and its score, in no particular order.
+
+    Same arguments as ``top_rows``. Returns (rows int32 (m,), scores float64 (m,)).
+    """
+    total = _add_postings(indptr, rows, impacts, term_ids, weights, scratch)
+    out_r = np.empty(total, dtype=np.int32)
+    out_s = np.empty(total, dtype=np.float64)
+    m = 0
+    for i in range(term_ids.shape[0]):
+        t = term_ids[i]
+        for p in range(indptr[t], indptr[t + 1]):
+            r = rows[p]
+            s = scratch[r]
+            if s == 0.0:
+                continue
+            scratch[r] = 0.0
+            if use_mask and not mask[r]:
+                continue
+            out_r[m] = r
+            out_s[m] = s
+            m += 1
+    return out_r[:m].copy(), out_s[:m].copy()
+
+
+@njit(nogil=True, cache=True)
+def general_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch, seen,
+                 touched):  # pragma: no cover - compiled
+    """Any impact signs: touched rows are tracked in ``seen`` (bool (n_docs,), all False,
+    left so) and listed in ``touched`` (int32 (n_docs,)); the other arguments as ``top_rows``.
+
+    ``k`` < 0 returns every allowed touched row unsorted, else the top ``k`` sorted.
+    Returns (rows int32 (m,), scores float64 (m,)).
+    """
+    n = 0
+    for i in range(term_ids.shape[0]):
+        t = term_ids[i]
+        w = weights[i]
+        for p in range(indptr[t], indptr[t + 1]):
+            r = rows[p]
+            if not seen[r]:
+                seen[r] = True
+                touched[n] = r
+                n += 1
+            scratch[r] += w * impacts[p]
+    if k < 0:
+        all_s = np.empty(n, dtype=np.float64)
+        all_r = np.empty(n, dtype=np.int32)
+    else:
+        all_s, all_r, k = new_buffer(k, n)
+    size, cut_s, cut_r = 0, -np.inf if k != 0 else np.inf, np.int32(-1)
+    for j in range(n):
+        r = touched[j]
+        s = scratch[r]
+        scratch[r] = 0.0
+        seen[r] = False
+        if use_mask and not mask[r]:
+            continue
+        if k >= 0 and (s < cut_s or (s == cut_s and r > cut_r)):
+            continue
+        all_s[size], all_r[size] = s, r
+        size += 1
+        if k >= 0 and size == all_s.shape[0]:
+            size, cut_s, cut_r = compact(all_s, all_r, k)
+    if k < 0:
+        return all_r[:size].copy(), all_s[:size].copy()
+    return sorted_best(all_s, all_r, size, k)

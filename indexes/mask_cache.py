@@ -1,0 +1,87 @@
+"""Per-build memory for filter masks: a byte-bounded LRU, plus the kernel that fills them.
+
+A ``MetadataIndex`` owns one ``MaskCache``, so masks never outlive or cross builds. Cached masks
+are read-only: a caller that wrote into one would silently change later results.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+Mask = npt.NDArray[np.bool_]
+
+DEFAULT_MAX_BYTES = 64 << 20  # 64 masks at 1M documents, 6 at 10M
+DEFAULT_MAX_ENTRIES = 1024  # bounds the bookkeeping when masks are tiny
+
+
+class MaskCache:
+    """LRU of (read-only bool mask (n_docs,), its allowed count or None) by key, bounded by the
+    masks' bytes and by entry count.
+
+    Thread-safe: one lock around the dict operations (never held while a mask is computed, so
+    two threads may compute the same mask once each; both results are equal).
+    """
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES,
+                 max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.max_bytes, self.max_entries = max_bytes, max_entries
+        self._entries: OrderedDict[Hashable, tuple[Mask, int | None]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> tuple[Mask, int | None] | None:
+        """(mask, allowed count if known) for ``key``, or None; a hit becomes most recent."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Hashable, mask: Mask, count: int | None = None) -> Mask:
+        """Remember ``mask`` (made read-only) and optionally its count under ``key``."""
+        mask.flags.writeable = False
+        if mask.nbytes > self.max_bytes:
+            return mask
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old[0].nbytes
+            self._entries[key] = (mask, count)
+            self._bytes += mask.nbytes
+            while self._bytes > self.max_bytes or len(self._entries) > self.max_entries:
+                _, (evicted, _) = self._entries.popitem(last=False)
+                self._bytes -= evicted.nbytes
+        return mask
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@njit(nogil=True, cache=True)
+def scatter_true(mask, rows):  # pragma: no cover - compiled
+    """mask[rows] = True for int32 rows: 6x numpy's fancy assignment (no intp copy of rows).
+
+    Bounds are checked (a well-predicted branch): a corrupt posting must raise, not write
+    outside the mask.
+    """
+    n = mask.shape[0]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if r < 0 or r >= n:
+            raise IndexError("keyword posting row out of range; rebuild the index")
+        mask[r] = True
