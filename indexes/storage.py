@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from indexes.errors import CorruptArtifactError, MissingArtifactError
+
+# numpy parses .npy headers with ast.literal_eval, and CPython 3.11 can fail that with
+# "SystemError: AST constructor recursion depth mismatch" when several threads parse at once
+# (seen when reader threads opened a new feature snapshot together). Loads are rare: serialize.
+_NPY_LOAD_LOCK = threading.Lock()
+
+
+def np_load(path: Path, mmap: bool = True) -> np.ndarray:
+    """``np.load`` without pickle, memory-mapped when ``mmap``, safe to call from threads."""
+    with _NPY_LOAD_LOCK:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
@@ -21,7 +33,7 @@ def load_array(path: Path, mmap: bool = True) -> np.ndarray:
     if not path.is_file():
         raise MissingArtifactError(f"missing index file {path}; rebuild the index", path)
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return np_load(path, mmap)
     except (ValueError, OSError, EOFError) as exc:
         raise CorruptArtifactError(f"cannot read {path}: {exc}; rebuild the index", path) from exc
 

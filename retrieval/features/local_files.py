@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from indexes.errors import CorruptArtifactError, FormatVersionError, MissingArtifactError
+from indexes.storage import np_load
 from retrieval.features.batch import FeatureBatch, assemble_batch
 from retrieval.features.view import FORMAT_VERSION, WIRE_DTYPES, SnapshotMeta
 
@@ -144,7 +145,9 @@ class LoadedSnapshot:
                 raise FileNotFoundError(path)
             raise MissingArtifactError(f"snapshot file {path} is missing", path)
         try:
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
+            array = np_load(path)  # thread-safe header parsing
+        except FileNotFoundError:
+            raise  # collected between the pointer read and here: the caller re-reads the pointer
         except (OSError, ValueError) as exc:
             raise CorruptArtifactError(f"snapshot file {path} is unreadable: {exc}", path) from exc
         shape_ok = array.ndim == 1 and array.shape[0] == self.meta.rows
