@@ -24,6 +24,7 @@ from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     compatible_query_encoder,
+    parse_encoder_id,
 )
 from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from indexes.manifest import resolve_build_dir
@@ -98,7 +99,7 @@ class Retriever:
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval")
         self._batcher = (EncodeBatcher(encoder, config.batching)
-                         if encoder is not None and config.batching.enabled else None)
+                         if encoder is not None and _batching_on(encoder, config) else None)
         self._observer = Observer(config.tracing)
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
@@ -364,6 +365,14 @@ class Retriever:
         if self.config.parallel_stages:
             return FutureVector(self._pool.submit(timed_encode, self._encode, text))
         return ReadyVector(*timed_encode(self._encode, text))
+
+
+def _batching_on(encoder: Encoder, config: RetrieverConfig) -> bool:
+    """Explicit setting, else on only for torch encoders (measured: see BatchingConfig)."""
+    if config.batching.enabled is not None:
+        return config.batching.enabled
+    parts = parse_encoder_id(encoder.encoder_id)
+    return parts is not None and parts[1] == "torch"
 
 
 def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer

@@ -36,3 +36,4 @@ def test_default_query_encoder_is_onnx_int8_against_torch_documents(beir_index):
     assert retriever.encoder.encoder_id == "all-MiniLM-L6-v2:onnx-int8:int8:384"
     assert retriever.snapshot.manifest.encoder.encoder_id == "all-MiniLM-L6-v2:torch:fp32:384"
     assert retriever.search("statins and heart disease", k=5).hits
+    assert retriever.stats()["batching"] is None  # auto: batching only pays for torch
