@@ -25,13 +25,12 @@ import numpy as np
 from benchmarks.common import (
     REPO,
     RESULTS_DIR,
-    environment,
     markdown_table,
     measure,
     percentile_cells,
     private_redis,
+    publish_report,
     verdict,
-    write_results,
 )
 from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
@@ -163,11 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = run(args)
     markdown = render(results, args)
-    print(markdown)
-    payload = {"config": {k: str(v) for k, v in vars(args).items()}, "environment": environment(),
-               "results": results}
-    json_path, _ = write_results("cache", payload, markdown, args.out)
-    print(f"\nwrote {json_path}")
+    publish_report("cache", args, results, markdown, key="results")
     return 0
 
 

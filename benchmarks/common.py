@@ -186,6 +186,18 @@ def write_results(name: str, payload: Mapping[str, Any], markdown: str,
     return json_path, md_path
 
 
+def publish_report(name: str, args: Any, results: Any, markdown: str, key: str = "results"
+                   ) -> Path:
+    """Print a benchmark's markdown and write it with its JSON (config from the CLI ``args``,
+    the environment and the results); returns the JSON path."""
+    print(markdown)
+    payload = {"config": {k: str(v) for k, v in vars(args).items()},
+               "environment": environment(), key: results}
+    json_path, _ = write_results(name, payload, markdown, args.out)
+    print(f"\nwrote {json_path}")
+    return json_path
+
+
 def plot_cdfs(panels: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
               xlabel: str = "end-to-end latency (ms, log scale)") -> Path | None:
     """One panel per dataset, one latency CDF per configuration; None without matplotlib."""

@@ -30,10 +30,9 @@ from benchmarks.common import (
     REPO,
     RESULTS_DIR,
     RedisServer,
-    environment,
     markdown_table,
     percentile_cells,
-    write_results,
+    publish_report,
 )
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_queries
@@ -245,11 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = Soak(args).run()
     markdown = render(result, args)
-    print(markdown)
-    payload = {"config": {k: str(v) for k, v in vars(args).items()},
-               "environment": environment(), "result": result}
-    json_path, _ = write_results("soak", payload, markdown, args.out)
-    print(f"\nwrote {json_path}")
+    publish_report("soak", args, result, markdown, key="result")
     return 0
 
 

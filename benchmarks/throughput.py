@@ -22,11 +22,10 @@ from typing import Any
 from benchmarks.common import (
     REPO,
     RESULTS_DIR,
-    environment,
     markdown_table,
     measure,
     percentile_cells,
-    write_results,
+    publish_report,
 )
 from benchmarks.quality import evaluate_run, retriever_run
 from indexes.build import BuildConfig, build_index
@@ -150,11 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {"backends": {b: backend_runs(root, b, queries, args) for b in args.backends},
                "vectors": vector_dtype_runs(args.data, args.work, reference)}
     markdown = render(results)
-    print(markdown)
-    payload = {"config": {k: str(v) for k, v in vars(args).items()},
-               "environment": environment(), "results": results}
-    json_path, _ = write_results("throughput", payload, markdown, args.out)
-    print(f"\nwrote {json_path}")
+    publish_report("throughput", args, results, markdown, key="results")
     return 0
 
 
