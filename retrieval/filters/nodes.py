@@ -1,0 +1,185 @@
+"""The filter AST: immutable nodes, the smart constructors every parser builds through, and
+``canonical``, the one JSON string per filter that cache keys use."""
+
+from __future__ import annotations
+
+import json
+import reprlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+from indexes.metadata import keyword_value
+
+MAX_DEPTH = 32
+Scalar: TypeAlias = str | float
+Mask: TypeAlias = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Eq:
+    """``field`` equals ``value``; a list-valued keyword field matches when it holds ``value``."""
+
+    field: str
+    value: Scalar
+
+
+@dataclass(frozen=True)
+class In:
+    field: str
+    values: tuple[Scalar, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bounds on a number or date field; a document without a value never matches."""
+
+    field: str
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+
+@dataclass(frozen=True)
+class And:
+    children: tuple[Filter, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    children: tuple[Filter, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    child: Filter
+
+
+Filter: TypeAlias = Eq | In | Range | And | Or | Not
+RANGE_OPS = ("gt", "gte", "lt", "lte")
+FIELD_OPS = ("eq", "ne", "in", "nin", *RANGE_OPS)
+DSL_OPS = {"=": "eq", "!=": "ne", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+_repr = reprlib.Repr()
+_repr.maxstring, _repr.maxother, _repr.maxlevel = 60, 60, 2
+
+
+def show(value: object) -> str:
+    """A short repr for messages: input may be huge, deeply nested or have a broken repr."""
+    try:
+        return _repr.repr(value)
+    except Exception:  # noqa: BLE001 - building a message must never be what fails
+        return f"<{type(value).__name__}>"
+
+
+# --- smart constructors: the parser and canonical build every node through these ---
+
+
+def conj(children: Iterable[Filter]) -> Filter:
+    """AND with nested ANDs flattened, ranges on one field merged and duplicates dropped."""
+    flat: list[Filter] = []
+    for child in _flatten(children, And):
+        for i, prior in enumerate(flat):
+            if isinstance(prior, Range) and isinstance(child, Range) and prior.field == child.field:
+                flat[i] = _merge_ranges(prior, child)
+                break
+        else:
+            if child not in flat:
+                flat.append(child)
+    return flat[0] if len(flat) == 1 else And(tuple(flat))
+
+
+def disj(children: Iterable[Filter]) -> Filter:
+    """OR with nested ORs flattened and duplicates dropped."""
+    flat: list[Filter] = []
+    for child in _flatten(children, Or):
+        if child not in flat:
+            flat.append(child)
+    return flat[0] if len(flat) == 1 else Or(tuple(flat))
+
+
+def _flatten(children: Iterable[Filter], kind: type[And] | type[Or]) -> Iterable[Filter]:
+    for child in children:
+        yield from child.children if isinstance(child, kind) else (child,)
+
+
+def neg(child: Filter) -> Filter:
+    return child.child if isinstance(child, Not) else Not(child)
+
+
+def one_of(field: str, values: Iterable[Scalar]) -> Filter:
+    """Sorted, deduplicated values; a single value is plain equality."""
+    unique = sorted(set(values), key=lambda v: (isinstance(v, str), v))
+    return Eq(field, unique[0]) if len(unique) == 1 else In(field, tuple(unique))
+
+
+def bounded(field: str, gt: float | None = None, gte: float | None = None,
+           lt: float | None = None, lte: float | None = None) -> Range:
+    """Keep only the tighter of a strict and an inclusive bound on the same side."""
+    if gt is not None and gte is not None:
+        gt, gte = (None, gte) if gte > gt else (gt, None)
+    if lt is not None and lte is not None:
+        lt, lte = (None, lte) if lte < lt else (lt, None)
+    return Range(field, gt, gte, lt, lte)
+
+
+def _merge_ranges(a: Range, b: Range) -> Range:
+    def tighter(x: float | None, y: float | None, lower: bool) -> float | None:
+        return y if x is None else x if y is None else max(x, y) if lower else min(x, y)
+
+    return bounded(a.field, tighter(a.gt, b.gt, True), tighter(a.gte, b.gte, True),
+                  tighter(a.lt, b.lt, False), tighter(a.lte, b.lte, False))
+
+
+# --- canonical form ---
+
+
+def canonical(filter: Filter) -> str:
+    """One compact JSON string per filter whatever its order, duplicates or nesting."""
+    return _serialize(_normalize(filter))
+
+
+def _normalize(filter: Filter) -> Filter:
+    """Rebuild through the smart constructors: hand-built ASTs key like parsed ones."""
+    match filter:
+        case And(children):
+            return conj(_normalize(child) for child in children)
+        case Or(children):
+            return disj(_normalize(child) for child in children)
+        case Not(child):
+            return neg(_normalize(child))
+        case Eq(field, value):
+            return Eq(field, _scalar(value))
+        case In(field, values):
+            return one_of(field, map(_scalar, values))
+    bounds = (filter.gt, filter.gte, filter.lt, filter.lte)
+    return bounded(filter.field, *(None if b is None else float(b) + 0.0 for b in bounds))
+
+
+def _scalar(value: Scalar) -> Scalar:
+    return keyword_value(value) if isinstance(value, str | bool) else float(value) + 0.0
+
+
+def _serialize(node: Filter) -> str:
+    match node:
+        case And(children) | Or(children):
+            # A set: siblings that differ only in the order of their own children collapse.
+            parts = sorted({_serialize(child) for child in children})
+            if len(parts) == 1:
+                return parts[0]
+            op = "and" if isinstance(node, And) else "or"
+            return f'{{"children":[{",".join(parts)}],"op":"{op}"}}'
+        case Not(child):
+            return f'{{"child":{_serialize(child)},"op":"not"}}'
+        case Eq(field, value):
+            payload: dict[str, object] = {"op": "eq", "field": field, "value": value}
+        case In(field, values):
+            payload = {"op": "in", "field": field, "values": list(values)}
+        case Range(field):
+            bounds = {op: getattr(node, op) for op in RANGE_OPS}
+            payload = {"op": "range", "field": field,
+                       **{op: b for op, b in bounds.items() if b is not None}}
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"))

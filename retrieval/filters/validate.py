@@ -1,0 +1,124 @@
+"""Checks shared by the dict language and the DSL: field kinds, value types, limits."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from datetime import UTC, date, datetime
+
+import numpy as np
+
+from indexes.metadata import keyword_value, parse_date
+from retrieval.errors import (
+    FilterTypeError,
+    LimitExceededError,
+    MalformedFilterError,
+    UnknownFieldError,
+)
+from retrieval.filters.nodes import (
+    MAX_DEPTH,
+    RANGE_OPS,
+    Eq,
+    Filter,
+    Scalar,
+    bounded,
+    neg,
+    one_of,
+    show,
+)
+
+
+def coerce(field: str, kind: str, value: object) -> Scalar:
+    """A filter value in its indexed form, or a FilterTypeError saying what the field takes."""
+    got = f"{type(value).__name__} {show(value)}"
+    if value is None:
+        raise FilterTypeError(f"field {field!r}: null is not a filter value; give a {kind} value")
+    if kind == "keyword":
+        if isinstance(value, str | bool):
+            return keyword_value(value)
+        raise FilterTypeError(f"keyword field {field!r} takes a string or true/false, not {got}")
+    if kind == "number":
+        if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+            raise FilterTypeError(f"number field {field!r} takes an int or a float, not {got}")
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range
+            number = math.inf
+        if not math.isfinite(number):
+            raise FilterTypeError(f"number field {field!r} takes finite numbers, not {got}")
+        return number + 0.0  # -0.0 == 0.0, but it would print differently in cache keys
+    if not isinstance(value, str | date):
+        raise FilterTypeError(f"date field {field!r} takes an ISO 8601 string or a date, not {got}")
+    try:
+        if isinstance(value, str):
+            return parse_date(value)
+        if not isinstance(value, datetime):
+            value = datetime(value.year, value.month, value.day)
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    except (ValueError, OverflowError, OSError) as exc:
+        raise FilterTypeError(f"date field {field!r}: {show(value)} is not a valid ISO 8601 "
+                              "date; write e.g. '2020-01-31' or '2020-01-31T12:00:00Z'") from exc
+
+
+def unknown_field_message(field: str, kinds: Mapping[str, str]) -> str:
+    known = sorted(kinds)
+    close = difflib.get_close_matches(field, known, n=1) if len(field) <= 100 else []
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listing = ", ".join(known[:40]) + (f", ... ({len(known) - 40} more)" if len(known) > 40 else "")
+    return (f"unknown filter field {show(field)}{hint}; known fields: "
+            f"{listing or '(none: this index has no filterable metadata)'}")
+
+
+class Context:
+    """Field kinds and limits; counts clauses while parsing, so huge input fails early."""
+
+    def __init__(self, kinds: Mapping[str, str], max_clauses: int, max_in_values: int) -> None:
+        self.kinds, self.max_clauses, self.max_in_values = kinds, max_clauses, max_in_values
+        self.clauses = 0
+
+    def kind(self, field: str) -> str:
+        if field not in self.kinds:
+            raise UnknownFieldError(unknown_field_message(field, self.kinds))
+        return self.kinds[field]
+
+    def nest(self, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise LimitExceededError(f"filter nests deeper than {MAX_DEPTH} levels; flatten it "
+                                     "(AND/OR take any number of conditions without nesting)")
+
+    def _count_clause(self) -> None:
+        self.clauses += 1
+        if self.clauses > self.max_clauses:
+            raise LimitExceededError(f"filter has more than {self.max_clauses} conditions "
+                                     "(max_clauses); merge equalities into IN lists")
+
+    def compare(self, field: str, op: str, value: object) -> Filter:
+        """``field op value`` for op in eq, ne, gt, gte, lt, lte."""
+        kind = self.kind(field)
+        if isinstance(value, list | tuple | Mapping):
+            raise MalformedFilterError(f"field {field!r} ({op}) takes one value, not {show(value)}"
+                                       "; to match any of several write {'in': [...]}")
+        if op in RANGE_OPS and kind == "keyword":
+            raise FilterTypeError(f"field {field!r} is a keyword field: range operator {op!r} "
+                                  "needs a number or date field; use eq/in for keywords")
+        self._count_clause()
+        scalar = coerce(field, kind, value)
+        if op in RANGE_OPS:
+            return bounded(field, **{op: float(scalar)})
+        return neg(Eq(field, scalar)) if op == "ne" else Eq(field, scalar)
+
+    def member(self, field: str, values: object, negate: bool) -> Filter:
+        kind, op = self.kind(field), "nin" if negate else "in"
+        if not isinstance(values, list | tuple):
+            raise MalformedFilterError(f"field {field!r}: {op!r} takes a list of values, got "
+                                       f"{show(values)}; write e.g. {{{op!r}: ['a', 'b']}}")
+        self.check_in_count(field, len(values))
+        self._count_clause()
+        leaf = one_of(field, [coerce(field, kind, v) for v in values])
+        return neg(leaf) if negate else leaf
+
+    def check_in_count(self, field: str, count: int) -> None:
+        if count > self.max_in_values:
+            raise LimitExceededError(f"field {field!r}: IN list has more than "
+                                     f"{self.max_in_values} values (max_in_values); split it")
