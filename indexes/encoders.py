@@ -80,6 +80,13 @@ class SentenceTransformerEncoder:
         self.dim = int(self._model.get_embedding_dimension() or 0)
         self.encoder_id = f"{self.model}:{self.backend}:fp32:{self.dim}"
 
+    @property
+    def threads(self) -> int:
+        """Intra-op threads torch gives one call."""
+        import torch
+
+        return int(torch.get_num_threads())
+
     def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
                ) -> np.ndarray:
         vectors = self._model.encode(

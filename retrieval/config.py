@@ -39,7 +39,9 @@ class RetrieverConfig(BaseModel):
     vector_weight: float = Field(0.7, ge=0.0, le=1.0, description="minmax: weight of cosine")
     rrf_k: int = Field(60, ge=1)
     default_k: int = Field(10, ge=1)
-    parallel_stages: bool = Field(True, description="encode the query while filter+BM25 run")
+    parallel_stages: bool | None = Field(
+        None, description="encode the query while filter+BM25 run; None = auto: only when the "
+        "encoder runs a lone query on fewer threads than there are cores")
     verify_checksums: bool = True
     mmap: bool = True
     encoder_backend: Literal["torch", "onnx", "onnx-int8"] = Field(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -100,6 +101,7 @@ class Retriever:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval")
         self._batcher = (EncodeBatcher(encoder, config.batching)
                          if encoder is not None and _batching_on(encoder, config) else None)
+        self._parallel = encoder is not None and _parallel_on(encoder, config)
         self._observer = Observer(config.tracing)
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
@@ -205,12 +207,14 @@ class Retriever:
             self._cache.cache.close()
 
     def stats(self) -> dict[str, Any]:
-        """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, reloads."""
+        """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, whether
+        stages run in parallel, reloads."""
         return {
             "build_id": self.build_id,
             "latency_ms": self._observer.latency.summary(),
             "cache": self._cache.stats() if self._cache is not None else None,
             "batching": self._batcher.stats() if self._batcher is not None else None,
+            "parallel_stages": self._parallel,
             "reloads": list(self.reload_events[-20:]),
         }
 
@@ -357,12 +361,14 @@ class Retriever:
 
     def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot
                    ) -> PendingVector:
-        """The query vector: given, or started now so it computes while filter + BM25 run."""
+        """The query vector: given, or encoded (with parallel stages: started now, so it
+        computes while filter + BM25 run)."""
         if query_vector is not None:
             return ReadyVector(snapshot.vectors.check_query(query_vector))
-        if self._batcher is not None and self.config.parallel_stages:
-            return FutureVector(self._batcher.submit(text))
-        if self.config.parallel_stages:
+        if self._batcher is not None:
+            future = self._batcher.submit(text)
+            return FutureVector(future) if self._parallel else ReadyVector(*future.result())
+        if self._parallel:
             return FutureVector(self._pool.submit(timed_encode, self._encode, text))
         return ReadyVector(*timed_encode(self._encode, text))
 
@@ -373,6 +379,18 @@ def _batching_on(encoder: Encoder, config: RetrieverConfig) -> bool:
         return config.batching.enabled
     parts = parse_encoder_id(encoder.encoder_id)
     return parts is not None and parts[1] == "torch"
+
+
+def _parallel_on(encoder: Encoder, config: RetrieverConfig) -> bool:
+    """Explicit setting, else on only when the encoder leaves a core free for filter + BM25.
+
+    An encoder that spreads a lone query over every core (ONNX, torch) gains nothing from the
+    overlap: BM25 then competes with it for the cores, and the p95 measured worse (5.6 vs
+    6.0 ms with ONNX INT8 at 100k documents, see benchmarks/README.md).
+    """
+    if config.parallel_stages is not None:
+        return config.parallel_stages
+    return int(getattr(encoder, "threads", 1)) < (os.cpu_count() or 1)
 
 
 def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer

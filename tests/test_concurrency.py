@@ -63,10 +63,13 @@ def _serial(root, encoder, queries):
     return [_ids(serial.search(q, filters={"year": {"gte": 2000}}, k=10)) for q in queries]
 
 
-def test_sixteen_threads_equal_serial_and_batching_batches(root, encoder, queries):
+@pytest.mark.parametrize("parallel_stages", [True, False])
+def test_sixteen_threads_equal_serial_and_batching_batches(root, encoder, queries,
+                                                           parallel_stages):
     expected = _serial(root, encoder, queries)
     recording = RecordingEncoder(encoder)
-    shared = Retriever.load(root, {"cache": NO_CACHE}, encoder=recording)
+    shared = Retriever.load(root, {"cache": NO_CACHE, "parallel_stages": parallel_stages},
+                            encoder=recording)
     recording.batch_sizes.clear()
     got: dict[int, list] = {}
     barrier = threading.Barrier(16)

@@ -163,3 +163,16 @@ def test_scifact_ndcg_per_backend(beir_index, encoder, onnx_fp32, onnx_int8):
     for encoder_id, value in ndcg.items():
         tolerance = 0.001 if ":fp32:" in encoder_id else 0.005
         assert abs(value - torch_ndcg) <= tolerance, encoder_id
+
+
+def test_overlapping_calls_share_the_cores(onnx_int8, scifact_queries):
+    """Alone, a call gets every intra-op thread; overlapping calls run on one thread each,
+    and either way the vectors are the same."""
+    texts = scifact_queries[:60]
+    before = dict(onnx_int8.calls)
+    sequential = one_by_one(onnx_int8, texts)
+    assert onnx_int8.calls["alone"] - before["alone"] == len(texts)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        concurrent = np.vstack(list(pool.map(lambda t: onnx_int8.encode([t]), texts)))
+    assert onnx_int8.calls["shared"] > before["shared"]
+    np.testing.assert_allclose(concurrent, sequential, atol=1e-5)

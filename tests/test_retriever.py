@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -155,13 +157,36 @@ def test_search_batch_equals_search(scifact):
                                    atol=1e-6)
 
 
-def test_serial_and_parallel_stages_agree(beir_index, encoder, scifact):
+def test_serial_and_parallel_stages_agree(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    serial = Retriever.load(root, RetrieverConfig(parallel_stages=False, **NO_CACHE),
-                            encoder=encoder)
+    serial, parallel = (Retriever.load(root, RetrieverConfig(parallel_stages=p, **NO_CACHE),
+                                       encoder=encoder) for p in (False, True))
+    assert (serial.stats()["parallel_stages"], parallel.stats()["parallel_stages"]) == (
+        False, True)
     for query in QUERIES:
-        a, b = serial.search(query, k=10), scifact.search(query, k=10)
+        a, b = serial.search(query, k=10), parallel.search(query, k=10)
         assert [h.doc_id for h in a.hits] == [h.doc_id for h in b.hits]
+
+
+class ThreadedEncoder:
+    """The real encoder under a declared intra-op thread count (our Encoder interface)."""
+
+    def __init__(self, inner, threads: int) -> None:
+        self.inner, self.threads = inner, threads
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+
+
+def test_stages_overlap_by_default_only_when_the_encoder_leaves_a_core_free(beir_index,
+                                                                            encoder):
+    root, _, _ = beir_index("scifact")
+    cores = os.cpu_count() or 1
+    for threads, expected in ((cores, False), (max(1, cores - 1), cores > 1)):
+        retriever = Retriever.load(root, RetrieverConfig(**NO_CACHE),
+                                   encoder=ThreadedEncoder(encoder, threads))
+        assert retriever.stats()["parallel_stages"] is expected
 
 
 def test_rrf_fusion_is_selectable(beir_index, encoder):
