@@ -9,6 +9,8 @@ Side by side in one run, on the same texts:
   p50/p95/p99/max over every SciFact query after a discarded warm-up; torch on one intra-op
   thread, the ONNX backends on 1 and 2;
 - document throughput (docs/s, batch size 64) on SciFact documents, 1 and 2 threads each;
+- the ceiling of dynamic batching: ms per query when 1, 4 or 16 queries of the median token
+  length (no padding) go through one call on one thread, as a batching worker calls it;
 - quality: cosine of each backend's vectors to torch's, and SciFact nDCG@10 of the default
   retriever (index built with torch) when queried with each backend's single-query vectors.
 
@@ -40,10 +42,10 @@ from benchmarks.common import (
     write_results,
 )
 from indexes import build_index, read_corpus, read_qrels, read_queries
-from indexes.encoders import Encoder, SentenceTransformerEncoder
+from indexes.encoders import Encoder, SentenceTransformerEncoder, default_model_path
 from indexes.errors import RetrievalError
 from indexes.manifest import current_build_dir, read_manifest
-from indexes.onnx_encoder import OnnxEncoder
+from indexes.onnx_encoder import OnnxEncoder, load_tokenizer
 from indexes.synthetic import with_demo_metadata
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
@@ -127,6 +129,31 @@ def document_throughput(configs: list[Config], docs: list[str], block: int) -> d
             for name, s in samples.items()}
 
 
+BATCH_SIZES = (1, 4, 16)
+
+
+def batch_ceiling(configs: list[Config], queries: list[str], rounds: int = 20
+                  ) -> dict[str, Any]:
+    """Per one-thread config: ms per query at each batch size, on queries of one token length.
+
+    Equal lengths mean no padding: the gain over batch 1 is the most that grouping concurrent
+    queries into one call can buy that encoder (a real batch also pads to its longest text).
+    """
+    tokenizer = load_tokenizer(default_model_path())
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(queries)]
+    median = int(np.median(lengths))
+    same = [q for q, n in zip(queries, lengths, strict=True) if n == median][:max(BATCH_SIZES)]
+    sizes = [b for b in BATCH_SIZES if b <= len(same)]
+    runners = {f"{c.name}|{b}": (lambda _, c=c, b=b: c.encode(same[:b], batch_size=b))
+               for c in configs if c.threads == 1 for b in sizes}
+    samples = measure_side_by_side(runners, list(range(rounds)), warmup=[0, 1], chunk=1)
+    per_query: dict[str, dict[int, float]] = {}
+    for key, sample in samples.items():
+        name, b = key.split("|")
+        per_query.setdefault(name, {})[int(b)] = float(np.median(sample.wall_ms)) / int(b)
+    return {"tokens": median, "sizes": sizes, "ms_per_query": per_query}
+
+
 def cosines(vectors: np.ndarray, reference: np.ndarray) -> dict[str, float]:
     values = np.einsum("nd,nd->n", vectors.astype(np.float64), reference.astype(np.float64))
     return {"mean": float(values.mean()), "min": float(values.min())}
@@ -187,6 +214,16 @@ def recommend(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
             "ndcg_checked": torch_ndcg is not None}
 
 
+def render_ceiling(ceiling: dict[str, Any]) -> list[str]:
+    table = []
+    for name, per_size in ceiling["ms_per_query"].items():
+        cells = [f"{per_size[b]:.2f}" for b in ceiling["sizes"]]
+        table.append([name, *cells, f"{per_size[1] / min(per_size.values()):.2f}x"])
+    sizes = [f"ms/query at batch {b}" for b in ceiling["sizes"]]
+    return [f"Batching ceiling ({ceiling['tokens']}-token queries, no padding, one thread):", "",
+            markdown_table(["backend (threads)", *sizes, "most batching can gain"], table)]
+
+
 def render(rows: list[dict[str, Any]], docs: dict[str, Any], best: dict[str, Any] | None
            ) -> str:
     torch_p50 = rows[0]["latency"]["p50"]
@@ -243,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     single, batch = make_configs(args.cache_dir)
     latency = single_query_latency(single, queries, args.warmup, args.chunk)
     throughput = document_throughput(batch, docs, args.block)
+    ceiling = batch_ceiling(single, queries)
     reference_q = latency[single[0].name]["vectors"]
     reference_d = throughput[batch[0].name]["vectors"]
     ndcg: dict[str, float] = {}
@@ -258,13 +296,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "cosine": cosines(throughput[c.name]["vectors"], reference_d)}
                 for c in batch}
     best = recommend(rows)
-    markdown = "# Query encoders on SciFact\n\n" + render(rows, docs_out, best)
+    markdown = "\n".join(["# Query encoders on SciFact", "", render(rows, docs_out, best), "",
+                          *render_ceiling(ceiling)])
     print(markdown)
     env = environment()
     env["packages"].update({name: package_version(name) for name in EXTRA_PACKAGES})
     payload = {"benchmark": "encoders", "config": {k: str(v) for k, v in vars(args).items()},
                "n_queries": len(queries), "n_docs": len(docs), "environment": env,
                "single_query": rows, "documents": docs_out, "recommended": best,
+               "batch_ceiling": ceiling,
                "raw_ms": {name: latency[name]["wall_ms"] for name in latency}}
     json_path, md_path = write_results("encoders", payload, markdown, args.out)
     plot = plot_cdfs({"SciFact single-query encode": {n: v["wall_ms"] for n, v in latency.items()}},
