@@ -285,8 +285,10 @@ class OnnxEncoder:
 
     Thread-safe, and it sizes its parallelism to the load: a call made while no other call is
     running uses ``threads`` intra-op threads (default ``default_threads()``), so one query at a
-    time gets every core (1.4x faster on 2 cores); a call that overlaps another runs on one
-    thread, so concurrent callers never oversubscribe the cores.
+    time gets every core (1.4x faster on 2 cores); a call that overlaps another, or asks for
+    ``single_thread=True`` (the retriever does when other searches are in flight, which the
+    encoder cannot see between its calls), runs on one thread, so concurrent callers never
+    oversubscribe the cores.
     """
 
     def __init__(self, model_dir: str | Path | None = None, *, quantized: bool = False,
@@ -303,7 +305,7 @@ class OnnxEncoder:
         self._shared = make_session(self.onnx_path, 1) if self.threads > 1 else self._alone
         self._running = 0
         self._running_lock = threading.Lock()
-        self.calls = {"alone": 0, "shared": 0}  # session runs by kind, for stats and tests
+        self.calls = {"every_core": 0, "one_thread": 0}  # session runs, for stats and tests
         self._input_names = [i.name for i in self._alone.get_inputs()]
         self._tokenizer = load_tokenizer(path)
         self._pad_id = _pad_id(self._tokenizer)
@@ -318,8 +320,8 @@ class OnnxEncoder:
             return dim
         return int(self._run(self._tokenizer.encode_batch([""])).shape[1])
 
-    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
-               ) -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False,
+               single_thread: bool = False) -> np.ndarray:
         """``texts`` -> float32 (n, dim), L2-normalized rows in the order of ``texts``.
 
         One text is run unpadded. Several are sorted by token count and cut into batches of
@@ -328,24 +330,24 @@ class OnnxEncoder:
         """
         texts = [t.lower() for t in texts] if self._lowercase else list(texts)
         if len(texts) == 1:
-            return self._run([self._tokenizer.encode(texts[0])])
+            return self._run([self._tokenizer.encode(texts[0])], single_thread)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
         encodings = self._tokenizer.encode_batch(texts)
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         for chunk in _chunks(order, max(1, batch_size), progress):
-            out[chunk] = self._run([encodings[i] for i in chunk])
+            out[chunk] = self._run([encodings[i] for i in chunk], single_thread)
         return out
 
-    def _run(self, encodings: Sequence[Any]) -> np.ndarray:
+    def _run(self, encodings: Sequence[Any], single_thread: bool = False) -> np.ndarray:
         """Tokenized texts -> float32 (b, dim) sentence embeddings."""
         batch = pad_batch(encodings, self._pad_id)
         feed = {name: batch[name] for name in self._input_names}
         with self._running_lock:
-            alone = self._running == 0
+            alone = self._running == 0 and not single_thread
             self._running += 1
-            self.calls["alone" if alone else "shared"] += 1
+            self.calls["every_core" if alone else "one_thread"] += 1
         try:
             session = self._alone if alone else self._shared
             (tokens,) = session.run([OUTPUT_NAME], feed)

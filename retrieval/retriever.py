@@ -25,13 +25,13 @@ from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     compatible_query_encoder,
-    parse_encoder_id,
 )
 from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from indexes.manifest import resolve_build_dir
 from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
+from retrieval.encode_policy import InFlight, StageOverlap, batching_on, takes_single_thread
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
 from retrieval.models import CacheInfo, SearchResult
@@ -98,10 +98,16 @@ class Retriever:
         self._live = _Live(snapshot, FilterMemo(snapshot.metadata.kinds, config.limits))
         self._config_key = config.fingerprint()
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval")
+        # Encodes that overlap filter + BM25 run here: one worker per core, first come first
+        # served, so under load at most one model run per core and no request starves.
+        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
+                                        thread_name_prefix="retrieval")
         self._batcher = (EncodeBatcher(encoder, config.batching)
-                         if encoder is not None and _batching_on(encoder, config) else None)
-        self._parallel = encoder is not None and _parallel_on(encoder, config)
+                         if encoder is not None and batching_on(encoder, config) else None)
+        self._overlap = StageOverlap(encoder, config) if encoder is not None else None
+        # With other searches in flight the encoder keeps a single query to one thread.
+        self._in_flight = InFlight()
+        self._hint_threads = encoder is not None and takes_single_thread(encoder)
         self._observer = Observer(config.tracing)
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
@@ -214,7 +220,7 @@ class Retriever:
             "latency_ms": self._observer.latency.summary(),
             "cache": self._cache.stats() if self._cache is not None else None,
             "batching": self._batcher.stats() if self._batcher is not None else None,
-            "parallel_stages": self._parallel,
+            "parallel_stages": self._overlap.describe() if self._overlap else None,
             "reloads": list(self.reload_events[-20:]),
         }
 
@@ -234,6 +240,11 @@ class Retriever:
         query_vector: np.ndarray | None = None,
     ) -> SearchResult:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``."""
+        with self._in_flight:
+            return self._search(query, filters, k, candidates, query_vector)
+
+    def _search(self, query: str, filters: dict[str, Any] | str | None, k: int | None,
+                candidates: int | None, query_vector: np.ndarray | None) -> SearchResult:
         live = self._live
         timer = StageTimer()
         request = validate(query, filters, k, candidates, self.config, live.filters)
@@ -267,13 +278,14 @@ class Retriever:
         live = self._live
         requests = [validate(q, filters, k, candidates, self.config, live.filters)
                     for q in queries]
-        if query_vectors is not None or self._cache is None:
+        with self._in_flight:
+            if query_vectors is None and self._cache is not None:
+                return self._cached_batch(live.snapshot, requests)
             vectors = query_vectors if query_vectors is not None else self._encode(
                 [r.query for r in requests])
             status = "provided" if query_vectors is not None else "miss"
             return [self._uncached(live.snapshot, r, ReadyVector(v), status)
                     for r, v in zip(requests, vectors, strict=True)]
-        return self._cached_batch(live.snapshot, requests)
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:
@@ -357,6 +369,8 @@ class Retriever:
                 "this index was built from precomputed vectors and has no query encoder; pass "
                 "query_vector=... or load the retriever with encoder=..."
             )
+        if self._hint_threads and self._in_flight.count > 1:
+            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         return self.encoder.encode(texts)
 
     def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot
@@ -365,32 +379,13 @@ class Retriever:
         computes while filter + BM25 run)."""
         if query_vector is not None:
             return ReadyVector(snapshot.vectors.check_query(query_vector))
+        overlap = self._overlap is not None and self._overlap.now(self._in_flight.count)
         if self._batcher is not None:
             future = self._batcher.submit(text)
-            return FutureVector(future) if self._parallel else ReadyVector(*future.result())
-        if self._parallel:
+            return FutureVector(future) if overlap else ReadyVector(*future.result())
+        if overlap:
             return FutureVector(self._pool.submit(timed_encode, self._encode, text))
         return ReadyVector(*timed_encode(self._encode, text))
-
-
-def _batching_on(encoder: Encoder, config: RetrieverConfig) -> bool:
-    """Explicit setting, else on only for torch encoders (measured: see BatchingConfig)."""
-    if config.batching.enabled is not None:
-        return config.batching.enabled
-    parts = parse_encoder_id(encoder.encoder_id)
-    return parts is not None and parts[1] == "torch"
-
-
-def _parallel_on(encoder: Encoder, config: RetrieverConfig) -> bool:
-    """Explicit setting, else on only when the encoder leaves a core free for filter + BM25.
-
-    An encoder that spreads a lone query over every core (ONNX, torch) gains nothing from the
-    overlap: BM25 then competes with it for the cores, and the p95 measured worse (5.6 vs
-    6.0 ms with ONNX INT8 at 100k documents, see benchmarks/README.md).
-    """
-    if config.parallel_stages is not None:
-        return config.parallel_stages
-    return int(getattr(encoder, "threads", 1)) < (os.cpu_count() or 1)
 
 
 def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer

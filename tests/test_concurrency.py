@@ -143,3 +143,29 @@ def test_spans_carry_stage_names(root, encoder):
     assert root_span.attributes["retrieval.candidates"] > 0
     children = [s for s in spans if s.parent is not None]
     assert all(s.parent.span_id == root_span.context.span_id for s in children)
+
+
+def test_a_lone_search_encodes_on_every_core_and_searches_under_load_on_one(root, queries):
+    """The default ONNX encoder: every core for a search running alone; one thread per query
+    while other searches are in flight (their encodes queue in the pool)."""
+    retriever = Retriever.load(root, {"cache": NO_CACHE})  # default onnx-int8 query encoder
+    encoder = retriever.encoder
+    filters = {"year": {"gte": 2000}}
+    before = dict(encoder.calls)
+    expected = [_ids(retriever.search(q, filters=filters, k=10)) for q in queries]
+    assert encoder.calls["every_core"] - before["every_core"] == len(queries)
+    got: dict[int, list] = {}
+    barrier = threading.Barrier(8)
+
+    def worker(offset: int) -> None:
+        barrier.wait()
+        for i in range(offset, len(queries), 8):
+            got[i] = _ids(retriever.search(queries[i], filters=filters, k=10))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert encoder.calls["one_thread"] > before["one_thread"]
+    assert_same_results([got[i] for i in range(len(queries))], expected)

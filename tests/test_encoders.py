@@ -166,13 +166,17 @@ def test_scifact_ndcg_per_backend(beir_index, encoder, onnx_fp32, onnx_int8):
 
 
 def test_overlapping_calls_share_the_cores(onnx_int8, scifact_queries):
-    """Alone, a call gets every intra-op thread; overlapping calls run on one thread each,
-    and either way the vectors are the same."""
+    """Alone, a call gets every intra-op thread; overlapping calls, and calls asking for
+    ``single_thread``, run on one thread each; either way the vectors are the same."""
     texts = scifact_queries[:60]
     before = dict(onnx_int8.calls)
     sequential = one_by_one(onnx_int8, texts)
-    assert onnx_int8.calls["alone"] - before["alone"] == len(texts)
+    assert onnx_int8.calls["every_core"] - before["every_core"] == len(texts)
     with ThreadPoolExecutor(max_workers=4) as pool:
         concurrent = np.vstack(list(pool.map(lambda t: onnx_int8.encode([t]), texts)))
-    assert onnx_int8.calls["shared"] > before["shared"]
+    assert onnx_int8.calls["one_thread"] > before["one_thread"]
     np.testing.assert_allclose(concurrent, sequential, atol=1e-5)
+    middle = dict(onnx_int8.calls)
+    narrow = np.vstack([onnx_int8.encode([t], single_thread=True) for t in texts])
+    assert onnx_int8.calls["one_thread"] - middle["one_thread"] == len(texts)
+    np.testing.assert_allclose(narrow, sequential, atol=1e-5)
