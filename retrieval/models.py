@@ -12,9 +12,13 @@ CacheStatus = Literal["hit", "miss", "off", "provided", "skipped"]
 
 
 class Hit(BaseModel):
-    """One retrieved passage with the score of every stage that ranked it."""
+    """One retrieved passage with the score of every stage that ranked it.
 
-    model_config = ConfigDict(extra="forbid")
+    Immutable: a hit is shared between the result that computed it and the cache's decoded
+    results, so later hits of the same entry cost no JSON parsing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     doc_id: str
     score: float = Field(description="final score (fused, plus weighted features)")

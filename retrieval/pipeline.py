@@ -79,10 +79,9 @@ def run_pipeline(
     if features is not None:
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
-    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i]) for i in order]
-    if outcome is not None:
-        for hit, values in zip(hits, outcome.per_hit, strict=True):
-            hit.features = values
+    per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
+    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values)
+            for i, values in zip(order, per_hit, strict=True)]
     timer.lap("hydrate")
     status: Any = embed_status or ("provided" if embed_ms is None else "miss")
     result = SearchResult(
@@ -137,7 +136,9 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
     return linear_fusion(bm25, cosine, config.vector_weight)
 
 
-def make_hit(snapshot: IndexSnapshot, row: int, score: float, bm25: float, cosine: float) -> Hit:
+def make_hit(snapshot: IndexSnapshot, row: int, score: float, bm25: float, cosine: float,
+             features: dict[str, float]) -> Hit:
     doc = snapshot.docs.get(row)
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
-               vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata)
+               vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
+               features=features)

@@ -47,12 +47,13 @@ class RequestCache:
         self.config = config
         self.flights = SingleFlight()
         self.counters = CacheCounters(
-            ("result_hits", "result_misses", "embedding_hits", "embedding_misses", "corrupt"))
+            ("result_hits", "result_misses", "embedding_hits", "embedding_misses", "corrupt",
+             "results_parsed"))
         # Decoded results by key, reused only when the cached bytes are identical: parsing a
         # 10-hit JSON result is most of the cost of a hit, and equal bytes parse equally.
         self._decoded: OrderedDict[str, tuple[bytes, SearchResult]] = OrderedDict()
         self._decoded_lock = threading.Lock()
-        self._decoded_size = 4096
+        self._decoded_size = config.decoded_results
 
     def keys(
         self, *, build_id: str, snapshot_id: str, config_key: str, query: str, filter_key: str,
@@ -89,17 +90,24 @@ class RequestCache:
             return None
         with self._decoded_lock:
             memo = self._decoded.get(key)
+            if memo is not None:
+                self._decoded.move_to_end(key)  # least recently used goes first
         if memo is not None and memo[0] == blob:
             return memo[1]
         result = self._parse_result(blob, build_id)
         if result is not None:
-            with self._decoded_lock:
-                self._decoded[key] = (blob, result)
-                while len(self._decoded) > self._decoded_size:
-                    self._decoded.popitem(last=False)
+            self._remember(key, blob, result)
         return result
 
+    def _remember(self, key: str, blob: bytes, result: SearchResult) -> None:
+        with self._decoded_lock:
+            self._decoded[key] = (blob, result)
+            self._decoded.move_to_end(key)
+            while len(self._decoded) > self._decoded_size:
+                self._decoded.popitem(last=False)
+
     def _parse_result(self, blob: bytes, build_id: str) -> SearchResult | None:
+        self.counters.add(results_parsed=1)
         try:
             result = SearchResult.model_validate_json(blob)
         except (ValidationError, ValueError):
@@ -111,9 +119,15 @@ class RequestCache:
         return result
 
     def store(self, lookup: Lookup, result: SearchResult, vector: np.ndarray | None) -> None:
-        """Queue the result (and a freshly computed embedding) for writing; never blocks long."""
-        self.cache.set_many({lookup.result_key: result.model_dump_json().encode()},
-                            self.config.result_ttl_seconds)
+        """Queue the result (and a freshly computed embedding) for writing; never blocks long.
+
+        The result is also remembered as decoded, so this process's first hit on it skips JSON
+        parsing (hits are immutable; the list is copied so the caller may reorder its own).
+        """
+        blob = result.model_dump_json().encode()
+        self.cache.set_many({lookup.result_key: blob}, self.config.result_ttl_seconds)
+        shared = result.model_copy(update={"hits": list(result.hits)})
+        self._remember(lookup.result_key, blob, shared)
         if vector is not None and lookup.embedding_key is not None and lookup.embedding is None:
             self.cache.set_many({lookup.embedding_key: encode_embedding(vector)},
                                 self.config.embedding_ttl_seconds)

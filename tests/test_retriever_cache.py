@@ -218,3 +218,29 @@ def test_concurrent_identical_misses_compute_once(root, encoder):
     assert len(results) == 16 and len({tuple(_ids(r)) for r in results}) == 1
     assert counting.calls == 1
     assert retriever.stats()["cache"]["single_flight"]["shared"] >= 1
+
+
+def test_hits_of_results_computed_here_skip_parsing(root, encoder, redis_server):
+    """A miss remembers its result decoded: this process's hits on it parse no JSON, and a
+    caller reordering its own hit list changes nothing for later hits. Another process (here
+    a second retriever, with its own memory) parses the shared entry once."""
+    config = {"backend": "redis", "url": redis_server.url, "namespace": f"t{time.monotonic_ns()}",
+              "socket_timeout_ms": 500, "connect_timeout_ms": 500}
+    writer = Retriever.load(root, {"cache": config}, encoder=encoder)
+    reader = Retriever.load(root, {"cache": config}, encoder=encoder)
+    try:
+        first = writer.search(QUERIES[0], filters=FILTER, k=5)
+        expected = _ids(first)
+        first.hits.reverse()
+        writer.flush_cache_writes()
+        again = writer.search(QUERIES[0], filters=FILTER, k=5)
+        assert again.cache.result == "hit" and _ids(again) == expected
+        assert writer.stats()["cache"]["results_parsed"] == 0
+        with pytest.raises(ValueError):
+            again.hits[0].score = 0.0  # hits are shared with the cache: immutable
+        elsewhere = [reader.search(QUERIES[0], filters=FILTER, k=5) for _ in range(3)]
+        assert all(_ids(r) == expected for r in elsewhere)
+        assert reader.stats()["cache"]["results_parsed"] == 1
+    finally:
+        writer.close()
+        reader.close()

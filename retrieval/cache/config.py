@@ -42,6 +42,9 @@ class CacheConfig(BaseModel):
     breaker_failures: int = Field(default=5, ge=1)
     breaker_cooldown_seconds: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     write_queue_size: int = Field(default=DEFAULT_WRITE_QUEUE_SIZE, ge=1)
+    decoded_results: int = Field(
+        default=1024, ge=0, description="results kept decoded in this process (LRU) so a hit "
+        "skips JSON parsing; ~30 KB each with 10 hits of full text")
 
     @field_validator("namespace")
     @classmethod
