@@ -376,11 +376,13 @@ class Retriever:
     def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot
                    ) -> PendingVector:
         """The query vector: given, or encoded (with parallel stages: started now, so it
-        computes while filter + BM25 run)."""
+        computes while filter + BM25 run). Only searches running alongside others go through
+        the batcher: a lone one has nothing to be batched with, so it skips the hand-off."""
         if query_vector is not None:
             return ReadyVector(snapshot.vectors.check_query(query_vector))
-        overlap = self._overlap is not None and self._overlap.now(self._in_flight.count)
-        if self._batcher is not None:
+        in_flight = self._in_flight.count
+        overlap = self._overlap is not None and self._overlap.now(in_flight)
+        if self._batcher is not None and in_flight > 1:
             future = self._batcher.submit(text)
             return FutureVector(future) if overlap else ReadyVector(*future.result())
         if overlap:
