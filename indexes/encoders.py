@@ -7,6 +7,7 @@ embedding-cache key.
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,14 @@ class Encoder(Protocol):
 
     def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
                ) -> np.ndarray: ...
+
+
+def takes_single_thread(encoder: Encoder) -> bool:
+    """Whether ``encoder.encode`` accepts ``single_thread=`` (OnnxEncoder does)."""
+    try:
+        return "single_thread" in inspect.signature(encoder.encode).parameters
+    except (TypeError, ValueError):  # no signature to read: assume the plain protocol
+        return False
 
 
 def default_model_path() -> Path:

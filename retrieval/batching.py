@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.encoders import Encoder
+from indexes.encoders import Encoder, takes_single_thread
 
 
 class BatchingConfig(BaseModel):
@@ -45,6 +45,9 @@ class EncodeBatcher:
     def __init__(self, encoder: Encoder, config: BatchingConfig) -> None:
         self.encoder = encoder
         self.config = config
+        # Several workers each encode on one core: an encoder that would spread a lone call
+        # over every core is told to stay on one thread.
+        self._narrow = config.workers > 1 and takes_single_thread(encoder)
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._calls = 0
@@ -99,7 +102,9 @@ class EncodeBatcher:
     def _encode(self, batch: list[_Job]) -> None:
         started = time.perf_counter()
         try:
-            vectors = self.encoder.encode([job.text for job in batch])
+            texts = [job.text for job in batch]
+            vectors = (self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
+                       if self._narrow else self.encoder.encode(texts))
         except BaseException as exc:  # every waiter must hear about the failure
             for job in batch:
                 job.future.set_exception(exc)

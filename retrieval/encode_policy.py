@@ -3,7 +3,6 @@ parallel, and the thread count of a single encode under load."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 
@@ -26,14 +25,6 @@ class InFlight:
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self.count -= 1
-
-
-def takes_single_thread(encoder: Encoder) -> bool:
-    """Whether ``encoder.encode`` accepts ``single_thread=`` (OnnxEncoder does)."""
-    try:
-        return "single_thread" in inspect.signature(encoder.encode).parameters
-    except (TypeError, ValueError):  # no signature to read: assume the plain protocol
-        return False
 
 
 def batching_on(encoder: Encoder, config: RetrieverConfig) -> bool:

@@ -25,13 +25,14 @@ from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     compatible_query_encoder,
+    takes_single_thread,
 )
 from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from indexes.manifest import resolve_build_dir
 from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
-from retrieval.encode_policy import InFlight, StageOverlap, batching_on, takes_single_thread
+from retrieval.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
 from retrieval.models import CacheInfo, SearchResult

@@ -180,3 +180,15 @@ def test_overlapping_calls_share_the_cores(onnx_int8, scifact_queries):
     narrow = np.vstack([onnx_int8.encode([t], single_thread=True) for t in texts])
     assert onnx_int8.calls["one_thread"] - middle["one_thread"] == len(texts)
     np.testing.assert_allclose(narrow, sequential, atol=1e-5)
+
+
+def test_batches_bound_their_padding():
+    from indexes.onnx_encoder import MAX_PADDING, _chunks
+
+    lengths = np.random.default_rng(3).integers(5, 80, size=500)
+    order = np.argsort(lengths, kind="stable")
+    chunks = list(_chunks(order, lengths, 16, progress=False))
+    np.testing.assert_array_equal(np.concatenate(chunks), order)
+    for chunk in chunks:
+        assert 1 <= chunk.size <= 16
+        assert lengths[chunk].max() <= MAX_PADDING * lengths[chunk].min()
