@@ -43,8 +43,9 @@ class CacheConfig(BaseModel):
     breaker_cooldown_seconds: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     write_queue_size: int = Field(default=DEFAULT_WRITE_QUEUE_SIZE, ge=1)
     decoded_results: int = Field(
-        default=1024, ge=0, description="results kept decoded in this process (LRU) so a hit "
-        "skips JSON parsing; ~30 KB each with 10 hits of full text")
+        default=4096, ge=0, description="results kept decoded in this process (LRU) so a hit "
+        "skips JSON parsing; ~30 KB each with 10 hits of full text. Keep it above the number "
+        "of hot entries: a working set cycling through more than this parses on every hit")
 
     @field_validator("namespace")
     @classmethod
