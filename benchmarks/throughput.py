@@ -39,7 +39,7 @@ from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
 from indexes.encoders import SentenceTransformerEncoder, default_model_path
 from indexes.onnx_encoder import OnnxEncoder, load_tokenizer, make_encoder
-from indexes.synthetic import synthetic_documents, with_demo_metadata
+from indexes.synthetic import random_unit_vectors, synthetic_documents, with_demo_metadata
 from retrieval import Retriever
 from retrieval.latency import summarize
 
@@ -64,11 +64,6 @@ def grown_index(data: Path, work: Path, n_docs: int, encoder: Any) -> Path:
                 vectors=np.vstack([snapshot.vectors.reconstruct_all(), vectors]),
                 encoder_info=snapshot.manifest.encoder)
     return root
-
-
-def random_unit_vectors(n: int, dim: int, seed: int = 7) -> np.ndarray:
-    vectors = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
 def index_root(data: Path, work: Path, dtype: str, encoder: Any) -> Path:
