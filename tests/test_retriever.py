@@ -148,6 +148,18 @@ def test_result_shape_and_timings(scifact):
     assert hit.text and hit.metadata["doc_type"] in ("review", "trial")
 
 
+def test_sequential_stage_timings_do_not_overlap(beir_index, encoder):
+    """Encoded before filter and BM25, the query's encode is its own stage, not part of
+    ``filter``: the stages then add up to no more than the total."""
+    root, _, _ = beir_index("scifact")
+    serial = Retriever.load(root, RetrieverConfig(parallel_stages=False, **NO_CACHE),
+                            encoder=encoder)
+    for query in QUERIES:
+        timings = serial.search(query, filters={"year": {"gte": 2000}}, k=5).timings
+        stages = sum(ms for stage, ms in timings.items() if stage != "total")
+        assert stages <= timings["total"] + 1e-6, timings
+
+
 def test_search_batch_equals_search(scifact):
     batch = scifact.search_batch(QUERIES, filters="year >= 2005", k=7)
     for query, result in zip(QUERIES, batch, strict=True):
