@@ -31,7 +31,7 @@ test: install redis-server
 
 lint: install
 	$(BIN)/ruff check retrieval indexes benchmarks tests
-	$(BIN)/mypy retrieval indexes
+	$(BIN)/mypy retrieval indexes benchmarks
 
 bench: install
 	$(BIN)/python -m benchmarks.search $(if $(DATA),--data $(DATA))

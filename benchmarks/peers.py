@@ -121,7 +121,7 @@ def faiss_rerank(vectors: np.ndarray) -> Rerank:
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         if rows.size == 0:
             return np.empty(0, dtype=np.float32)
-        params = faiss.SearchParameters(sel=faiss.IDSelectorArray(rows))
+        params = faiss.SearchParameters(sel=faiss.IDSelectorArray(rows))  # type: ignore[call-arg]
         scores, labels = index.search(query.reshape(1, -1), rows.size, params=params)
         # faiss returns best first: put each score back at its candidate's position.
         order = np.argsort(rows)

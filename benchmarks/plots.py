@@ -105,10 +105,10 @@ def throughput(modes: Mapping[str, Mapping[int, Mapping[str, Any]]], path: Path
         left.plot(threads, [levels[t]["qps"] for t in threads], marker="o", label=mode)
         right.plot(threads, [levels[t]["latency"]["p95"] for t in threads], marker="o",
                    label=mode)
-    levels = sorted({t for by_threads in modes.values() for t in by_threads})
+    ticks = sorted({t for by_threads in modes.values() for t in by_threads})
     for ax, ylabel in ((left, "queries / s (log scale)"), (right, "p95 latency, ms (log scale)")):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(levels, [str(t) for t in levels])
+        ax.set_xticks(ticks, [str(t) for t in ticks])
         ax.set_yscale("log")  # cache hits and encoder-bound misses differ by 100x and more
         ax.set_xlabel("threads sharing one Retriever")
         ax.set_ylabel(ylabel)

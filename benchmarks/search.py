@@ -18,6 +18,7 @@ Both peers index the tokens of the index's own analyzer, so BM25 does the same w
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import time
@@ -375,7 +376,7 @@ def prepare(args: argparse.Namespace) -> list[Callable[[], Dataset]]:
     if args.data is not None:
         loaders.append(lambda: beir_dataset(args.data, args.work, args.queries, args.warmup))
     for n in args.synthetic:
-        loaders.append(lambda n=n: synthetic_dataset(n, args.work))
+        loaders.append(functools.partial(synthetic_dataset, n, args.work))
     return loaders
 
 

@@ -100,8 +100,9 @@ def our_systems(w: Workload, args: argparse.Namespace, notes: dict[str, str]
     """Search-path systems (vector given), end-to-end runners (encoder in the call), and the
     default configuration's retriever."""
     default = f"ours (C={args.candidates}, minmax {args.weight})"
-    variants = {default: {}, "ours, BM25 only (weight 0)": {"vector_weight": 0.0},
-                "ours, RRF k=60": {"fusion": "rrf"}}
+    variants: dict[str, dict[str, Any]] = {
+        default: {}, "ours, BM25 only (weight 0)": {"vector_weight": 0.0},
+        "ours, RRF k=60": {"fusion": "rrf"}}
     systems, loaded = [], {}
     for label, extra in variants.items():
         loaded[label] = Retriever.load(w.root, {**base_config(args), **extra}, encoder=w.encoder)
@@ -199,8 +200,9 @@ def cold_probes(w: Workload, args: argparse.Namespace) -> list[dict[str, Any]]:
                     "queries": [w.queries[i] for i in picks],
                     "filters": [w.filters[i] for i in picks], "vectors": None}
             if w.encoder is None:
-                spec["vectors"] = str(Path(tmp) / f"q{run}.npy")
-                np.save(spec["vectors"], w.query_vectors[picks])
+                vectors_path = Path(tmp) / f"q{run}.npy"
+                spec["vectors"] = str(vectors_path)
+                np.save(vectors_path, w.query_vectors[picks])
             started = time.perf_counter()
             out = subprocess.run([sys.executable, "-m", "benchmarks.suite", "--probe",
                                   json.dumps(spec)], capture_output=True, text=True, check=True,
@@ -269,7 +271,7 @@ def write_plots(stem: Path, samples: dict[str, Any], payload: dict[str, Any]
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
-    started, notes = time.perf_counter(), {}
+    started, notes = time.perf_counter(), dict[str, str]()
     env = environment()
     w = load_workload(args)
     probes = cold_probes(w, args) if args.cold_runs else []

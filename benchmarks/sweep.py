@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +197,7 @@ def _score(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
-def front_table(front: Sequence[dict[str, Any]], key: str) -> str:
+def front_table(front: Sequence[Mapping[str, Any]], key: str) -> str:
     return markdown_table(["point", "nDCG@10", "p95 ms"],
                           [[p["label"], f"{p['ndcg@10']:.4f}", fmt_ms(p[key])] for p in front])
 

@@ -21,7 +21,7 @@ from benchmarks.quality import qrels_from_relevant
 from benchmarks.search import RANDOM_ENCODER, synthetic_queries
 from indexes import Analyzer, AnalyzerConfig, BuildConfig, Document, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
-from indexes.manifest import current_build_dir, read_manifest
+from indexes.manifest import current_build_dir, read_manifest, resolve_build_dir
 from indexes.synthetic import (
     random_unit_vectors,
     synthetic_vocabulary_documents,
@@ -161,12 +161,13 @@ def synthetic_workload(args: argparse.Namespace) -> Workload:
     root = args.work / f"synthetic-{n}"  # shared with benchmarks.search: built once per size
     live = current_build_dir(root)
     manifest = read_manifest(live) if live is not None else None
-    if manifest is not None and manifest.n_docs == n and manifest.encoder == RANDOM_ENCODER:
+    if (live is not None and manifest is not None and manifest.n_docs == n
+            and manifest.encoder == RANDOM_ENCODER):
         build = {"cached": True, "build_id": manifest.build_id, "sizes": artifact_sizes(live)}
     else:
         build = build_report(docs, root, args, vectors=random_unit_vectors(n, RANDOM_ENCODER.dim),
                              encoder_info=RANDOM_ENCODER)
-        manifest = read_manifest(current_build_dir(root))
+        manifest = read_manifest(resolve_build_dir(root))
     tokens = tokenize_corpus(Analyzer(AnalyzerConfig(**manifest.analyzer)),
                              [d.content for d in docs])
     count = args.queries or 1000 + args.warmup
