@@ -25,7 +25,13 @@ from retrieval.timing import StageTimer
 
 
 class PendingVector:
-    """A query vector; ``get`` returns (vector, encode ms or None when not encoded here)."""
+    """A query vector; ``get`` returns (vector, encode ms or None when not encoded here).
+
+    ``encoded_before``: encoded by the caller just before the pipeline, so the time since the
+    last stage is the encode.
+    """
+
+    encoded_before = False
 
     def get(self) -> tuple[np.ndarray, float | None]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -34,7 +40,6 @@ class PendingVector:
 class ReadyVector(PendingVector):
     def __init__(self, vector: np.ndarray, encode_ms: float | None = None) -> None:
         self._value = (vector, encode_ms)
-        # Encoded by the caller just before the pipeline: the time since the last stage is it.
         self.encoded_before = encode_ms is not None
 
     def get(self) -> tuple[np.ndarray, float | None]:
@@ -64,8 +69,7 @@ def run_pipeline(
     features: FeatureStage | None = None,
 ) -> tuple[SearchResult, np.ndarray]:
     """Search one validated request; returns the result and the query vector it used."""
-    encoded_before = isinstance(pending, ReadyVector) and pending.encoded_before
-    if encoded_before:
+    if pending.encoded_before:
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
     timer.lap("filter")
@@ -73,7 +77,7 @@ def run_pipeline(
     timer.lap("bm25")
     query_vector, embed_ms = pending.get()
     timer.lap("embed_wait")  # how long the caller waited for the encoder after BM25 finished
-    if embed_ms is not None and not encoded_before:
+    if embed_ms is not None and not pending.encoded_before:
         timer.record("embed", embed_ms)
     cosine = snapshot.vectors.scores(query_vector, rows)
     timer.lap("rerank")
