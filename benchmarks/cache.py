@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     markdown_table,
@@ -41,7 +42,6 @@ from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever, SearchResult
 from retrieval.latency import summarize
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 OTHER_PROCESS = "result hit, Redis loopback (first hit, computed by another process: JSON parsed)"
 FILTER = {"doc_type": {"in": ["review", "trial", "cohort"]}, "year": {"gte": 2000}}
 

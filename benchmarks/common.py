@@ -30,6 +30,7 @@ import redis
 from retrieval.latency import summarize
 
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"  # the BEIR folder most runs use
 RESULTS_DIR = REPO / "benchmarks" / "results"
 PACKAGES = ("numpy", "faiss-cpu", "numba", "bm25s", "rank-bm25", "PyStemmer",
             "sentence-transformers", "torch", "pydantic")

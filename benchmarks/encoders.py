@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     environment,
@@ -48,7 +49,6 @@ from indexes.manifest import current_build_dir, read_manifest
 from indexes.onnx_encoder import OnnxEncoder, load_tokenizer
 from indexes.synthetic import with_demo_metadata
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 NDCG_TOLERANCE = 0.005
 TORCH_ID = "all-MiniLM-L6-v2:torch:fp32:384"
 EXTRA_PACKAGES = ("onnxruntime", "onnx", "tokenizers", "transformers")

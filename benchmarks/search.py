@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     Samples,
@@ -59,7 +60,6 @@ from indexes.synthetic import (
 from retrieval import RetrievalError, Retriever, RetrieverConfig
 from retrieval.latency import by_stage
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 DEFAULT_SIZES = (100_000, 1_000_000)
 K, CANDIDATES, VECTOR_WEIGHT = 10, 300, 0.7
 # department (1/5) x doc_type (1/5) x half of the 30 demo years = 2% of documents.

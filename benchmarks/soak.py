@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     RedisServer,
@@ -43,7 +44,6 @@ from retrieval import Retriever
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 from retrieval.latency import summarize
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 VIEW = FeatureView(name="soak", features=(Feature(name="version", dtype="int64", default=-1),
                                           Feature(name="boost", dtype="float32", default=0.0)))
 FILTERS = [None, {"year": {"gte": 2005}}, {"doc_type": {"in": ["review", "trial"]}},

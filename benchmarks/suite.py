@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from benchmarks import plots
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     environment,
@@ -56,7 +57,6 @@ from benchmarks.workloads import Workload, load_workload
 from retrieval import Retriever
 from retrieval.latency import by_stage, summarize
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 K, QUALITY_K, CONCURRENCY = 10, 1000, (1, 4, 16)
 EXTRA_PACKAGES = ("ranx", "onnxruntime", "lancedb", "txtai", "matplotlib", "tqdm")
 HIT, MISS = ("hit", "skipped"), ("miss", "miss")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     markdown_table,
@@ -43,7 +44,6 @@ from indexes.synthetic import random_unit_vectors, synthetic_documents, with_dem
 from retrieval import Retriever
 from retrieval.latency import summarize
 
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 BACKENDS = ("torch", "onnx", "onnx-int8")
 FILTER = {"year": {"gte": 2000}}
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import (
+    DEFAULT_DATA,
     REPO,
     RESULTS_DIR,
     markdown_table,
@@ -38,8 +39,6 @@ from retrieval import Retriever
 from retrieval.latency import summarize
 from retrieval.timing import StageTimer
 from retrieval.tracing import Observer, TracingConfig
-
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "scifact"
 
 
 def install_sdk() -> Any:
