@@ -32,6 +32,7 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 # Part of the cached file names: bump it when the export or quantization settings change, so a
 # cache written by an older version is never picked up.
 EXPORT_FORMAT = 1
+INT8_FORMAT = 2  # 2: attention fused before quantizing
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "token_embeddings"
@@ -185,18 +186,51 @@ def export_onnx(model_dir: str | Path, out_path: str | Path) -> Path:
     return _atomic_write(out_path, write)
 
 
-def quantize_int8(fp32_path: str | Path, out_path: str | Path) -> Path:
-    """Dynamic INT8 quantization of an exported graph (weights per channel, QInt8).
+def fuse_attention(fp32_path: Path, model_dir: Path, out_path: Path) -> Path:
+    """The exported graph with each layer's attention fused into one ``Attention`` node.
+
+    Quantized, that node becomes one ``QAttention`` (Q, K and V in one INT8 GEMM, no
+    Reshape/Transpose chain). The optimizer's other fusions stay off because they are slower
+    on CPU (measured with SciFact queries): ``SkipLayerNormalization`` runs at about a fifth of
+    the speed of Add + ``LayerNormalization``, and ``BiasGelu`` takes the bias out of the
+    quantized MatMul, where it is free. Fusion does not change the function (fp32 cosine 1.0).
+    """
+    from onnxruntime.transformers.fusion_options import FusionOptions
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    config = _read_json(model_dir / "config.json")
+    options = FusionOptions("bert")
+    options.enable_skip_layer_norm = False
+    options.enable_bias_skip_layer_norm = False
+    options.enable_embed_layer_norm = False
+    options.enable_bias_gelu = False
+    model = optimize_model(str(fp32_path), model_type="bert",
+                           num_heads=int(config["num_attention_heads"]),
+                           hidden_size=int(config["hidden_size"]), opt_level=0,
+                           optimization_options=options, use_gpu=False)
+    model.save_model_to_file(str(out_path))
+    return out_path
+
+
+def quantize_int8(fp32_path: str | Path, model_dir: str | Path, out_path: str | Path) -> Path:
+    """Attention fused (``fuse_attention``), then dynamic INT8 quantization (weights per
+    channel, QInt8).
 
     Per-tensor weights lose up to 0.010 nDCG@10 and ``reduce_range=True`` drops the query
     cosine to ~0.85; per-channel keeps it at ~0.99 and nDCG@10 within 0.005. onnxruntime's
     ``quant_pre_process`` (which it logs a hint about) produced the same vectors: not used.
     """
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def write(tmp: Path) -> None:
-        quantize_dynamic(Path(fp32_path), tmp, per_channel=True, reduce_range=False,
-                         weight_type=QuantType.QInt8)
+        with tempfile.TemporaryDirectory(dir=tmp.parent) as work:
+            fused = fuse_attention(Path(fp32_path), Path(model_dir), Path(work) / "fused.onnx")
+            # DefaultTensorType: shape inference cannot type the outputs of the fused
+            # (contrib-domain) Attention nodes; every activation here is float32.
+            quantize_dynamic(fused, tmp, per_channel=True, reduce_range=False,
+                             weight_type=QuantType.QInt8,
+                             extra_options={"DefaultTensorType": TensorProto.FLOAT})
 
     return _atomic_write(Path(out_path), write)
 
@@ -212,9 +246,9 @@ def ensure_onnx(model_dir: Path, quantized: bool, cache_dir: Path | None = None)
         export_onnx(model_dir, fp32)
     if not quantized:
         return fp32
-    int8 = cache / f"model-int8-v{EXPORT_FORMAT}.onnx"
+    int8 = cache / f"model-int8-v{INT8_FORMAT}.onnx"
     if not int8.is_file():
-        quantize_int8(fp32, int8)
+        quantize_int8(fp32, model_dir, int8)
     return int8
 
 
@@ -262,7 +296,10 @@ def make_session(path: Path, threads: int) -> Any:
     options.inter_op_num_threads = 1  # one graph, run sequentially: no use for parallel nodes
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    # SkipLayerNormalization is about 5x slower than the Add + LayerNormalization it replaces
+    # (MiniLM, 20-40 token queries): without it the INT8 graph runs 7-9% faster.
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=["SkipLayerNormFusion"])
 
 
 # A batch is cut where its longest text would exceed its shortest by this factor: padding then
