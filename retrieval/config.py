@@ -40,8 +40,9 @@ class RetrieverConfig(BaseModel):
     rrf_k: int = Field(60, ge=1)
     default_k: int = Field(10, ge=1)
     parallel_stages: bool | None = Field(
-        None, description="encode the query while filter+BM25 run; None = auto: only when the "
-        "encoder runs a lone query on fewer threads than there are cores")
+        None, description="encode the query while filter+BM25 run; None = auto: when the "
+        "encoder runs a lone query on fewer threads than there are cores, or while other "
+        "searches are in flight")
     verify_checksums: bool = True
     mmap: bool = True
     encoder_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
