@@ -86,7 +86,9 @@ def test_sixteen_threads_equal_serial_and_batching_batches(root, encoder, querie
         thread.join()
     assert_same_results([got[i] for i in range(len(queries))], expected)
     assert max(recording.batch_sizes) > 1, recording.batch_sizes
-    assert shared.stats()["batching"]["largest_batch"] > 1  # auto: on for a torch encoder
+    batching = shared.stats()["batching"]
+    assert batching["largest_batch"] > 1  # auto: on for a torch encoder
+    assert batching["workers"] == 1  # auto: torch spreads each call over every core
 
 
 def test_sixteen_asyncio_tasks_equal_serial(root, encoder, queries):

@@ -7,6 +7,7 @@ export path itself is exercised on every run (~15 s on two cores).
 from __future__ import annotations
 
 import itertools
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -201,3 +202,18 @@ def test_batches_bound_their_padding():
     for chunk in chunks:
         assert 1 <= chunk.size <= 16
         assert lengths[chunk].max() <= MAX_PADDING * lengths[chunk].min()
+
+
+def test_batching_gives_an_onnx_encoder_one_single_thread_worker_per_core(onnx_int8):
+    from retrieval.batching import BatchingConfig, EncodeBatcher
+
+    batcher = EncodeBatcher(onnx_int8, BatchingConfig(enabled=True))
+    try:
+        assert batcher.stats()["workers"] == max(1, os.cpu_count() or 1)
+        before = onnx_int8.calls["one_thread"]
+        vector, _ = batcher.submit("stem cells").result(timeout=60)
+        # With one worker per core, a batch must not spread over every core.
+        assert onnx_int8.calls["one_thread"] == before + (1 if (os.cpu_count() or 1) > 1 else 0)
+        np.testing.assert_allclose(vector, onnx_int8.encode(["stem cells"])[0], atol=1e-5)
+    finally:
+        batcher.close()
