@@ -109,21 +109,30 @@ def measure_side_by_side(
     items: Sequence[Any],
     warmup: Sequence[Any] = (),
     chunk: int = 100,
+    rewarm: int = 0,
 ) -> dict[str, Samples]:
     """Time every runner on every item, after running each on ``warmup`` (discarded).
 
     Runners take turns in chunks of ``chunk`` items: a burst of load from a neighbour on a shared
-    machine then lands on every configuration instead of on one, so the ratios hold, while each
-    runner still sees ``chunk`` consecutive queries with its own data warm in cache.
+    machine then lands on every configuration instead of on one, so the ratios hold. Before each
+    timed chunk a runner re-runs ``rewarm`` warmup items untimed, so its data (a model's weights,
+    an index's postings) is back in cache after the other runners' turns: a process serving one
+    configuration never pays that switch. The turn order rotates from chunk to chunk, so no
+    runner always follows the same one.
     """
     for run in runners.values():
         for item in warmup:
             run(item)
     samples = {name: Samples() for name in runners}
+    names = list(runners)
     clock = time.perf_counter
-    for start in range(0, len(items), chunk):
+    for turn, start in enumerate(range(0, len(items), chunk)):
         block = items[start:start + chunk]
-        for name, run in runners.items():
+        first = turn % len(names)
+        for name in names[first:] + names[:first]:
+            run = runners[name]
+            for i in range(min(rewarm, len(warmup))):
+                run(warmup[(turn * rewarm + i) % len(warmup)])
             wall, outputs = samples[name].wall_ms, samples[name].outputs
             for item in block:
                 began = clock()

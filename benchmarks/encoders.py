@@ -114,7 +114,8 @@ def single_query_latency(configs: list[Config], queries: list[str], warmup: int,
     if configs[0].backend == "torch":
         configs[0].encode(["set the thread count before timing"])
     runners = {c.name: _one_query(c.encoder) for c in configs}
-    samples = measure_side_by_side(runners, queries, warmup=queries[:warmup], chunk=chunk)
+    samples = measure_side_by_side(runners, queries, warmup=queries[:warmup], chunk=chunk,
+                                   rewarm=3)
     return {name: {"wall_ms": s.wall_ms, "summary": s.summary(), "vectors": np.vstack(s.outputs)}
             for name, s in samples.items()}
 

@@ -125,7 +125,8 @@ def c1_runs(root: Path, backend: str, encoder: Any, queries: Sequence[str], warm
         retrievers["parallel stages, encoder on 1 thread"] = load(root, one_thread, batching=off)
     runners = {name: (lambda q, r=r: r.search(q, filters=FILTER, k=10))
                for name, r in retrievers.items()}
-    samples = measure_side_by_side(runners, queries[warmup:], queries[:warmup], chunk=50)
+    samples = measure_side_by_side(runners, queries[warmup:], queries[:warmup], chunk=50,
+                                   rewarm=3)
     defaults = retrievers["defaults"].stats()
     return {"c1": {name: s.summary() for name, s in samples.items()},
             "c1 defaults": {"parallel_stages": defaults["parallel_stages"],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import suite
-from benchmarks.common import pareto_front
+from benchmarks.common import measure_side_by_side, pareto_front
 from benchmarks.quality import SUITE_METRICS, evaluate_run, run_from_outputs
 from indexes.corpus import read_corpus
 from indexes.synthetic import with_demo_metadata
@@ -188,3 +188,21 @@ def test_pareto_front() -> None:
               {"n": 0.72, "p": 2.5}, {"n": 0.60, "p": 0.5}]
     front = pareto_front(points, "n", "p")
     assert front == [{"n": 0.60, "p": 0.5}, {"n": 0.70, "p": 1.0}, {"n": 0.72, "p": 2.0}]
+
+
+def test_side_by_side_rotates_turns_and_rewarms_each_runner() -> None:
+    calls: list[tuple[str, str]] = []
+    runners = {name: (lambda item, name=name: calls.append((name, item)) or item)
+               for name in ("a", "b", "c")}
+    samples = measure_side_by_side(runners, ["q1", "q2", "q3", "q4"], warmup=["w1", "w2"],
+                                   chunk=2, rewarm=1)
+    timed = [(name, item) for name, item in calls[6:] if item.startswith("q")]
+    # chunk 1 in order a, b, c; chunk 2 starts with b: no runner always follows the same one
+    assert [name for name, _ in timed] == ["a", "a", "b", "b", "c", "c",
+                                           "b", "b", "c", "c", "a", "a"]
+    # each timed chunk is preceded by that runner's untimed warmup item
+    turns = calls[6:]
+    for i, (name, item) in enumerate(turns):
+        if item.startswith("q") and (i == 0 or turns[i - 1][0] != name):
+            pytest.fail(f"{name} timed without a re-warm")
+    assert [s.outputs for s in samples.values()] == [["q1", "q2", "q3", "q4"]] * 3
