@@ -27,8 +27,9 @@ from indexes.encoders import Encoder, takes_single_thread
 class BatchingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # None = auto: on for the torch encoder (1.6x queries/s at 16 threads on SciFact), off for
-    # ONNX, where padding a batch costs more than the per-call overhead it saves (0.78x).
+    # None = auto: on for the torch encoder (1.6x queries/s at 16 threads, 100k documents), off
+    # for ONNX INT8 (0.74-1.10x): unbatched queries already run one per core, and the encoder is
+    # only about half of a query's CPU there, so even ideal batching would cap near 1.3x.
     enabled: bool | None = None
     workers: int | None = Field(
         None, ge=1, le=64,
