@@ -51,9 +51,9 @@ def git_sha() -> str:
     return sha + ("-dirty" if git("status", "--porcelain") else "")
 
 
-def source_digest(packages: Sequence[str] = ("indexes", "retrieval")) -> str:
-    """sha256 prefix of the library's Python sources: without a commit (or with a dirty tree)
-    it still tells two runs on different code apart."""
+def source_digest(packages: Sequence[str] = ("indexes", "retrieval", "benchmarks")) -> str:
+    """sha256 prefix of the library's and the benchmarks' Python sources: without a commit (or
+    with a dirty tree) it still tells two runs on different code apart."""
     digest = hashlib.sha256()
     for package in packages:
         for path in sorted((REPO / package).rglob("*.py")):
@@ -118,7 +118,7 @@ def measure_side_by_side(
     timed chunk a runner re-runs ``rewarm`` warmup items untimed, so its data (a model's weights,
     an index's postings) is back in cache after the other runners' turns: a process serving one
     configuration never pays that switch. The turn order rotates from chunk to chunk, so no
-    runner always follows the same one.
+    runner is always the first after another's turn.
     """
     for run in runners.values():
         for item in warmup:

@@ -26,7 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from indexes.encoders import Encoder, SentenceTransformerEncoder, default_model_path, model_name
+from indexes.encoders import (
+    Encoder,
+    SentenceTransformerEncoder,
+    default_model_path,
+    model_name,
+    usable_cores,
+)
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # Part of the cached file names: bump it when the export or quantization settings change, so a
@@ -329,7 +335,7 @@ def _chunks(order: np.ndarray, lengths: np.ndarray, size: int, progress: bool
 def default_threads() -> int:
     """Intra-op threads for a call that runs alone: the cores, at most 4 (small GEMMs of a
     short query stop scaling beyond that)."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    return min(usable_cores(), 4)
 
 
 class OnnxEncoder:

@@ -3,10 +3,9 @@ parallel, and the thread count of a single encode under load."""
 
 from __future__ import annotations
 
-import os
 import threading
 
-from indexes.encoders import Encoder, parse_encoder_id
+from indexes.encoders import Encoder, parse_encoder_id, usable_cores
 from retrieval.config import RetrieverConfig
 
 
@@ -49,7 +48,7 @@ class StageOverlap:
 
     def __init__(self, encoder: Encoder, config: RetrieverConfig) -> None:
         self.setting = config.parallel_stages
-        self.spare_core = int(getattr(encoder, "threads", 1)) < (os.cpu_count() or 1)
+        self.spare_core = int(getattr(encoder, "threads", 1)) < usable_cores()
 
     def now(self, in_flight: int) -> bool:
         if self.setting is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +25,7 @@ from indexes.encoders import (
     SentenceTransformerEncoder,
     compatible_query_encoder,
     takes_single_thread,
+    usable_cores,
 )
 from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from indexes.manifest import resolve_build_dir
@@ -101,7 +101,7 @@ class Retriever:
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
         # Encodes that overlap filter + BM25 run here: one worker per core, first come first
         # served, so under load at most one model run per core and no request starves.
-        self._pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
+        self._pool = ThreadPoolExecutor(max_workers=max(2, usable_cores()),
                                         thread_name_prefix="retrieval")
         self._batcher = (EncodeBatcher(encoder, config.batching)
                          if encoder is not None and batching_on(encoder, config) else None)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import threading
 
+import numpy as np
 import pytest
 
 from indexes.corpus import read_corpus, read_queries
 from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
+from retrieval.batching import BatchingConfig, EncodeBatcher
 
 NO_CACHE = {"backend": "none"}
 
@@ -88,7 +91,7 @@ def test_sixteen_threads_equal_serial_and_batching_batches(root, encoder, querie
     assert max(recording.batch_sizes) > 1, recording.batch_sizes
     batching = shared.stats()["batching"]
     assert batching["largest_batch"] > 1  # auto: on for a torch encoder
-    assert batching["workers"] == 1  # auto: torch spreads each call over every core
+    assert batching["workers"] == 1  # auto: an encoder without single_thread= gets one
 
 
 def test_sixteen_asyncio_tasks_equal_serial(root, encoder, queries):
@@ -171,3 +174,43 @@ def test_a_lone_search_encodes_on_every_core_and_searches_under_load_on_one(root
         thread.join()
     assert encoder.calls["one_thread"] > before["one_thread"]
     assert_same_results([got[i] for i in range(len(queries))], expected)
+
+
+class InMemoryEncoder:
+    """Our Encoder interface in memory (no model): records whether each call was asked to
+    stay on one thread; ``narrowable`` says whether encode takes ``single_thread=``."""
+
+    encoder_id, model, dim = "in-memory:onnx:fp32:4", "in-memory", 4
+
+    def __init__(self) -> None:
+        self.single_thread: list[bool] = []
+
+    def encode(self, texts, *, batch_size=64, progress=False, single_thread=False):
+        self.single_thread.append(single_thread)
+        return np.full((len(texts), self.dim), 0.5, dtype=np.float32)
+
+
+class PlainEncoder(InMemoryEncoder):
+    def encode(self, texts, *, batch_size=64, progress=False):
+        return super().encode(texts)
+
+
+@pytest.mark.parametrize(("encoder_type", "workers", "expected"), [
+    (InMemoryEncoder, None, min(64, len(os.sched_getaffinity(0)))),
+    (InMemoryEncoder, 3, 3),
+    (InMemoryEncoder, 1, 1),
+    (PlainEncoder, None, 1),
+    (PlainEncoder, 3, 3),
+])
+def test_batching_workers_default_by_encoder_and_override(encoder_type, workers, expected):
+    assert BatchingConfig().workers is None
+    encoder = encoder_type()
+    batcher = EncodeBatcher(encoder, BatchingConfig(enabled=True, workers=workers))
+    try:
+        assert batcher.stats()["workers"] == expected
+        vector, _ = batcher.submit("query").result(timeout=10)
+        assert vector.shape == (4,)
+        # Several workers share the cores, so each call is kept to one thread when it can be.
+        assert encoder.single_thread == [expected > 1 and encoder_type is InMemoryEncoder]
+    finally:
+        batcher.close()
