@@ -27,6 +27,7 @@ from typing import Any
 
 import redis
 
+from indexes.encoders import usable_cores
 from retrieval.latency import summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,14 +71,13 @@ def package_version(name: str) -> str | None:
 
 def environment() -> dict[str, Any]:
     """What the numbers depend on: interpreter, libraries, CPU, and how busy the machine was."""
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     return {
         "python": sys.version.split()[0],
         "packages": {name: package_version(name) for name in PACKAGES},
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
-        "cpus_usable": len(affinity) if affinity is not None else None,
+        "cpus_usable": usable_cores(),  # what the retriever sizes its threads for
         # Shared machines: the load average says how much the absolute figures can be trusted.
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "blas_env": {k: v for k, v in os.environ.items() if k.startswith(("OPENBLAS", "OMP_"))},
