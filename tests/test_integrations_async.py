@@ -1,8 +1,13 @@
 """Async adapters never block the event loop: 16 concurrent ``ainvoke`` / ``aretrieve`` calls
 while a 1 ms heartbeat ticks; its longest stall must stay below the time of one search.
 
-The bound is the search time measured in the same test, never a fixed number of milliseconds;
-a control run with a blocking call shows the heartbeat does catch a stalled loop.
+The bound is measured in the same run, never a fixed number of milliseconds: the median of the
+16 searches as the engine timed them (``timings["total"]``). A loop that ran a search itself
+would stall for at least that search, and with 16 started together for the sum of those it ran
+in one step. What remains is the machine's scheduling and GIL hand-over while the searches'
+threads run (on a loaded 2-core machine it reached tens of ms, below the median search but not
+always below the fastest one). A control run with a blocking call shows the heartbeat does
+catch a stalled loop.
 """
 
 from __future__ import annotations
@@ -43,14 +48,25 @@ def scifact(beir_index, encoder):
     retriever.close()
 
 
-def one_search_seconds(retriever: Retriever) -> float:
-    """Median wall time of one full search, measured now, on this machine."""
-    times = []
-    for query in QUERIES[:6]:
-        started = time.perf_counter()
-        retriever.search(f"{query} baseline", k=5)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+class Timed:
+    """A SearchBackend forwarding to the real Retriever, keeping each async search's own time."""
+
+    def __init__(self, inner: Retriever) -> None:
+        self.inner, self.seconds = inner, []
+
+    def search(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.search(*args, **kwargs)
+
+    def search_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.search_batch(*args, **kwargs)
+
+    async def asearch(self, *args: Any, **kwargs: Any) -> Any:
+        result = await self.inner.asearch(*args, **kwargs)
+        self.seconds.append(result.timings["total"] / 1e3)
+        return result
+
+    async def asearch_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.asearch_batch(*args, **kwargs)
 
 
 async def longest_stall(calls: list[Callable[[], Awaitable[Any]]]) -> tuple[float, list[Any]]:
@@ -76,31 +92,32 @@ async def longest_stall(calls: list[Callable[[], Awaitable[Any]]]) -> tuple[floa
     return max(gaps), results
 
 
-def adapters(retriever: Retriever) -> dict[str, Callable[[str], Awaitable[Any]]]:
-    chain = langchain.LangChainRetriever(retriever, k=5)
-    index = llamaindex.LlamaIndexRetriever(retriever, k=5)
-    return {"langchain": chain.ainvoke, "llamaindex": index.aretrieve}
+def adapter(framework: str, backend: Timed) -> Callable[[str], Awaitable[Any]]:
+    if framework == "langchain":
+        return langchain.LangChainRetriever(backend, k=5).ainvoke
+    return llamaindex.LlamaIndexRetriever(backend, k=5).aretrieve
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
 def test_sixteen_concurrent_calls_never_stall_the_loop(scifact, framework):
-    search = one_search_seconds(scifact)
-    call = adapters(scifact)[framework]
+    backend = Timed(scifact)
+    call = adapter(framework, backend)
     stall, results = asyncio.run(longest_stall([lambda q=q: call(q) for q in QUERIES]))
     assert len(results) == 16 and all(len(r) == 5 for r in results)
-    assert stall < search, (f"the loop stalled {stall * 1e3:.1f} ms; "
-                            f"one search takes {search * 1e3:.1f} ms")
+    assert len(backend.seconds) == 16
+    one_search = statistics.median(backend.seconds)
+    assert stall < one_search, (f"the loop stalled {stall * 1e3:.1f} ms; the median search "
+                                f"took {one_search * 1e3:.1f} ms")
 
 
 def test_the_heartbeat_catches_a_blocking_call(scifact):
     """Control: a coroutine that calls the blocking ``search`` stalls the loop for a search."""
-    durations: list[float] = []
+    searches: list[float] = []
 
     async def blocking(query: str) -> Any:
-        started = time.perf_counter()
         result = scifact.search(query, k=5)
-        durations.append(time.perf_counter() - started)
+        searches.append(result.timings["total"] / 1e3)
         return result
 
     stall, _ = asyncio.run(longest_stall([lambda q=q: blocking(q) for q in QUERIES[:4]]))
-    assert stall >= min(durations)
+    assert stall >= min(searches)

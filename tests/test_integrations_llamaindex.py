@@ -11,6 +11,7 @@ pytest.importorskip("llama_index.core", reason="needs the llamaindex extra")
 from llama_index.core.llms import MockLLM  # noqa: E402
 from llama_index.core.query_engine import RetrieverQueryEngine  # noqa: E402
 from llama_index.core.retrievers import QueryFusionRetriever  # noqa: E402
+from llama_index.core.schema import MetadataMode  # noqa: E402
 from llama_index.core.vector_stores import (  # noqa: E402
     FilterCondition,
     FilterOperator,
@@ -20,8 +21,8 @@ from llama_index.core.vector_stores import (  # noqa: E402
 
 from indexes.build import build_index  # noqa: E402
 from indexes.docstore import Document  # noqa: E402
-from retrieval import InvalidQueryError, Retriever  # noqa: E402
-from retrieval.integrations import UnsupportedFilterError  # noqa: E402
+from retrieval import InvalidQueryError, Retriever, UnknownFieldError  # noqa: E402
+from retrieval.integrations import NotASearchBackendError, UnsupportedFilterError  # noqa: E402
 from retrieval.integrations.llamaindex import LlamaIndexRetriever, translate_filters  # noqa: E402
 
 QUERIES = ["statins lower cardiovascular risk", "gene expression in tumor cells"]
@@ -58,8 +59,9 @@ def test_nodes_carry_text_metadata_and_scores(scifact):
     assert node.metadata == {**hit.metadata, "doc_id": hit.doc_id, "score": hit.score,
                              "bm25_score": hit.bm25_score, "vector_score": hit.vector_score,
                              "build_id": scifact.build_id}
-    assert "bm25_score" not in node.get_metadata_str()  # scores stay out of the LLM prompt
-    assert "department" in node.get_metadata_str()
+    prompt_metadata = node.get_metadata_str(MetadataMode.LLM)
+    assert "department" in prompt_metadata
+    assert "bm25_score" not in prompt_metadata and "doc_id" not in prompt_metadata
 
 
 def naive(spec, meta) -> bool:
@@ -138,25 +140,25 @@ def test_translation_of_a_nested_filter():
 
 @pytest.mark.parametrize("operator", [Op.TEXT_MATCH, Op.TEXT_MATCH_INSENSITIVE, Op.CONTAINS,
                                       Op.ANY, Op.ALL, Op.IS_EMPTY])
-def test_operators_we_cannot_express_are_refused(scifact, operator):
+def test_operators_we_cannot_express_are_refused(twins, operator):
     value = ["a"] if operator in (Op.ANY, Op.ALL) else "cardio"
     filters = MetadataFilters(filters=[F(key="year", value=2010, operator=Op.GTE),
                                        MetadataFilters(filters=[F(key="department", value=value,
                                                                   operator=operator)])])
     with pytest.raises(UnsupportedFilterError, match=f"operator {operator.name}") as error:
-        LlamaIndexRetriever(scifact, filters=filters)
+        LlamaIndexRetriever(twins, filters=filters)
     assert isinstance(error.value, InvalidQueryError)
 
 
-def test_not_condition_and_empty_nested_filters_are_refused(scifact):
+def test_not_condition_and_empty_nested_filters_are_refused(twins):
     negated = MetadataFilters(condition=FilterCondition.NOT,
                               filters=[F(key="department", value="oncology")])
     with pytest.raises(UnsupportedFilterError, match="condition 'not'.*NE or NIN"):
-        LlamaIndexRetriever(scifact, filters=negated)
+        LlamaIndexRetriever(twins, filters=negated)
     empty_inside = MetadataFilters(condition=FilterCondition.OR, filters=[
         F(key="department", value="oncology"), MetadataFilters(filters=[])])
     with pytest.raises(UnsupportedFilterError, match="nested MetadataFilters has no filters"):
-        LlamaIndexRetriever(scifact, filters=empty_inside)
+        LlamaIndexRetriever(twins, filters=empty_inside)
 
 
 def test_query_engine_answers_with_mock_llm(scifact):
@@ -201,3 +203,15 @@ def test_identical_text_documents_are_not_dropped(twins):
     assert {"twin-a", "twin-b"} <= {n.node.node_id for n in fusion.retrieve(query)}
     engine = RetrieverQueryEngine.from_args(retriever, llm=MockLLM())
     assert {"twin-a", "twin-b"} <= {n.node.node_id for n in engine.query(query).source_nodes}
+
+
+def test_bad_arguments_raise_typed_errors(twins):
+    with pytest.raises(NotASearchBackendError, match="has no search, search_batch"):
+        LlamaIndexRetriever("build/scifact")
+    with pytest.raises(InvalidQueryError, match="k must be a positive integer"):
+        LlamaIndexRetriever(twins, k=True)
+    with pytest.raises(InvalidQueryError, match="filters must be MetadataFilters, a dict"):
+        LlamaIndexRetriever(twins, filters=[F(key="department", value="oncology")])
+    with pytest.raises(UnknownFieldError):
+        LlamaIndexRetriever(twins, filters=MetadataFilters(
+            filters=[F(key="color", value="red")])).retrieve("statins")

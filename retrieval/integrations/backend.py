@@ -58,13 +58,13 @@ def check_count(name: str, value: object) -> int | None:
     return value
 
 
-def check_filters(filters: object) -> FilterSpec:
+def check_filters(filters: object, accepted: str = "a dict, a DSL string or None") -> FilterSpec:
     """A dict or DSL filter (validated against the index by the engine on each search)."""
     if filters is None or isinstance(filters, str):
         return filters
     if isinstance(filters, Mapping):
         return dict(filters)
-    raise MalformedFilterError(f"filters must be a dict, a DSL string or None, not "
+    raise MalformedFilterError(f"filters must be {accepted}, not "
                                f"{type(filters).__name__}; e.g. {{'year': {{'gte': 2010}}}} or "
                                "'year >= 2010'")
 

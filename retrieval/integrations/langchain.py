@@ -26,6 +26,10 @@ from retrieval.integrations.errors import MissingExtraError
 from retrieval.models import SearchResult
 
 try:
+    # The first callback set-up in a process imports these (~70 ms); importing them here keeps
+    # that out of the first ``ainvoke``, where it would stall a running event loop.
+    import langchain_core.tracers.context  # noqa: F401
+    import langchain_core.tracers.stdout  # noqa: F401
     from langchain_core.callbacks import (
         AsyncCallbackManager,
         AsyncCallbackManagerForRetrieverRun,

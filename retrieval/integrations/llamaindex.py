@@ -38,6 +38,7 @@ __all__ = ["LlamaIndexRetriever", "to_nodes", "translate_filters"]
 
 # Bookkeeping keys kept out of the text LlamaIndex puts in prompts and embeds.
 _HIDDEN_KEYS = [*SCORE_KEYS, "doc_id"]
+_ACCEPTED_FILTERS = "MetadataFilters, a dict, a DSL string or None"
 
 
 def to_nodes(result: SearchResult) -> list[NodeWithScore]:
@@ -65,7 +66,7 @@ class LlamaIndexRetriever(BaseRetriever):
         self.k = check_count("k", k)
         self.candidates = check_count("candidates", candidates)
         self.filters = (translate_filters(filters) if isinstance(filters, MetadataFilters)
-                        else check_filters(filters))
+                        else check_filters(filters, _ACCEPTED_FILTERS))
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
