@@ -3,6 +3,7 @@ extra is missing says which pip command installs it. Each case runs in a fresh i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,8 @@ FRAMEWORKS = ("langchain", "langchain_core", "llama_index")
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
-                                            "PATH": "/usr/bin:/bin"})
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO),
+                                            "HF_HUB_OFFLINE": "1"})
 
 
 def test_import_retrieval_loads_no_framework():
