@@ -33,6 +33,7 @@ from benchmarks.common import (
     markdown_table,
     measure,
     measure_side_by_side,
+    package_version,
     percentile_cells,
     publish_report,
     verdict,
@@ -204,7 +205,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         return {"result-cache hit": scenario(hit, queries, args.warmup),
                 "full miss (no cache)": scenario(miss, queries, args.warmup),
-                "conversion only": conversion(hit, queries, args.warmup)}
+                "conversion only": conversion(hit, queries, args.warmup),
+                "frameworks": {name: package_version(name)
+                               for name in ("langchain-core", "llama-index-core")}}
     finally:
         hit.close()
         miss.close()
@@ -226,6 +229,7 @@ def render(results: dict[str, Any], args: argparse.Namespace) -> str:
     convert = results["conversion only"]
     return "\n".join([
         f"# Adapter overhead ({args.data.name}, k={K}, ONNX INT8 query encoder)", "",
+        ", ".join(f"{name} {version}" for name, version in results["frameworks"].items()), "",
         "End to end, side by side:", "",
         markdown_table(["scenario", "call", "n", "p50 / p95 / p99 ms"], end_rows), "",
         "Added per call (the adapter call minus the engine call it made; for the retrievers "
