@@ -1,0 +1,80 @@
+"""What an adapter needs from the engine, and the hit → framework-object mapping they share.
+
+Adapters depend on ``SearchBackend``, not on ``Retriever``: any object with the four search
+methods (the in-process ``Retriever``, or a remote client with the same signatures) plugs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from retrieval.errors import InvalidQueryError, MalformedFilterError
+from retrieval.integrations.errors import NotASearchBackendError
+from retrieval.models import Hit, SearchResult
+
+FilterSpec = dict[str, Any] | str | None
+# Keys the adapters add to a document's own metadata; they win over a same-named field.
+SCORE_KEYS = ("score", "bm25_score", "vector_score", "build_id")
+_METHODS = ("search", "search_batch", "asearch", "asearch_batch")
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """The public search API of ``Retriever``, as the adapters call it."""
+
+    def search(self, query: str, filters: FilterSpec = None, k: int | None = None, *,
+               candidates: int | None = None) -> SearchResult: ...
+
+    def search_batch(self, queries: Sequence[str], filters: FilterSpec = None,
+                     k: int | None = None, *, candidates: int | None = None
+                     ) -> list[SearchResult]: ...
+
+    async def asearch(self, query: str, filters: FilterSpec = None, k: int | None = None,
+                      **options: Any) -> SearchResult: ...
+
+    async def asearch_batch(self, queries: Sequence[str], filters: FilterSpec = None,
+                            k: int | None = None, **options: Any) -> list[SearchResult]: ...
+
+
+def check_backend(backend: object) -> SearchBackend:
+    missing = [name for name in _METHODS if not callable(getattr(backend, name, None))]
+    if missing:
+        raise NotASearchBackendError(
+            f"{type(backend).__name__} cannot back a framework retriever: it has no "
+            f"{', '.join(missing)}; pass a retrieval.Retriever (Retriever.load(path)) or a "
+            "client with the same search methods"
+        )
+    return backend  # type: ignore[return-value]  # the methods were checked just above
+
+
+def check_count(name: str, value: object) -> int | None:
+    """``k`` / ``candidates`` set on an adapter: None (the engine's default) or a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidQueryError(f"{name} must be a positive integer or None (the retriever's "
+                                f"configured default), got {value!r}")
+    return value
+
+
+def check_filters(filters: object, accepted: str = "a dict, a DSL string or None") -> FilterSpec:
+    """A dict or DSL filter (validated against the index by the engine on each search)."""
+    if filters is None or isinstance(filters, str):
+        return filters
+    if isinstance(filters, Mapping):
+        return dict(filters)
+    raise MalformedFilterError(f"filters must be {accepted}, not "
+                               f"{type(filters).__name__}; e.g. {{'year': {{'gte': 2010}}}} or "
+                               "'year >= 2010'")
+
+
+def passage(hit: Hit) -> str:
+    """The text a framework hands to its model: the title (when there is one), then the body."""
+    return f"{hit.title}\n\n{hit.text}" if hit.title else hit.text
+
+
+def hit_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
+    """The document's own metadata plus the scores of every stage and the build it came from."""
+    return {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
+            "vector_score": hit.vector_score, "build_id": build_id}

@@ -1,0 +1,36 @@
+"""Errors of the framework adapters, all inside the library's ``RetrievalError`` tree::
+
+    RetrievalError
+    └── IntegrationError               an adapter cannot be built or used as asked
+        ├── MissingExtraError          the framework's extra is not installed (also ImportError)
+        ├── NotASearchBackendError     the wrapped object lacks the search methods (also TypeError)
+        └── UnsupportedFilterError     a framework filter has no exact translation
+                                       (also InvalidQueryError: it is bad search input)
+"""
+
+from __future__ import annotations
+
+from retrieval.errors import InvalidQueryError, RetrievalError
+
+
+class IntegrationError(RetrievalError):
+    """Root of the adapters' own errors."""
+
+
+class MissingExtraError(IntegrationError, ImportError):
+    """An adapter module was imported without its framework installed."""
+
+    def __init__(self, extra: str, package: str) -> None:
+        super().__init__(
+            f"retrieval.integrations.{extra} needs {package}, which is not installed; "
+            f"install it with: pip install 'retrieval[{extra}]'"
+        )
+        self.extra = extra
+
+
+class NotASearchBackendError(IntegrationError, TypeError):
+    """The object given to an adapter is neither a Retriever nor anything with its methods."""
+
+
+class UnsupportedFilterError(IntegrationError, InvalidQueryError):
+    """A framework filter uses an operator or condition the filter language cannot express."""

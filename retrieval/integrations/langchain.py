@@ -1,0 +1,170 @@
+"""A LangChain retriever over the engine: ``LangChainRetriever(Retriever.load(path), k=5)``.
+
+``k``, ``filters`` (dict or DSL) and ``candidates`` are set at construction and can be
+overridden per call: ``retriever.invoke("q", k=3, filters={"year": {"gte": 2010}})``.
+``ainvoke`` awaits the engine's async search (the loop is never blocked); ``batch`` and
+``abatch`` search all inputs in one ``search_batch`` call (one encoder call for the batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict
+
+from retrieval.errors import InvalidQueryError
+from retrieval.integrations.backend import (
+    FilterSpec,
+    SearchBackend,
+    check_backend,
+    check_count,
+    check_filters,
+    hit_metadata,
+    passage,
+)
+from retrieval.integrations.errors import MissingExtraError
+from retrieval.models import SearchResult
+
+try:
+    # The first callback set-up in a process imports these (~70 ms); importing them here keeps
+    # that out of the first ``ainvoke``, where it would stall a running event loop.
+    import langchain_core.tracers.context  # noqa: F401
+    import langchain_core.tracers.stdout  # noqa: F401
+    from langchain_core.callbacks import (
+        AsyncCallbackManager,
+        AsyncCallbackManagerForRetrieverRun,
+        CallbackManager,
+        CallbackManagerForRetrieverRun,
+    )
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables.config import get_config_list
+except ImportError as exc:
+    raise MissingExtraError("langchain", "langchain-core") from exc
+
+__all__ = ["LangChainRetriever", "to_documents"]
+
+# Options ``invoke`` forwards that are the framework's own, not search options.
+_FRAMEWORK_KWARGS = frozenset({"verbose"})
+
+
+def to_documents(result: SearchResult) -> list[Document]:
+    """Hits as LangChain documents: id = doc id, page_content = title + text, metadata =
+    the document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id``."""
+    return [Document(id=hit.doc_id, page_content=passage(hit),
+                     metadata=hit_metadata(hit, result.build_id)) for hit in result.hits]
+
+
+class LangChainRetriever(BaseRetriever):
+    """LangChain ``BaseRetriever`` wrapping a ``Retriever`` or any ``SearchBackend``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    retriever: Any
+    k: int | None = None
+    filters: dict[str, Any] | str | None = None
+    candidates: int | None = None
+
+    def __init__(self, retriever: SearchBackend, *, k: int | None = None,
+                 filters: FilterSpec = None, candidates: int | None = None,
+                 **fields: Any) -> None:
+        # Checked here so bad arguments raise the library's typed errors, not pydantic's.
+        super().__init__(retriever=check_backend(retriever), k=check_count("k", k),
+                         filters=check_filters(filters),
+                         candidates=check_count("candidates", candidates), **fields)
+
+    # -- one query ----------------------------------------------------------------------------
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any
+    ) -> list[Document]:
+        filters, k, candidates = self._options(options)
+        return to_documents(self.retriever.search(query, filters, k, candidates=candidates))
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **options: Any
+    ) -> list[Document]:
+        filters, k, candidates = self._options(options)
+        result = await self.retriever.asearch(query, filters, k, candidates=candidates)
+        return to_documents(result)
+
+    # -- many queries: one engine call ----------------------------------------------------------
+
+    def batch(self, inputs: list[str], config: RunnableConfig | list[RunnableConfig] | None = None,
+              *, return_exceptions: bool = False, **kwargs: Any) -> list[list[Document]]:
+        """All inputs in one ``search_batch``; per-input callbacks as ``invoke`` emits them."""
+        if not inputs:
+            return []
+        runs = [self._sync_manager(config_).on_retriever_start(
+                    None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
+                for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
+                                          strict=True)]
+        try:
+            filters, k, candidates = self._options(kwargs)
+            results = self.retriever.search_batch(inputs, filters, k, candidates=candidates)
+        except Exception as exc:
+            for run in runs:
+                run.on_retriever_error(exc)
+            if return_exceptions:  # one bad input fails the batch: give each its own outcome
+                return super().batch(inputs, config, return_exceptions=True, **kwargs)
+            raise
+        documents = [to_documents(result) for result in results]
+        for run, docs in zip(runs, documents, strict=True):
+            run.on_retriever_end(docs)
+        return documents
+
+    async def abatch(self, inputs: list[str],
+                     config: RunnableConfig | list[RunnableConfig] | None = None,
+                     *, return_exceptions: bool = False, **kwargs: Any) -> list[list[Document]]:
+        """``batch`` over the engine's async batch search."""
+        if not inputs:
+            return []
+        runs = [await self._async_manager(config_).on_retriever_start(
+                    None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
+                for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
+                                          strict=True)]
+        try:
+            filters, k, candidates = self._options(kwargs)
+            results = await self.retriever.asearch_batch(inputs, filters, k,
+                                                         candidates=candidates)
+        except Exception as exc:
+            for run in runs:
+                await run.on_retriever_error(exc)
+            if return_exceptions:
+                return await super().abatch(inputs, config, return_exceptions=True, **kwargs)
+            raise
+        documents = [to_documents(result) for result in results]
+        for run, docs in zip(runs, documents, strict=True):
+            await run.on_retriever_end(docs)
+        return documents
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _options(self, overrides: dict[str, Any]) -> tuple[FilterSpec, int | None, int | None]:
+        """(filters, k, candidates): the per-call value where given, else the configured one."""
+        unknown = set(overrides) - {"k", "filters", "candidates"} - _FRAMEWORK_KWARGS
+        if unknown:
+            raise InvalidQueryError(f"unknown search option(s) {', '.join(sorted(unknown))}; "
+                                    "per call you can set k, filters and candidates")
+        k = overrides.get("k", self.k)
+        filters = overrides.get("filters", self.filters)
+        candidates = overrides.get("candidates", self.candidates)
+        return filters, k, candidates
+
+    def _run_name(self, config: RunnableConfig) -> str:
+        return config.get("run_name") or self.get_name()
+
+    def _callback_args(self, config: RunnableConfig) -> dict[str, Any]:
+        return {"inheritable_tags": config.get("tags"), "local_tags": self.tags,
+                "inheritable_metadata": {**(config.get("metadata") or {}),
+                                         **self._get_ls_params()},
+                "local_metadata": self.metadata}
+
+    def _sync_manager(self, config: RunnableConfig) -> CallbackManager:
+        return CallbackManager.configure(config.get("callbacks"), None,
+                                         **self._callback_args(config))
+
+    def _async_manager(self, config: RunnableConfig) -> AsyncCallbackManager:
+        return AsyncCallbackManager.configure(config.get("callbacks"), None,
+                                              **self._callback_args(config))
