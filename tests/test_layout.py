@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +143,20 @@ def test_public_names_are_sorted_and_importable(package):
     assert module.__all__ == sorted(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), f"{package}.__all__ names {name} but it is not defined"
+
+
+def test_readme_map_names_every_folder_and_package():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Map of the code"):]
+    section = section[:section.index("\n## ", 1)]
+    folders = {p.name for p in ROOT.iterdir()
+               if p.is_dir() and not p.name.startswith((".", "build")) and p.name != "__pycache__"
+               and any(p.rglob("*.py"))}
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "retrieval").rglob("__init__.py")}
+    for name in sorted(folders | packages):
+        assert f"`{name}/`" in section, f"the README's map of the code does not name {name}/"
+    for named in re.findall(r"`([a-z_0-9]+)`", section):  # every module it names exists
+        candidates = [*ROOT.glob(f"*/{named}.py"), *ROOT.glob(f"*/*/{named}.py"),
+                      *ROOT.glob(named)]
+        assert candidates or named in {"retrieval", "indexes", "benchmarks", "examples", "tests",
+                                       "errors", "pyarrow", "tqdm", "import"}, named
