@@ -1,4 +1,5 @@
-# make demo: install, build an index, search it, print per-stage p50/p95/p99 (no Redis needed)
+# make demo: install, build an index of DATA (default: the shipped examples/data/cranfield, or
+# ../shared/data/scifact when present), print its nDCG@10 and per-stage p50/p95/p99 (no Redis needed)
 # make test: install everything (Python packages, redis-server) and run the whole test suite
 PY ?= python3
 VENV := .venv

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from tqdm.auto import tqdm
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.bm25 import BM25Index, BM25Params
@@ -56,12 +55,21 @@ class BuildConfig(BaseModel):
 
 @dataclass
 class BuildReport:
+    """What a build did. Every document's vector was reused from the previous build, encoded
+    now, or given precomputed by the caller: the three counts add up to ``n_docs``."""
+
     build_id: str
     path: Path
     n_docs: int
     vectors_reused: int
     vectors_encoded: int
     seconds: dict[str, float] = field(default_factory=dict)
+    vectors_given: int = 0
+
+    def describe_vectors(self) -> str:
+        if self.vectors_given:
+            return f"{self.vectors_given} vectors given precomputed"
+        return f"{self.vectors_reused} vectors reused, {self.vectors_encoded} encoded"
 
 
 def content_hashes(texts: Sequence[str]) -> np.ndarray:
@@ -144,9 +152,11 @@ def build_index(
     timer = _Stopwatch()
     analyzer = Analyzer(config.analyzer)
     texts = [d.content for d in docs]
+    from tqdm.auto import tqdm  # here, not at the top: serving imports this package, not tqdm
+
     tokens = [analyzer(t) for t in tqdm(texts, desc="analyze", disable=not progress)]
     bm25 = BM25Index.build(tokens, config.bm25)
-    metadata = MetadataIndex.build([d.metadata for d in docs])
+    metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
     timer.lap("bm25+metadata")
     hashes = content_hashes(texts)
     matrix, info, reused = _vectors_for(texts, hashes, root, encoder, vectors, encoder_info,
@@ -174,7 +184,10 @@ def build_index(
         discard(staging)
         raise
     timer.lap("write+publish")
-    return BuildReport(build_id, final, len(docs), reused, len(docs) - reused, timer.laps)
+    given = len(docs) if vectors is not None else 0
+    return BuildReport(build_id, final, len(docs), vectors_reused=reused,
+                       vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
+                       vectors_given=given)
 
 
 def _vectors_for(

@@ -1,7 +1,9 @@
 """Document sources: BEIR folders and generic JSONL files.
 
 Generic JSONL: one object per line with an id (``id`` or ``_id``), ``text``, optional ``title``,
-optional ``metadata`` object; any other top-level keys are treated as metadata too.
+optional ``metadata`` object; any other top-level keys are treated as metadata too. A missing
+file is reported when the reader is created; malformed lines, duplicate ids and a metadata field
+holding two types are reported as they are read, naming the file, the line and the document.
 """
 
 from __future__ import annotations
@@ -12,19 +14,65 @@ from pathlib import Path
 
 from indexes.docstore import Document
 from indexes.errors import CorpusError
+from indexes.metadata import FieldKind, merge_kinds, value_kind
 
 _RESERVED = {"_id", "id", "title", "text", "metadata"}
 
 
 def read_jsonl(path: Path) -> Iterator[Document]:
-    """Documents from a JSONL file; malformed lines are a CorpusError naming the line."""
+    """Documents from a JSONL file; malformed lines are a CorpusError naming the line.
+
+    The file's existence is checked now, before anything is read (and before a caller loads a
+    model): the documents themselves are read lazily.
+    """
     path = Path(path)
     if not path.is_file():
-        raise CorpusError(f"corpus file {path} does not exist")
+        raise CorpusError(f"corpus file {path} does not exist; give a JSONL file or a BEIR "
+                          "folder holding corpus.jsonl")
+    return _read_lines(path)
+
+
+def _read_lines(path: Path) -> Iterator[Document]:
+    check = _Consistency(path)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if line.strip():
-                yield _document(_parse(line, path, number), path, number)
+                document = _document(_parse(line, path, number), path, number)
+                check(document, number)
+                yield document
+
+
+class _Consistency:
+    """Unique ids and one type per metadata field, checked line by line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.id_lines: dict[str, int] = {}
+        # field -> kind -> (line, document id) where the kind was first seen
+        self.kinds: dict[str, dict[FieldKind, tuple[int, str]]] = {}
+
+    def __call__(self, document: Document, line: int) -> None:
+        first = self.id_lines.setdefault(document.id, line)
+        if first != line:
+            raise CorpusError(f"{self.path}:{line}: duplicate document id {document.id!r} "
+                              f"(first at line {first}); ids must be unique")
+        for field, value in document.metadata.items():
+            kind = value_kind(value)
+            if kind is None:
+                continue
+            seen = self.kinds.setdefault(field, {})
+            if kind not in seen:
+                seen[kind] = (line, document.id)
+                if merge_kinds(set(seen)) is None:
+                    raise CorpusError(self._mixed(field, kind, seen))
+
+    def _mixed(self, field: str, kind: FieldKind, seen: dict[FieldKind, tuple[int, str]]) -> str:
+        line, doc_id = seen[kind]
+        other = next(k for k in seen if k != kind and {k, kind} != {"date", "keyword"})
+        other_line, other_id = seen[other]
+        return (f"{self.path}:{line}: document {doc_id!r}: metadata field {field!r} is a "
+                f"{kind} here but a {other} at line {other_line} (document {other_id!r}); "
+                "give every document the same type for this field (or leave it out)")
 
 
 def _parse(line: str, path: Path, number: int) -> object:

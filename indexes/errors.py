@@ -1,21 +1,34 @@
 """Typed errors shared by the offline and serving layers.
 
-The tree (every error says what was wrong and how to fix it)::
+The tree of every error the library raises on purpose (each says what was wrong and how to fix
+it); ``from retrieval import ...`` gives every one of them::
 
     RetrievalError
-    ├── ArtifactError                 an index directory cannot be used
+    ├── ArtifactError                 an index directory cannot be used (``.path``)
     │   ├── MissingArtifactError      a file named by the manifest is absent
     │   ├── CorruptArtifactError      a file's sha256 differs from the manifest
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
-    └── InvalidQueryError             (retrieval.errors) bad search input
-        ├── UnknownFieldError         filter names a field the index does not have
-        ├── FilterTypeError           filter value has the wrong type for its field
-        ├── MalformedFilterError      filter structure or syntax is wrong
-        └── LimitExceededError        input exceeds a configured limit
+    ├── InvalidQueryError             (also ValueError) bad search input
+    │   ├── UnknownFieldError         filter names a field the index does not have
+    │   ├── FilterTypeError           filter value has the wrong type for its field
+    │   ├── MalformedFilterError      filter structure or syntax is wrong
+    │   ├── LimitExceededError        input exceeds a configured limit
+    │   └── FeatureRequestError       (also FeatureError) bad arguments to a feature read
+    ├── CacheError                    (retrieval.cache.base) raised at construction only:
+    │   │                             cache reads and writes never raise, they miss
+    │   ├── CacheConfigError          (also ValueError) an invalid cache setting
+    │   └── CacheValueError           (also ValueError) a value the cache cannot encode
+    └── FeatureError                  (retrieval.features.errors) the feature store
+        ├── FeatureConfigError        (also ValueError) an invalid view, store or weight
+        ├── FeatureSchemaError        (also ValueError) a bad source column (``.column``, ``.row``)
+        ├── FeatureSourceError        an offline source cannot be read at all
+        ├── FeatureStoreError         the store failed during materialization or administration
+        └── FeatureRequestError       (see InvalidQueryError)
 
-The serving layer re-exports these from ``retrieval.errors``.
+The classes down to ``InvalidQueryError``'s filter errors live here; the serving layer
+re-exports them from ``retrieval.errors`` and defines the cache and feature-store families.
 """
 
 from __future__ import annotations

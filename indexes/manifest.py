@@ -16,7 +16,6 @@ import hashlib
 import os
 import shutil
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from indexes.errors import (
     FormatVersionError,
     MissingArtifactError,
 )
-from indexes.storage import fsync_dir, fsync_write, read_json, write_json
+from indexes.storage import fsync_dir, fsync_write, mint_id, read_json, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -59,9 +58,8 @@ class Manifest(BaseModel):
 
 
 def new_build_id() -> str:
-    """Sortable, unique: UTC timestamp plus random suffix."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    return f"{stamp}-{os.urandom(3).hex()}"
+    """Sortable, unique: UTC timestamp plus random suffix (``indexes.storage.mint_id``)."""
+    return mint_id()
 
 
 def sha256_file(path: Path) -> str:

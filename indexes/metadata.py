@@ -50,7 +50,8 @@ def keyword_value(value: Any) -> str:
     return str(value)
 
 
-def _value_kind(field: str, value: Any) -> FieldKind | None:
+def value_kind(value: Any) -> FieldKind | None:
+    """The kind a single value implies; None for values that are stored but not indexed."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -64,24 +65,36 @@ def _value_kind(field: str, value: Any) -> FieldKind | None:
     return None  # nested objects and mixed lists: stored, not indexed
 
 
-def infer_kinds(records: Sequence[Mapping[str, Any]]) -> dict[str, FieldKind]:
-    """One kind per field; a field holding two kinds is a CorpusError naming it."""
-    kinds: dict[str, set[FieldKind]] = defaultdict(set)
-    for record in records:
+def merge_kinds(seen: set[FieldKind]) -> FieldKind | None:
+    """The one kind of a field whose values implied ``seen``; None when they conflict."""
+    if seen == {"date", "keyword"}:
+        return "keyword"  # some strings are not dates: the field is a keyword field
+    return next(iter(seen)) if len(seen) == 1 else None
+
+
+def infer_kinds(records: Sequence[Mapping[str, Any]],
+                ids: Sequence[str] | None = None) -> dict[str, FieldKind]:
+    """One kind per field; a field holding two kinds is a CorpusError naming it and, when
+    ``ids`` (one per record) are given, the first document of each kind."""
+    kinds: dict[str, dict[FieldKind, int]] = defaultdict(dict)
+    for row, record in enumerate(records):
         for field, value in record.items():
-            kind = _value_kind(field, value)
+            kind = value_kind(value)
             if kind is not None:
-                kinds[field].add(kind)
+                kinds[field].setdefault(kind, row)
     result: dict[str, FieldKind] = {}
     for field, seen in sorted(kinds.items()):
-        if seen == {"date", "keyword"}:
-            seen = {"keyword"}  # some strings are not dates: the field is a keyword field
-        if len(seen) > 1:
+        merged = merge_kinds(set(seen))
+        if merged is None:
+            where = ""
+            if ids is not None:
+                where = " (" + ", ".join(f"{kind} in document {ids[row]!r}"
+                                          for kind, row in sorted(seen.items())) + ")"
             raise CorpusError(
-                f"metadata field {field!r} mixes {sorted(seen)} values; give every document "
-                "the same type for this field (or leave it out)"
+                f"metadata field {field!r} mixes {sorted(seen)} values{where}; give every "
+                "document the same type for this field (or leave it out)"
             )
-        result[field] = seen.pop()
+        result[field] = merged
     return result
 
 
@@ -109,8 +122,9 @@ class MetadataIndex:
         self.masks = MaskCache()
 
     @classmethod
-    def build(cls, records: Sequence[Mapping[str, Any]]) -> MetadataIndex:
-        kinds = infer_kinds(records)
+    def build(cls, records: Sequence[Mapping[str, Any]],
+              ids: Sequence[str] | None = None) -> MetadataIndex:
+        kinds = infer_kinds(records, ids)
         keywords = {f: _keyword_postings(records, f) for f, k in kinds.items() if k == "keyword"}
         columns = {f: _column(records, f, k) for f, k in kinds.items() if k != "keyword"}
         return cls(len(records), kinds, keywords, columns)
@@ -125,6 +139,13 @@ class MetadataIndex:
 
     def keyword_values(self, field: str) -> list[str]:
         return self._keywords[field][0]
+
+    def value_counts(self, field: str) -> list[tuple[str, int]]:
+        """(value, documents holding it) of a keyword field, most common first."""
+        values, offsets, _ = self._keywords[field]
+        counts = np.diff(offsets)
+        order = sorted(range(len(values)), key=lambda i: (-int(counts[i]), values[i]))
+        return [(values[i], int(counts[i])) for i in order]
 
     def numeric_column(self, field: str) -> np.ndarray:
         """float64 column of length n_docs; NaN where the document has no value."""
@@ -177,7 +198,7 @@ def _keyword_postings(
     postings: dict[str, list[int]] = defaultdict(list)
     for row, record in enumerate(records):
         value = record.get(field)
-        if value is None or _value_kind(field, value) is None:
+        if value is None or value_kind(value) is None:
             continue
         for item in set(value if isinstance(value, list) else [value]):
             postings[keyword_value(item)].append(row)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,18 @@ def fsync_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def mint_id(at: float | None = None) -> str:
+    """A sortable, unique id for something published (a build): its UTC time to the
+    microsecond, then 24 random bits, e.g. ``20261201T001500123456Z-9f3a1c``."""
+    at = time.time() if at is None else at
+    seconds = int(at)
+    micros = int(round((at - seconds) * 1e6)) % 1_000_000
+    return (f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(seconds))}{micros:06d}Z-"
+            f"{secrets.token_hex(3)}")
+
+
 def fsync_dir(directory: Path) -> None:
+    """Make a rename or a new entry in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,5 +1,13 @@
-"""Serving layer: ``from retrieval import Retriever``."""
+"""Serving layer: ``from retrieval import Retriever``.
 
+Exports the ``Retriever``, every configuration model a user writes (``RetrieverConfig`` and the
+sections it holds) and every error family; the error tree is drawn in ``indexes.errors``.
+"""
+
+from retrieval.batching import BatchingConfig
+from retrieval.cache.base import CacheConfigError, CacheError
+from retrieval.cache.codec import CacheValueError
+from retrieval.cache.config import CacheConfig
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.errors import (
     ArtifactError,
@@ -15,15 +23,40 @@ from retrieval.errors import (
     RetrievalError,
     UnknownFieldError,
 )
+from retrieval.feature_stage import RecencyWeight
+from retrieval.features.config import FeatureStoreConfig
+from retrieval.features.errors import (
+    FeatureConfigError,
+    FeatureError,
+    FeatureRequestError,
+    FeatureSchemaError,
+    FeatureSourceError,
+    FeatureStoreError,
+)
+from retrieval.features.ranking import FeatureWeights
 from retrieval.models import CacheInfo, Hit, SearchResult
 from retrieval.retriever import Retriever
+from retrieval.tracing import TracingConfig
 
 __all__ = [
     "ArtifactError",
+    "BatchingConfig",
+    "CacheConfig",
+    "CacheConfigError",
+    "CacheError",
     "CacheInfo",
+    "CacheValueError",
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
+    "FeatureConfigError",
+    "FeatureError",
+    "FeatureRequestError",
+    "FeatureSchemaError",
+    "FeatureSourceError",
+    "FeatureStoreConfig",
+    "FeatureStoreError",
+    "FeatureWeights",
     "FilterTypeError",
     "FormatVersionError",
     "Hit",
@@ -32,9 +65,11 @@ __all__ = [
     "Limits",
     "MalformedFilterError",
     "MissingArtifactError",
+    "RecencyWeight",
     "RetrievalError",
     "Retriever",
     "RetrieverConfig",
     "SearchResult",
+    "TracingConfig",
     "UnknownFieldError",
 ]

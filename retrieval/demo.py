@@ -1,4 +1,4 @@
-"""End-to-end demo: build an index, search it, print hits and per-stage p50/p95/p99."""
+"""End-to-end demo: build an index, search it, print its quality and per-stage p50/p95/p99."""
 
 from __future__ import annotations
 
@@ -11,42 +11,58 @@ from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.synthetic import synthetic_documents, with_demo_metadata
+from retrieval.demo_quality import print_quality
 from retrieval.latency import by_stage, format_table
 from retrieval.retriever import Retriever
 
-DEFAULT_DATA = Path("../shared/data/scifact")
+# A development checkout may hold the larger SciFact next to the repository; every clone ships
+# Cranfield (1,400 documents, 225 judged queries) under examples/data.
+NEIGHBOUR_DATA = Path("../shared/data/scifact")
+SHIPPED_DATA = Path(__file__).resolve().parents[1] / "examples" / "data" / "cranfield"
 EXAMPLE_FILTER = {"doc_type": {"in": ["review", "trial"]}, "year": {"gte": 2010}}
 WARMUP = 20
 
 
-def _source(data: str | None) -> tuple[str, list, list[str]]:
-    """(name, documents, queries) from a BEIR folder, or a generated corpus."""
-    path = Path(data) if data else DEFAULT_DATA
-    if (path / "corpus.jsonl").is_file():
+def default_data() -> Path | None:
+    """The BEIR folder the demo uses when none is given (None: generate a corpus)."""
+    for path in (NEIGHBOUR_DATA, SHIPPED_DATA):
+        if (path / "corpus.jsonl").is_file():
+            return path
+    return None
+
+
+def _source(data: str | None) -> tuple[str, Path | None, list, dict[str, str]]:
+    """(name, BEIR folder or None, documents, {query id: text})."""
+    path = Path(data) if data else default_data()
+    if path is not None and (path / "corpus.jsonl").is_file():
         docs = list(with_demo_metadata(read_corpus(path)))
-        queries = list(read_queries(path / "queries.jsonl").values())
+        queries = read_queries(path / "queries.jsonl")
         print(f"data: BEIR folder {path.resolve()} ({len(docs)} documents, {len(queries)} queries;"
               " department/doc_type/year are generated demo fields)")
-        return path.name, docs, queries
+        return path.name, path, docs, queries
     if data:
         raise SystemExit(f"error: {path} has no corpus.jsonl (expected a BEIR folder)")
     docs = list(synthetic_documents(2000))
     rng = np.random.default_rng(1)
-    queries = [" ".join(rng.choice(d.text.split(), 4)) for d in docs[:1000]]
-    print(f"data: {DEFAULT_DATA} not found; using a generated corpus of {len(docs)} documents")
-    return "generated", docs, queries
+    queries = {str(i): " ".join(rng.choice(d.text.split(), 4)) for i, d in enumerate(docs[:1000])}
+    print(f"data: neither {NEIGHBOUR_DATA} nor {SHIPPED_DATA} found; "
+          f"using a generated corpus of {len(docs)} documents")
+    return "generated", None, docs, queries
 
 
 def run_demo(data: str | None, out: Path, n_queries: int = 1000) -> int:
-    name, docs, queries = _source(data)
+    name, folder, docs, queries_by_id = _source(data)
     root = out / name
     encoder = SentenceTransformerEncoder()
     print(f"building index at {root} (vectors of unchanged documents are reused) ...")
     report = build_index(docs, root, encoder=encoder)
-    print(f"build {report.build_id}: {report.n_docs} docs, {report.vectors_encoded} encoded, "
-          f"{report.vectors_reused} reused, seconds {report.seconds}")
+    print(f"build {report.build_id}: {report.n_docs} docs, {report.describe_vectors()}, "
+          f"seconds {report.seconds}")
     # Queries use the configured (default: ONNX INT8) encoder; documents used the torch reference.
     uncached = Retriever.load(root, {"cache": {"backend": "none"}})
+    if folder is not None:
+        print_quality(uncached, folder, queries_by_id)
+    queries = list(queries_by_id.values())
     _show_example(uncached, queries[0])
     sample = list(itertools.islice(itertools.cycle(queries), n_queries + WARMUP))
     runs = (("no filter, no cache (query encoder included)", uncached, None),

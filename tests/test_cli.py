@@ -1,14 +1,23 @@
-"""The ``retrieval`` command: build, verify, search (default query encoder), errors."""
+"""The ``retrieval`` command: build, verify, describe, search, hints and errors, --help."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from indexes.corpus import read_corpus
 from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
-from retrieval.cli import main
+from retrieval.cli import COMMANDS, main
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_build_verify_search_round_trip(dataset, tmp_path, capsys):
@@ -37,3 +46,122 @@ def test_default_query_encoder_is_onnx_int8_against_torch_documents(beir_index):
     assert retriever.snapshot.manifest.encoder.encoder_id == "all-MiniLM-L6-v2:torch:fp32:384"
     assert retriever.search("statins and heart disease", k=5).hits
     assert retriever.stats()["batching"] is None  # auto: batching only pays for torch
+
+
+# --- what a newcomer trips on: formats, inferred fields, hints, errors before the model ---
+
+SMALL = [
+    {"_id": "a1", "title": "Wing flutter", "text": "flutter of a swept wing at subsonic speed",
+     "metadata": {"department": "aero", "year": 1962, "published": "1962-05-01"}},
+    {"_id": "a2", "title": "Boundary layers", "text": "laminar boundary layer heat transfer",
+     "metadata": {"department": "aero", "year": 1965, "tags": ["heat", "laminar"]}},
+    {"_id": "s1", "title": "Shells", "text": "buckling of thin cylindrical shells under load",
+     "metadata": {"department": "structures", "year": 1970}},
+]
+
+
+@pytest.fixture(scope="module")
+def small_index(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in SMALL))
+    assert main(["build", "--corpus", str(corpus), "--out", str(folder / "index")]) == 0
+    return folder / "index"
+
+
+def test_build_prints_the_fields_and_types_it_inferred(small_index, tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in SMALL))
+    assert main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "index")]) == 0
+    out = capsys.readouterr().out
+    assert ("metadata fields inferred: department (keyword), published (date), tags (keyword), "
+            "year (number)") in out
+    assert "3 vectors reused, 0 encoded" not in out  # a new root: nothing to reuse
+    assert "0 vectors reused, 3 encoded" in out
+
+
+def test_describe_lists_fields_types_and_most_common_values(small_index, capsys):
+    assert main(["describe", str(small_index)]) == 0
+    out = capsys.readouterr().out
+    assert "3 documents" in out
+    assert "department (keyword, 2 distinct values): 'aero' (2), 'structures' (1)" in out
+    assert "year (number, 3 of 3 documents): 1962 .. 1970" in out
+    assert "published (date, 1 of 3 documents): 1962-05-01T00:00:00Z .. 1962-05-01T00:00:00Z" in out
+
+
+def test_search_says_when_no_document_has_a_filter_value(small_index, capsys):
+    assert main(["search", str(small_index), "wing flutter", "--filter",
+                 'department = "aeor"', "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["hits"] == []
+    assert "no document has department = 'aeor'; did you mean 'aero'?" in captured.err
+    assert main(["search", str(small_index), "wing", "--filter",
+                 'department IN ("Structures", "aero")']) == 0
+    assert "did you mean 'structures'?" in capsys.readouterr().err
+    assert main(["search", str(small_index), "wing", "--filter", 'department = "aero"']) == 0
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_invalid_json_filter_is_reported_as_the_filter(small_index, capsys):
+    assert main(["search", str(small_index), "wing", "--filter", "{'year': 1962}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --filter starts with '{' but is not valid JSON")
+    assert "double quotes" in err
+
+
+def test_dsl_operators_of_other_languages_say_what_to_write(small_index, capsys):
+    assert main(["search", str(small_index), "wing", "--filter", 'department == "aero"']) == 2
+    assert "'==' is not part of the filter language; use '='" in capsys.readouterr().err
+
+
+def test_missing_corpus_is_reported_before_the_model_loads(tmp_path, capsys):
+    # A model directory that does not exist: had the model loaded first, it would fail first.
+    code = main(["build", "--corpus", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "i"),
+                 "--model", str(tmp_path / "no-model")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "corpus file" in err and "nope.jsonl" in err and "does not exist" in err
+
+
+def test_duplicate_id_is_reported_before_the_model_loads(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(SMALL[0]) + "\n" + json.dumps(SMALL[1]) + "\n"
+                      + json.dumps(SMALL[0]) + "\n")
+    code = main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "i"),
+                 "--model", str(tmp_path / "no-model")])
+    assert code == 2
+    assert f"{corpus}:3: duplicate document id 'a1' (first at line 1)" in capsys.readouterr().err
+
+
+def test_help_shows_the_input_formats(capsys):
+    for argv in (["build", "--help"], ["features", "materialize", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+    out = capsys.readouterr().out
+    assert '{"_id": "d1", "title": "Wing flutter"' in out
+    assert '{"name": "popularity", "entity_key": "doc_id"' in out
+    assert "doc_id,clicks,ctr,editor_pick,event_time" in out
+
+
+def test_python_dash_m_retrieval_runs_the_command(small_index):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-m", "retrieval", "describe", str(small_index)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "department (keyword" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "retrieval", "bench"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 2 and "invalid choice: 'bench'" in done.stderr
+
+
+def test_every_registered_module_adds_its_subcommand():
+    names = set()
+    for register in COMMANDS:
+        root = argparse.ArgumentParser()
+        sub = root.add_subparsers()
+        register(sub)
+        added = set(sub.choices)
+        assert added, f"{register} added no subcommand"
+        assert not added & names, f"{register} re-adds {added & names}"
+        names |= added
+    assert names == {"build", "verify", "gc", "describe", "search", "features", "demo"}

@@ -373,8 +373,14 @@ ERROR_CASES: list[tuple[str, Any, type[InvalidQueryError], list[str]]] = [
     ("dsl-stray-paren", "year = 1)", MalformedFilterError, ["position 8", "AND, OR"]),
     ("dsl-unterminated-string", "dept = 'abc", MalformedFilterError,
      ["position 7", "unterminated"]),
-    ("dsl-bad-character", "dept = 'a' && year = 1", MalformedFilterError,
+    ("dsl-bad-character", "dept = 'a' & year = 1", MalformedFilterError,
      ["position 11", "'&'"]),
+    ("dsl-double-equals", "dept == 'a'", MalformedFilterError,
+     ["position 5", "'=='", "use '='"]),
+    ("dsl-c-and", "dept = 'a' && year = 1", MalformedFilterError,
+     ["position 11", "'&&'", "use 'AND'"]),
+    ("dsl-c-or", "dept = 'a' || year = 1", MalformedFilterError,
+     ["position 11", "'||'", "use 'OR'"]),
     ("dsl-bad-escape", r"dept = 'a\qb'", MalformedFilterError, ["position 9", "escape"]),
     ("dsl-short-unicode-escape", r"dept = '\u00'", MalformedFilterError, ["position 8", r"\u"]),
     ("dsl-not-without-in", "dept NOT 'a'", MalformedFilterError, ["position 9", "IN"]),
@@ -538,3 +544,26 @@ def test_corrupt_keyword_posting_raises_instead_of_writing_out_of_bounds() -> No
     index._keywords["dept"] = (values, offsets, np.full_like(rows, len(SAMPLE_RECORDS)))
     with pytest.raises(IndexError, match="rebuild"):
         evaluate(Eq("dept", "oncology"), index)
+
+
+def test_absent_keyword_values_are_found_with_the_closest_value() -> None:
+    from retrieval.filters.hints import absent_values
+
+    index = MetadataIndex.build([{"dept": "cardiology", "year": 2001},
+                                 {"dept": "oncology", "year": 2002}])
+    kinds = index.kinds
+    node = parse_filter("(dept = 'cardiolgy' OR dept IN ('Oncology', 'oncology', 'zzz')) "
+                        "AND NOT dept = 'neuro' AND year > 2000", kinds)
+    found = {(a.field, a.value, a.closest) for a in absent_values(node, index)}
+    assert found == {("dept", "cardiolgy", "cardiology"), ("dept", "Oncology", "oncology"),
+                     ("dept", "zzz", None), ("dept", "neuro", None)}
+    assert absent_values(parse_filter({"dept": "oncology"}, kinds), index) == []
+    assert absent_values(None, index) == []
+    message = absent_values(parse_filter("dept = 'cardiolgy'", kinds), index)[0].message()
+    assert message == "no document has dept = 'cardiolgy'; did you mean 'cardiology'?"
+
+
+def test_foreign_operators_inside_strings_are_plain_values() -> None:
+    node = parse_filter("dept = '==' OR dept = '&&'", {"dept": "keyword"})
+    assert canonical(node) == canonical(parse_filter({"$or": [{"dept": "=="}, {"dept": "&&"}]},
+                                                     {"dept": "keyword"}))

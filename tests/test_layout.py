@@ -1,9 +1,13 @@
-"""Package layout rules: import direction, no cycles, sorted public names."""
+"""Package layout rules: import direction (also through import strings), no cycles, what
+``import retrieval`` loads, sorted public names."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,14 +15,61 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# The feature store's offline half (the nightly job): serving modules never import it.
+OFFLINE_FEATURE_MODULES = {"retrieval.features.materialize", "retrieval.features.sources",
+                           "retrieval.features.convert", "retrieval.features.cli"}
+# Modules that run the offline half on purpose: the command line and the demo.
+OFFLINE_USERS = ("retrieval.cli", "retrieval.demo", "retrieval.demo_quality")
+
+
 def _imports(path: Path) -> set[str]:
+    return _imports_in(path.read_text(encoding="utf-8"))
+
+
+def _imports_in(source: str) -> set[str]:
+    """Modules a source imports at run time: import statements (not those under ``if
+    TYPE_CHECKING:``), and import strings given as literals to ``importlib.import_module``,
+    ``import_module`` or ``__import__``."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+        elif isinstance(node, ast.Call) and _is_import_call(node.func) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.add(first.value)
     return names
+
+
+def _runtime_nodes(tree: ast.AST):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                and node.test.id == "TYPE_CHECKING":
+            yield from (n for child in node.orelse for n in [child, *_runtime_nodes(child)])
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def _is_import_call(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in ("import_module", "__import__")
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def test_import_strings_are_seen_as_imports():
+    source = ("import importlib\nfrom importlib import import_module\n"
+              "importlib.import_module('benchmarks.suite')\nimport_module('benchmarks.quality')\n"
+              "__import__('benchmarks')\nimportlib.import_module(name)\n"
+              "if TYPE_CHECKING:\n    import pyarrow\n")
+    assert _imports_in(source) == {"importlib", "benchmarks.suite", "benchmarks.quality",
+                                   "benchmarks"}
 
 
 def test_indexes_never_imports_retrieval():
@@ -27,12 +78,45 @@ def test_indexes_never_imports_retrieval():
         assert not offending, f"{path} imports {offending}: the offline layer must not"
 
 
+def test_retrieval_never_imports_benchmarks():
+    for path in (ROOT / "retrieval").rglob("*.py"):
+        offending = {n for n in _imports(path) if n.split(".")[0] == "benchmarks"}
+        assert not offending, (f"{path} imports {offending}: benchmarks depend on the library, "
+                               "never the reverse (they have their own entry point)")
+
+
+def test_serving_never_imports_the_offline_feature_job():
+    for path in (ROOT / "retrieval").rglob("*.py"):
+        module = _module_name(path)
+        if module in OFFLINE_FEATURE_MODULES or module.startswith(OFFLINE_USERS):
+            continue
+        offending = _imports(path) & OFFLINE_FEATURE_MODULES
+        assert not offending, f"{module} imports {offending}: the request path must not"
+
+
+def test_offline_feature_job_never_imports_the_request_path():
+    """The nightly job shares only the feature store's formats and contracts with serving."""
+    for module in sorted(OFFLINE_FEATURE_MODULES):
+        path = ROOT / Path(*module.split(".")).with_suffix(".py")
+        shared = ("retrieval.features", "retrieval.errors")
+        offending = {n for n in _imports(path)
+                     if n.split(".")[0] == "retrieval" and not n.startswith(shared)}
+        assert not offending, f"{module} imports {offending}: the offline job must not"
+
+
+def test_import_retrieval_loads_neither_pyarrow_nor_tqdm():
+    code = ("import sys, retrieval; "
+            "print(sorted(m for m in ('pyarrow', 'tqdm') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", f"import retrieval loaded {done.stdout.strip()}"
+
+
 def test_no_import_cycles_between_modules():
     graph: dict[str, set[str]] = {}
     for package in ("indexes", "retrieval"):
         for path in (ROOT / package).rglob("*.py"):
-            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-            module = module.removesuffix(".__init__")
+            module = _module_name(path)
             ours = {n for n in _imports(path) if n.split(".")[0] in ("indexes", "retrieval")}
             graph[module] = ours
     # Package __init__ files only re-export: ignore edges into them to find real cycles.
@@ -59,3 +143,20 @@ def test_public_names_are_sorted_and_importable(package):
     assert module.__all__ == sorted(module.__all__)
     for name in module.__all__:
         assert hasattr(module, name), f"{package}.__all__ names {name} but it is not defined"
+
+
+def test_readme_map_names_every_folder_and_package():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Map of the code"):]
+    section = section[:section.index("\n## ", 1)]
+    folders = {p.name for p in ROOT.iterdir()
+               if p.is_dir() and not p.name.startswith((".", "build")) and p.name != "__pycache__"
+               and any(p.rglob("*.py"))}
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "retrieval").rglob("__init__.py")}
+    for name in sorted(folders | packages):
+        assert f"`{name}/`" in section, f"the README's map of the code does not name {name}/"
+    for named in re.findall(r"`([a-z_0-9]+)`", section):  # every module it names exists
+        candidates = [*ROOT.glob(f"*/{named}.py"), *ROOT.glob(f"*/*/{named}.py"),
+                      *ROOT.glob(named)]
+        assert candidates or named in {"retrieval", "indexes", "benchmarks", "examples", "tests",
+                                       "errors", "pyarrow", "tqdm", "import"}, named

@@ -22,6 +22,8 @@ _TOKEN = re.compile(
     |(?P<word>[^\W\d][\w.\-]*)""",
     re.VERBOSE | re.DOTALL,
 )
+# Operators of other languages, recognised only to say what to write instead.
+_FOREIGN = {"==": "=", "&&": "AND", "||": "OR"}
 _WORDS = {"and": "and", "or": "or", "not": "not", "in": "in", "true": "bool", "false": "bool"}
 _ESCAPE = re.compile(  # a \u high+low surrogate pair first: together they are one character
     r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL
@@ -65,6 +67,11 @@ class DslParser:
         start = space.end() if space else self.pos
         if start == len(self.text):
             return _Token("end", "", None, start)
+        foreign = self.text[start:start + 2]
+        if foreign in _FOREIGN:
+            raise MalformedFilterError(
+                f"filter syntax error at position {start}: {foreign!r} is not part of the filter "
+                f"language; use {_FOREIGN[foreign]!r}{self._near(start)}")
         match = _TOKEN.match(self.text, start)
         if match is None:
             char = self.text[start]

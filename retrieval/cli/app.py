@@ -1,0 +1,46 @@
+"""The root parser, the list of subcommands and the error boundary of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+from indexes.errors import RetrievalError
+from retrieval.cli import admin, build, demo, describe, features, search
+from retrieval.cli.common import Subparsers
+
+# Each entry adds one subcommand (or a small group) to the root parser, in --help order.
+COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
+    build.register,
+    admin.register_verify,
+    admin.register_gc,
+    describe.register,
+    search.register,
+    features.register,
+    demo.register,
+)
+
+DESCRIPTION = """Build, inspect and search retrieval indexes.
+
+Benchmarks have their own entry point: python -m benchmarks.suite (or retrieval-bench)."""
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="retrieval", description=DESCRIPTION,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = root.add_subparsers(dest="command", required=True)
+    for register in COMMANDS:
+        register(subparsers)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RetrievalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

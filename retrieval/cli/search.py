@@ -1,0 +1,56 @@
+"""``retrieval search``: one query against an index; hits, timings and filter hints."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from retrieval.cli.common import FILTER_HELP, Subparsers, add_parser, parse_filter_arg
+from retrieval.config import RetrieverConfig
+from retrieval.filters import parse_filter
+from retrieval.filters.hints import absent_values
+from retrieval.models import SearchResult
+from retrieval.retriever import Retriever
+
+
+def register(subparsers: Subparsers) -> None:
+    search = add_parser(subparsers, "search", "search an index and print hits and timings",
+                        epilog="retrieval describe INDEX lists the fields and values to filter on.")
+    search.add_argument("index", help="index root or build directory")
+    search.add_argument("query")
+    search.add_argument("--filter", default=None, help=FILTER_HELP)
+    search.add_argument("--k", type=int, default=10)
+    search.add_argument("--candidates", type=int, default=300)
+    search.add_argument("--json", action="store_true", help="print the result as JSON")
+    search.set_defaults(func=run_search)
+
+
+def run_search(args: argparse.Namespace) -> int:
+    retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates))
+    filters = parse_filter_arg(args.filter)
+    result = retriever.search(args.query, filters=filters, k=args.k)
+    _warn_absent_values(retriever, filters)  # stderr: --json output stays parseable
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        _print_hits(result)
+    retriever.close()
+    return 0
+
+
+def _warn_absent_values(retriever: Retriever, filters: dict | str | None) -> None:
+    metadata = retriever.snapshot.metadata
+    limits = retriever.config.limits
+    node = parse_filter(filters, metadata.kinds, max_clauses=limits.max_filter_clauses,
+                        max_in_values=limits.max_in_values)
+    for absent in absent_values(node, metadata):
+        print(f"note: {absent.message()}", file=sys.stderr)
+
+
+def _print_hits(result: SearchResult) -> None:
+    for rank, hit in enumerate(result.hits, start=1):
+        print(f"{rank:>3}. {hit.doc_id}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
+              f"cos={hit.vector_score:.3f}  {hit.title[:70] or hit.text[:70]}")
+    timings = "  ".join(f"{k}={v:.3f}" for k, v in result.timings.items())
+    print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}")
+    print(f"timings ms: {timings}")
