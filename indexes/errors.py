@@ -9,11 +9,26 @@ The tree (every error says what was wrong and how to fix it)::
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
-    └── InvalidQueryError             (retrieval.errors) bad search input
-        ├── UnknownFieldError         filter names a field the index does not have
-        ├── FilterTypeError           filter value has the wrong type for its field
-        ├── MalformedFilterError      filter structure or syntax is wrong
-        └── LimitExceededError        input exceeds a configured limit
+    ├── InvalidQueryError             bad search input
+    │   ├── UnknownFieldError         filter names a field the index does not have
+    │   ├── FilterTypeError           filter value has the wrong type for its field
+    │   ├── MalformedFilterError      filter structure or syntax is wrong
+    │   ├── LimitExceededError        input exceeds a configured limit
+    │   └── FeatureRequestError       (retrieval.features) bad feature-read input
+    ├── ConfigError                   (retrieval.errors) a config key is invalid or does not
+    │   │                             match reality (store, views, Redis credentials); ``key``
+    │   ├── CacheConfigError          (retrieval.cache) a cache setting
+    │   └── FeatureConfigError        (retrieval.features) a view, store or weights setting
+    ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── CacheError                    (retrieval.cache) root of cache errors
+    │   ├── CacheConfigError          (also a ConfigError)
+    │   └── CacheValueError           a value cannot be encoded for the cache
+    └── FeatureError                  (retrieval.features) root of feature-store errors
+        ├── FeatureConfigError        (also a ConfigError)
+        ├── FeatureSchemaError        a source does not fit its view
+        ├── FeatureSourceError        a source cannot be read
+        ├── FeatureStoreError         the online store failed in a batch or admin operation
+        └── FeatureRequestError       (also an InvalidQueryError)
 
 The serving layer re-exports these from ``retrieval.errors``.
 """

@@ -134,7 +134,7 @@ class Retriever:
         The cache is built from ``config.cache`` (in-process by default) unless one is given.
         """
         if not isinstance(config, RetrieverConfig):
-            config = RetrieverConfig(**(config or {}))
+            config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
         snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
@@ -142,6 +142,11 @@ class Retriever:
             feature_store = make_store(config.feature_store)
         retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), Path(path),
                         feature_store)
+        try:
+            retriever._check_dependencies()
+        except BaseException:
+            retriever.close()
+            raise
         retriever._warm_up()
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
@@ -156,6 +161,16 @@ class Retriever:
     @property
     def snapshot(self) -> IndexSnapshot:
         return self._live.snapshot
+
+    def _check_dependencies(self) -> None:
+        """Configuration against reality, once at load: Redis credentials and certificates
+        (``ConfigError``), weighted views and features (``ConfigError`` with the closest
+        match); an unreachable store or cache is logged once and served fail-open."""
+        if self._cache is not None:
+            self._cache.cache.probe()
+        if self._features is not None:
+            self._features.check()
+            self._features.start()
 
     def _warm_up(self) -> None:
         """Compile the kernel and run the model once, so the first request is not cold."""
@@ -207,6 +222,8 @@ class Retriever:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""
         if self._reloader is not None:
             self._reloader.stop()
+        if self._features is not None:
+            self._features.stop()
         if self._batcher is not None:
             self._batcher.close()
         self._pool.shutdown(wait=False)
