@@ -31,7 +31,9 @@ from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalErr
 from indexes.manifest import resolve_build_dir
 from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
+from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
+from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
@@ -43,7 +45,7 @@ from retrieval.pipeline import (
     run_pipeline,
     timed_encode,
 )
-from retrieval.request import FilterMemo, SearchRequest, validate
+from retrieval.request import FilterMemo, SearchRequest, check_deadline, validate
 from retrieval.request_cache import Lookup, RequestCache
 from retrieval.snapshot import IndexSnapshot
 from retrieval.timing import StageTimer
@@ -107,7 +109,8 @@ class Retriever:
                          if encoder is not None and batching_on(encoder, config) else None)
         self._overlap = StageOverlap(encoder, config) if encoder is not None else None
         # With other searches in flight the encoder keeps a single query to one thread.
-        self._in_flight = InFlight()
+        self._in_flight = InFlight(config.max_in_flight)
+        self._degraded = CacheCounters(("embed", "features"))
         self._hint_threads = encoder is not None and takes_single_thread(encoder)
         self._observer = Observer(config.tracing)
         self._features = (FeatureStage(feature_store, config.features, config.recency,
@@ -240,6 +243,9 @@ class Retriever:
             "batching": self._batcher.stats() if self._batcher is not None else None,
             "parallel_stages": self._overlap.describe() if self._overlap else None,
             "reloads": list(self.reload_events[-20:]),
+            "in_flight": self._in_flight.count,
+            "shed": self._in_flight.shed,
+            "degraded": self._degraded.snapshot(),
         }
 
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
@@ -256,22 +262,30 @@ class Retriever:
         *,
         candidates: int | None = None,
         query_vector: np.ndarray | None = None,
+        deadline_ms: float | None = None,
     ) -> SearchResult:
-        """Best ``k`` passages for ``query`` among documents allowed by ``filters``."""
+        """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
+
+        ``deadline_ms`` (default ``config.deadline_ms``): past it the search degrades instead
+        of waiting (``result.degraded``). Raises ``OverloadedError`` at once when
+        ``config.max_in_flight`` searches are already running.
+        """
+        deadline = Deadline(check_deadline(deadline_ms, self.config))
         with self._in_flight:
-            return self._search(query, filters, k, candidates, query_vector)
+            return self._search(query, filters, k, candidates, query_vector, deadline)
 
     def _search(self, query: str, filters: dict[str, Any] | str | None, k: int | None,
-                candidates: int | None, query_vector: np.ndarray | None) -> SearchResult:
+                candidates: int | None, query_vector: np.ndarray | None, deadline: Deadline
+                ) -> SearchResult:
         live = self._live
         timer = StageTimer()
         request = validate(query, filters, k, candidates, self.config, live.filters)
         timer.lap("validate")
         if self._cache is None or query_vector is not None:
             # A caller-supplied vector is not part of any key, so its results are not cached.
-            pending = self._embedding(request.query, query_vector, live.snapshot)
+            pending = self._embedding(request.query, query_vector, live.snapshot, deadline)
             result = run_pipeline(live.snapshot, request, pending, timer, self.config,
-                                  features=self._features)[0]
+                                  features=self._features, deadline=deadline)[0]
             return self._done(result, timer)
         cache = self._cache
         lookup = cache.lookup_many([self._keys(live.snapshot, request)], live.snapshot.build_id,
@@ -280,7 +294,7 @@ class Retriever:
         if lookup.result is not None:
             return self._done(_served_from_cache(lookup.result, request, timer), timer)
         result = cache.once(lookup.result_key,
-                            lambda: self._miss(live.snapshot, request, lookup, timer))
+                            lambda: self._miss(live.snapshot, request, lookup, timer, deadline))
         return self._done(result, timer)
 
     def search_batch(
@@ -320,6 +334,8 @@ class Retriever:
     # -- internals ----------------------------------------------------------------------------
 
     def _done(self, result: SearchResult, timer: StageTimer) -> SearchResult:
+        if result.degraded:
+            self._degraded.add(**dict.fromkeys(result.degraded, 1))
         self._observer.observe(result, timer)
         return result
 
@@ -367,18 +383,19 @@ class Retriever:
         )
 
     def _miss(self, snapshot: IndexSnapshot, request: SearchRequest, lookup: Lookup,
-              timer: StageTimer) -> SearchResult:
+              timer: StageTimer, deadline: Deadline) -> SearchResult:
         assert self._cache is not None
         if lookup.embedding is not None:
             result, _ = run_pipeline(snapshot, request, ReadyVector(lookup.embedding), timer,
-                                     self.config, "hit", self._features)
+                                     self.config, "hit", self._features, deadline)
             fresh_vector = None
         else:
-            pending = self._embedding(request.query, None, snapshot)
+            pending = self._embedding(request.query, None, snapshot, deadline)
             result, fresh_vector = run_pipeline(snapshot, request, pending, timer, self.config,
-                                                features=self._features)
+                                                features=self._features, deadline=deadline)
         result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-        self._cache.store(lookup, result, fresh_vector)
+        if not result.degraded:  # a degraded result must not be served to searches with time
+            self._cache.store(lookup, result, fresh_vector)
         return result
 
     def _encode(self, texts: list[str]) -> np.ndarray:
@@ -391,15 +408,17 @@ class Retriever:
             return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         return self.encoder.encode(texts)
 
-    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot
-                   ) -> PendingVector:
+    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot,
+                   deadline: Deadline = NO_DEADLINE) -> PendingVector:
         """The query vector: given, or encoded (with parallel stages: started now, so it
         computes while filter + BM25 run). Only searches running alongside others go through
-        the batcher: a lone one has nothing to be batched with, so it skips the hand-off."""
+        the batcher: a lone one has nothing to be batched with, so it skips the hand-off.
+        With a deadline the encode always runs in another thread, so the search can stop
+        waiting for it."""
         if query_vector is not None:
             return ReadyVector(snapshot.vectors.check_query(query_vector))
         in_flight = self._in_flight.count
-        overlap = self._overlap is not None and self._overlap.now(in_flight)
+        overlap = deadline.active or (self._overlap is not None and self._overlap.now(in_flight))
         if self._batcher is not None and in_flight > 1:
             future = self._batcher.submit(text)
             return FutureVector(future) if overlap else ReadyVector(*future.result())
