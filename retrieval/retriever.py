@@ -233,6 +233,12 @@ class Retriever:
         if self._cache is not None:
             self._cache.cache.close()
 
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def stats(self) -> dict[str, Any]:
         """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, whether
         stages run in parallel, reloads."""
