@@ -3,6 +3,7 @@
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.errors import (
     ArtifactError,
+    ConfigError,
     CorpusError,
     CorruptArtifactError,
     EncoderMismatchError,
@@ -12,6 +13,7 @@ from retrieval.errors import (
     LimitExceededError,
     MalformedFilterError,
     MissingArtifactError,
+    OverloadedError,
     RetrievalError,
     UnknownFieldError,
 )
@@ -21,6 +23,7 @@ from retrieval.retriever import Retriever
 __all__ = [
     "ArtifactError",
     "CacheInfo",
+    "ConfigError",
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
@@ -32,6 +35,7 @@ __all__ = [
     "Limits",
     "MalformedFilterError",
     "MissingArtifactError",
+    "OverloadedError",
     "RetrievalError",
     "Retriever",
     "RetrieverConfig",
