@@ -106,7 +106,8 @@ class Soak:
             "deadline_ms": args.deadline_ms,
             "max_in_flight": args.max_in_flight,
         }
-        self.retriever = Retriever.load(self.root, config, encoder=encoder)
+        # Queries go through the default query encoder (ONNX INT8), as in production.
+        self.retriever = Retriever.load(self.root, config)
         queries = list(read_queries(args.data / "queries.jsonl").values())
         self.hot = queries[:50]
         self.cold = queries[50:]
