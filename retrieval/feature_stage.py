@@ -130,7 +130,7 @@ class FeatureStage:
         views = sorted({w.view for w in self.weights})
         try:
             if not self.store.probe():
-                raise FeatureStoreError(f"{self.store.describe()} cannot be reached")
+                raise FeatureStoreError("no answer to a probe")
             live = {view: self.store.online_snapshot_id(view) or "-" for view in views}
         except RetrievalError as exc:  # a wrong password while serving: fail open, like a fault
             self._set_reachable(False, exc)

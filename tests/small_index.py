@@ -8,6 +8,8 @@ import os
 from itertools import islice
 from pathlib import Path
 
+import pytest
+
 from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.encoders import Encoder
@@ -37,3 +39,17 @@ def small_index(dataset_dir: Path, encoder: Encoder, n_docs: int = 200) -> Path:
     docs = list(islice(with_demo_metadata(read_corpus(dataset_dir)), n_docs))
     build_index(docs, root, encoder=encoder, progress=False)
     return root
+
+
+@pytest.fixture(scope="module", name="index")
+def index_fixture(dataset, encoder) -> Path:
+    """The small index (import ``index_fixture`` into a test module to use ``index``)."""
+    return small_index(dataset("cranfield"), encoder)
+
+
+@pytest.fixture(scope="module", name="query_encoder")
+def query_encoder_fixture():
+    """The default ONNX INT8 query encoder (about 1 ms a query)."""
+    from indexes.onnx_encoder import make_encoder
+
+    return make_encoder("onnx-int8", None)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fault_proxy import FaultProxy
 from redis_servers import RedisProcess
-from small_index import QUERIES, small_index
+from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
 
 from retrieval import Retriever
 from retrieval.features import CallableSource, Feature, FeatureView, RedisStore, materialize
@@ -26,19 +26,6 @@ VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="fl
 FEATURE_TIMEOUT_MS = 20.0
 CACHE_TIMEOUT_MS = 5.0
 HANG = 2.0  # seconds: far above every timeout; only a search that waits on a dead peer gets here
-
-
-@pytest.fixture(scope="module")
-def index(dataset, encoder) -> Path:
-    return small_index(dataset("cranfield"), encoder)
-
-
-@pytest.fixture(scope="module")
-def query_encoder():
-    """The default ONNX INT8 query encoder (about 1 ms a query): the cells measure Redis."""
-    from indexes.onnx_encoder import make_encoder
-
-    return make_encoder("onnx-int8", None)
 
 
 @pytest.fixture(scope="module")

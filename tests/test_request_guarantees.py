@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from small_index import QUERIES, small_index
+from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
 
 from retrieval import Retriever
 from retrieval.cli import main as cli_main
@@ -48,18 +48,6 @@ class GatedEncoder:
         self.entered.release()
         assert self.gate.wait(30), "the test never opened the gate"
         return self.inner.encode(list(texts))
-
-
-@pytest.fixture(scope="module")
-def index(dataset, encoder) -> Path:
-    return small_index(dataset("cranfield"), encoder)
-
-
-@pytest.fixture(scope="module")
-def query_encoder():
-    from indexes.onnx_encoder import make_encoder
-
-    return make_encoder("onnx-int8", None)
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,14 @@ from retrieval.cache.base import (
     clean_items,
     ttl_to_ms,
 )
-from retrieval.resilience import NO_TLS, RedisLink, TlsFiles, redact_url, validate_redis_url
+from retrieval.resilience import (
+    NO_TLS,
+    LinkSettings,
+    RedisLink,
+    TlsFiles,
+    redact_url,
+    validate_redis_url,
+)
 
 __all__ = ["RedisCache", "redact_url", "validate_redis_url"]
 
@@ -67,12 +74,10 @@ class RedisCache(Cache):
         if write_queue_size < 1:
             raise CacheConfigError(f"write_queue_size must be >= 1, got {write_queue_size}",
                                    "write_queue_size")
-        self.link = RedisLink(
-            url, logger=logger, what="redis cache", fallback="serving cache misses",
-            cluster=cluster, socket_timeout_ms=socket_timeout_ms,
-            connect_timeout_ms=connect_timeout_ms, breaker_failures=breaker_failures,
-            breaker_cooldown_seconds=breaker_cooldown_seconds,
-            log_quiet_seconds=log_quiet_seconds, tls=tls, error=CacheConfigError)
+        self.link = RedisLink(url, LinkSettings(
+            cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
+            breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger, what="redis cache",
+            fallback="serving cache misses", error=CacheConfigError)
         self.url = self.link.url
         self.cluster = cluster
         self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads"))

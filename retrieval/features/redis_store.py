@@ -50,7 +50,7 @@ from retrieval.features.store import (
     check_grace,
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
-from retrieval.resilience import NO_TLS, RedisLink, TlsFiles, make_client, redact_url
+from retrieval.resilience import NO_TLS, LinkSettings, RedisLink, TlsFiles, make_client, redact_url
 from retrieval.resilience.redis_link import AnyRedis, Failure
 
 logger = logging.getLogger(__name__)
@@ -85,12 +85,10 @@ class RedisStore(OnlineStore):
         tls: TlsFiles = NO_TLS,
     ) -> None:
         super().__init__(views, max_entities_per_read)
-        self.link = RedisLink(
-            url, logger=logger, what="feature store", fallback="serving feature defaults",
-            cluster=cluster, socket_timeout_ms=socket_timeout_ms,
-            connect_timeout_ms=connect_timeout_ms, breaker_failures=breaker_failures,
-            breaker_cooldown_seconds=breaker_cooldown_seconds,
-            log_quiet_seconds=log_quiet_seconds, tls=tls, error=FeatureConfigError)
+        self.link = RedisLink(url, LinkSettings(
+            cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
+            breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger,
+            what="feature store", fallback="serving feature defaults", error=FeatureConfigError)
         self.url = self.link.url
         self.cluster = cluster
         self.namespace = validate_namespace(namespace)

@@ -3,6 +3,7 @@
 from retrieval.resilience.breaker import BurstLogger, CircuitBreaker
 from retrieval.resilience.redis_link import (
     NO_TLS,
+    LinkSettings,
     RedisLink,
     TlsFiles,
     credential_problem,
@@ -12,6 +13,7 @@ from retrieval.resilience.redis_link import (
 )
 
 __all__ = [
+    "LinkSettings",
     "NO_TLS",
     "BurstLogger",
     "CircuitBreaker",

@@ -127,25 +127,37 @@ def credential_problem(exc: BaseException) -> str | None:
     return None
 
 
-class RedisLink:
-    """A lazily created request-path client behind a circuit breaker; see the module doc."""
+class LinkSettings(NamedTuple):
+    """How a ``RedisLink`` talks to its server (the keys of the cache and store configs)."""
 
-    def __init__(
-        self, url: str, *, logger: logging.Logger, what: str, fallback: str,
-        cluster: bool = False, socket_timeout_ms: float = 5.0, connect_timeout_ms: float = 10.0,
-        breaker_failures: int = 5, breaker_cooldown_seconds: float = 1.0,
-        log_quiet_seconds: float = 60.0, tls: TlsFiles = NO_TLS,
-        error: type[ConfigError] = ConfigError,
-    ) -> None:
-        self.url = validate_redis_url(url, cluster, error)
-        self.cluster = cluster
-        if not (socket_timeout_ms > 0 and connect_timeout_ms > 0):
+    cluster: bool = False
+    socket_timeout_ms: float = 5.0
+    connect_timeout_ms: float = 10.0
+    breaker_failures: int = 5
+    breaker_cooldown_seconds: float = 1.0
+    log_quiet_seconds: float = 60.0
+    tls: TlsFiles = NO_TLS
+
+
+class RedisLink:
+    """A lazily created request-path client behind a circuit breaker; see the module doc.
+
+    ``what`` and ``fallback`` name the component and what it serves during an outage in its
+    log lines ("feature store ... unavailable ...; serving feature defaults"); ``error`` is
+    the component's own ``ConfigError`` subclass.
+    """
+
+    def __init__(self, url: str, settings: LinkSettings, *, logger: logging.Logger, what: str,
+                 fallback: str, error: type[ConfigError] = ConfigError) -> None:
+        self.url = validate_redis_url(url, settings.cluster, error)
+        self.cluster = settings.cluster
+        if not (settings.socket_timeout_ms > 0 and settings.connect_timeout_ms > 0):
             raise error("socket_timeout_ms and connect_timeout_ms must be > 0")
-        self.timeouts = (socket_timeout_ms / 1000.0, connect_timeout_ms / 1000.0)
-        self.tls = tls
-        self.breaker = CircuitBreaker(breaker_failures, breaker_cooldown_seconds)
+        self.timeouts = (settings.socket_timeout_ms / 1000.0, settings.connect_timeout_ms / 1000.0)
+        self.tls = settings.tls
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown_seconds)
         self.what = f"{what} {redact_url(url)}"
-        self._log = BurstLogger(logger, self.what, log_quiet_seconds, fallback=fallback)
+        self._log = BurstLogger(logger, self.what, settings.log_quiet_seconds, fallback=fallback)
         self._logger = logger
         self._client: AnyRedis | None = None
         self._lock = threading.Lock()
