@@ -53,6 +53,7 @@ VIEW = FeatureView(name="soak", features=(Feature(name="version", dtype="int64",
                                           Feature(name="boost", dtype="float32", default=0.0)))
 FILTERS = [None, {"year": {"gte": 2005}}, {"doc_type": {"in": ["review", "trial"]}},
            'department = "oncology" OR department = "genetics"']
+BACK_OFF_SECONDS = 0.005
 PHASES = (("healthy", 20.0), ("redis down", 15.0), ("healthy", 10.0), ("redis paused", 15.0),
           ("overload", 15.0))
 
@@ -152,6 +153,7 @@ class Soak:
                                    if h.features.get("version", -1) >= 0}
             except OverloadedError:
                 record.shed = True
+                self.stop.wait(BACK_OFF_SECONDS)  # what a well-behaved caller does when shed
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                 record.error = f"{type(exc).__name__}: {exc}"
             record.ended = time.monotonic()

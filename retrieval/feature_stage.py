@@ -23,6 +23,7 @@ from retrieval.features.ranking import FeatureWeights
 from retrieval.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
+_WARN_EVERY = 60.0  # seconds between "store unreachable" warnings
 
 
 def _join(live: dict[str, str]) -> str:
@@ -71,6 +72,8 @@ class FeatureStage:
         self._ids: tuple[str, list[str]] = ("", [])
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._refreshed = False
+        self._warned_at = -_WARN_EVERY
 
     @property
     def reads_store(self) -> bool:
@@ -84,7 +87,7 @@ class FeatureStage:
         if not self.reads_store:
             return
         assert self.store is not None
-        if self.refresh() is False:
+        if not (self.reachable if self._refreshed else self.refresh()):
             return
         for index, weights in enumerate(self.weights):
             try:
@@ -106,9 +109,12 @@ class FeatureStage:
                         f"features.{index}.weights.{name}")
 
     def start(self) -> None:
-        """Refresh the snapshot key in the background (no-op without weighted views)."""
+        """Refresh the snapshot key now (unless ``check`` did) and then in the background
+        (no-op without weighted views)."""
         if not self.reads_store or self._thread is not None:
             return
+        if not self._refreshed:
+            self.refresh()
         self._thread = threading.Thread(target=self._run, name="feature-snapshot-refresh",
                                         daemon=True)
         self._thread.start()
@@ -140,17 +146,22 @@ class FeatureStage:
         with self._lock:
             self._live = live
             self._key = _join(live)
+        self._refreshed = True
         return self.reachable
 
     def _set_reachable(self, reachable: bool, exc: Exception | None = None) -> None:
+        """Log a change of reachability: the loss at most once per ``_WARN_EVERY`` seconds
+        (a flapping store under load would otherwise log every flip)."""
         if reachable != self.reachable:
             assert self.store is not None
-            if reachable:
-                log.info("%s answers again; features are back in ranking", self.store.describe())
-            else:
+            now = time.monotonic()
+            if not reachable and now - self._warned_at >= _WARN_EVERY:
+                self._warned_at = now
                 log.warning("%s is unreachable (%s); serving results with "
                             "features_available=False until it answers",
                             self.store.describe(), exc)
+            elif reachable:
+                log.info("%s answers again; features are back in ranking", self.store.describe())
         self.reachable = reachable
 
     def _seen(self, view: str, snapshot_id: str | None) -> None:

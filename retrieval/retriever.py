@@ -79,6 +79,8 @@ class Retriever:
                           if (feature_store is not None and config.features) or config.recency
                           else None)
         self._path = RequestPath(config, encoder, self._cache, self._features)
+        if self._features is not None:  # snapshot ids for cache keys, off the request path
+            self._features.start()
         self._reloader: Any = None
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
@@ -135,7 +137,6 @@ class Retriever:
             self._cache.cache.probe()
         if self._features is not None:
             self._features.check()
-            self._features.start()
 
     def _warm_up(self) -> None:
         """Compile the kernel and run the model once, so the first request is not cold."""
