@@ -1,16 +1,19 @@
 """Load-and-fault harness: ``python -m benchmarks.soak --duration 600``.
 
 N client threads search a mix of repeated (cached) and new queries with filters through one
-Retriever (Redis result/embedding cache, local feature store, hot reload), on loopback only,
-while the harness cycles the environment through phases:
+Retriever (Redis result/embedding cache, Redis feature store, hot reload, a per-search deadline
+and a bound on searches in flight), on loopback only, while the harness cycles the environment
+through phases:
 
     healthy -> redis down (stopped, then restarted) -> healthy -> redis paused (SIGSTOP, then
-    SIGCONT) -> ...
+    SIGCONT) -> overload (4x as many callers as max_in_flight) -> ...
 
 and, all along, publishes a new index build every few seconds and materializes a new feature
-snapshot every few seconds. It reports requests, errors and p50/p95/p99 per phase ("during
-publish" = requests overlapping a build's publication or the swap after it), and counts results
-that mixed two builds or two feature snapshots (both goals: 0).
+snapshot every few seconds (into the same Redis). It reports searches, errors (anything but
+``OverloadedError``), shed searches (``OverloadedError``), degraded searches, p50/p95/p99 and
+max of the searches served per phase ("during publish" = requests overlapping a build's
+publication or the swap after it), how far past its deadline the slowest search returned, and
+counts results that mixed two builds or two feature snapshots (both goals: 0).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from benchmarks.common import (
     REPO,
     RESULTS_DIR,
     RedisServer,
+    fmt_ms,
     markdown_table,
     percentile_cells,
     publish_report,
@@ -39,16 +43,19 @@ from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_queries
 from indexes.docstore import Document
 from indexes.encoders import SentenceTransformerEncoder
+from indexes.errors import RetrievalError
 from indexes.synthetic import with_demo_metadata
-from retrieval import Retriever
-from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
+from retrieval import OverloadedError, Retriever
+from retrieval.features import CallableSource, Feature, FeatureView, RedisStore, materialize
 from retrieval.latency import summarize
 
 VIEW = FeatureView(name="soak", features=(Feature(name="version", dtype="int64", default=-1),
                                           Feature(name="boost", dtype="float32", default=0.0)))
 FILTERS = [None, {"year": {"gte": 2005}}, {"doc_type": {"in": ["review", "trial"]}},
            'department = "oncology" OR department = "genetics"']
-PHASES = (("healthy", 20.0), ("redis down", 15.0), ("healthy", 10.0), ("redis paused", 15.0))
+BACK_OFF_SECONDS = 0.005
+PHASES = (("healthy", 20.0), ("redis down", 15.0), ("healthy", 10.0), ("redis paused", 15.0),
+          ("overload", 15.0))
 
 
 @dataclass
@@ -57,6 +64,8 @@ class Record:
     ended: float
     phase: str
     error: str | None = None
+    shed: bool = False
+    degraded: bool = False
     build_id: str | None = None
     versions: set[int] = field(default_factory=set)
 
@@ -70,6 +79,7 @@ class Soak:
         self.publish_windows: list[tuple[float, float]] = []
         self.redis = RedisServer()
         self.rng = random.Random(3)
+        self.materialize_failures = 0
 
     # -- environment ------------------------------------------------------------------------
 
@@ -78,7 +88,9 @@ class Soak:
         encoder = SentenceTransformerEncoder()
         self.docs = list(itertools.islice(with_demo_metadata(read_corpus(args.data)), args.docs))
         self.root = args.work / "soak-index"
-        self.store = LocalStore(args.work / "soak-features", grace_seconds=5)
+        self.redis.start()
+        self.store = RedisStore(self.redis.url, grace_seconds=5, namespace="soakfeatures",
+                                write_timeout_seconds=5)
         self.build_config = BuildConfig(reuse_from=str(args.work / args.data.name)
                                         if (args.work / args.data.name / "CURRENT").exists()
                                         else None)
@@ -86,15 +98,17 @@ class Soak:
         self.encoder = encoder
         self.snapshot_no = 0
         self._materialize()
-        self.redis.start()
         config = {
             "cache": {"backend": "redis", "url": self.redis.url, "namespace": f"soak{os.getpid()}"},
+            "feature_store": {"location": self.redis.url, "namespace": "soakfeatures"},
             "features": [{"view": "soak", "weights": {"boost": 0.2}}],
             "reload_interval_seconds": 0.5,
             "feature_snapshot_refresh_seconds": 0.5,
+            "deadline_ms": args.deadline_ms,
+            "max_in_flight": args.max_in_flight,
         }
-        self.retriever = Retriever.load(self.root, config, encoder=encoder,
-                                        feature_store=self.store)
+        # Queries go through the default query encoder (ONNX INT8), as in production.
+        self.retriever = Retriever.load(self.root, config)
         queries = list(read_queries(args.data / "queries.jsonl").values())
         self.hot = queries[:50]
         self.cold = queries[50:]
@@ -108,7 +122,10 @@ class Soak:
             return [{"doc_id": d, "version": number, "boost": (hash((d, number)) % 100) / 100}
                     for d in ids]
 
-        materialize(VIEW, CallableSource(rows), self.store, progress=False)
+        try:
+            materialize(VIEW, CallableSource(rows), self.store, progress=False)
+        except RetrievalError:  # Redis down or paused: the nightly job fails, serving goes on
+            self.materialize_failures += 1
 
     def _publish(self) -> None:
         n = len(self.publish_windows)
@@ -123,16 +140,20 @@ class Soak:
 
     # -- load -------------------------------------------------------------------------------
 
-    def client(self, seed: int) -> None:
+    def client(self, seed: int, until: threading.Event | None = None) -> None:
         rng = random.Random(seed)
-        while not self.stop.is_set():
+        while not self.stop.is_set() and not (until is not None and until.is_set()):
             query = rng.choice(self.hot) if rng.random() < 0.5 else rng.choice(self.cold)
             record = Record(time.monotonic(), 0.0, self.phase)
             try:
                 result = self.retriever.search(query, filters=rng.choice(FILTERS), k=10)
                 record.build_id = result.build_id
+                record.degraded = bool(result.degraded)
                 record.versions = {int(h.features["version"]) for h in result.hits
                                    if h.features.get("version", -1) >= 0}
+            except OverloadedError:
+                record.shed = True
+                self.stop.wait(BACK_OFF_SECONDS)  # what a well-behaved caller does when shed
             except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
                 record.error = f"{type(exc).__name__}: {exc}"
             record.ended = time.monotonic()
@@ -171,13 +192,25 @@ class Soak:
 
     def _enter(self, name: str) -> None:
         self.phase = name
-        if name == "redis down":
+        if name == "overload":  # callers beyond the bound, on top of the steady ones
+            self.overload_done = threading.Event()
+            extra = self.args.max_in_flight * 4 - self.args.threads
+            self.overload_callers = [
+                threading.Thread(target=self.client, args=(1000 + i, self.overload_done),
+                                 daemon=True) for i in range(max(0, extra))]
+            for caller in self.overload_callers:
+                caller.start()
+        elif name == "redis down":
             self.redis.stop()
         elif name == "redis paused":
             self.redis.pause()
 
     def _leave(self, name: str) -> None:
-        if name == "redis down":
+        if name == "overload":
+            self.overload_done.set()
+            for caller in self.overload_callers:
+                caller.join(timeout=60)
+        elif name == "redis down":
             self.redis.start()
         elif name == "redis paused":
             self.redis.resume()
@@ -193,14 +226,25 @@ class Soak:
             key = "during publish" if _overlaps(record, self.publish_windows) else record.phase
             phases.setdefault(key, []).append(record)
             phases.setdefault("all", []).append(record)
-        table = {name: {"requests": len(rs), "errors": sum(r.error is not None for r in rs),
-                        "latency": summarize([(r.ended - r.started) * 1e3 for r in rs])}
-                 for name, rs in phases.items()}
+        table = {name: _phase_row(rs, self.args.deadline_ms) for name, rs in phases.items()}
         errors = [r.error for r in self.records if r.error][:10]
         return {"phases": table, "mixed_build_results": mixed_builds,
                 "mixed_snapshot_results": mixed_snapshots, "builds_published":
                 len(self.publish_windows), "feature_snapshots": self.snapshot_no,
-                "sample_errors": errors, "cache": stats["cache"], "reloads": stats["reloads"]}
+                "sample_errors": errors, "cache": stats["cache"], "reloads": stats["reloads"],
+                "materialize_failures": self.materialize_failures,
+                "degraded_stages": stats["degraded"], "shed": stats["shed"]}
+
+
+def _phase_row(records: list[Record], deadline_ms: float | None) -> dict[str, Any]:
+    served = [(r.ended - r.started) * 1e3 for r in records if not r.shed]
+    shed = [(r.ended - r.started) * 1e3 for r in records if r.shed]
+    worst = max(served, default=0.0)
+    return {"requests": len(records), "errors": sum(r.error is not None for r in records),
+            "shed": len(shed), "degraded": sum(r.degraded for r in records),
+            "latency": summarize(served), "max_ms": worst,
+            "shed_max_ms": max(shed, default=0.0),
+            "past_deadline_ms": (worst - deadline_ms) if deadline_ms else None}
 
 
 def _was_live(record: Record, live: dict[str, tuple[float, float]]) -> bool:
@@ -213,12 +257,19 @@ def _overlaps(record: Record, windows: Sequence[tuple[float, float]]) -> bool:
 
 
 def render(result: dict[str, Any], args: argparse.Namespace) -> str:
-    order = ["healthy", "redis down", "redis paused", "during publish", "all"]
-    rows = [[name, row["requests"], row["errors"], percentile_cells(row["latency"])]
+    order = ["healthy", "redis down", "redis paused", "overload", "during publish", "all"]
+    rows = [[name, row["requests"], row["errors"], row["shed"], row["degraded"],
+             percentile_cells(row["latency"]), fmt_ms(row["max_ms"]), fmt_ms(row["shed_max_ms"])]
             for name in order if (row := result["phases"].get(name))]
     return "\n".join([
-        f"# Soak: {args.duration:.0f} s, {args.threads} client threads, {args.docs} documents",
-        "", markdown_table(["phase", "searches", "errors", "p50 / p95 / p99 ms"], rows), "",
+        f"# Soak: {args.duration:.0f} s, {args.threads} client threads ({args.max_in_flight * 4} "
+        f"in the overload phase), max_in_flight={args.max_in_flight}, deadline_ms="
+        f"{args.deadline_ms}, {args.docs} documents",
+        "", markdown_table(["phase", "searches", "errors", "shed", "degraded",
+                            "served p50 / p95 / p99 ms", "served max ms", "shed max ms"], rows),
+        "",
+        f"- materializations that failed (Redis down or paused): "
+        f"{result['materialize_failures']}; degraded stages: {result['degraded_stages']}",
         f"- builds published: {result['builds_published']}; feature snapshots materialized: "
         f"{result['feature_snapshots']}",
         f"- results that mixed two builds: {result['mixed_build_results']}; "
@@ -233,7 +284,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--work", type=Path, default=REPO / "build" / "bench")
     parser.add_argument("--duration", type=float, default=600.0, help="seconds")
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--max-in-flight", type=int, default=4)
+    parser.add_argument("--deadline-ms", type=float, default=100.0)
     parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--publish-every", type=float, default=5.0)
     parser.add_argument("--materialize-every", type=float, default=7.0)

@@ -15,20 +15,33 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FilterTypeError           filter value has the wrong type for its field
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
-    │   └── FeatureRequestError       (also FeatureError) bad arguments to a feature read
-    ├── CacheError                    (retrieval.cache.base) raised at construction only:
+    │   ├── FeatureRequestError       (retrieval.features) bad feature-read input
+    │   └── UnsupportedFilterError    (retrieval.integrations) a framework filter we cannot
+    │                                 express exactly (also an IntegrationError)
+    ├── ConfigError                   (retrieval.errors; also ValueError) a config key is invalid
+    │   │                             or does not match reality (store, views, Redis
+    │   │                             credentials); ``key`` names it
+    │   ├── CacheConfigError          (retrieval.cache) a cache setting
+    │   └── FeatureConfigError        (retrieval.features) a view, store or weights setting
+    ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss
-    │   ├── CacheConfigError          (also ValueError) an invalid cache setting
+    │   ├── CacheConfigError          (also a ConfigError)
     │   └── CacheValueError           (also ValueError) a value the cache cannot encode
-    └── FeatureError                  (retrieval.features.errors) the feature store
-        ├── FeatureConfigError        (also ValueError) an invalid view, store or weight
-        ├── FeatureSchemaError        (also ValueError) a bad source column (``.column``, ``.row``)
-        ├── FeatureSourceError        an offline source cannot be read at all
-        ├── FeatureStoreError         the store failed during materialization or administration
-        └── FeatureRequestError       (see InvalidQueryError)
+    ├── FeatureError                  (retrieval.features) root of feature-store errors
+    │   ├── FeatureConfigError        (also a ConfigError)
+    │   ├── FeatureSchemaError        (also ValueError) a bad source column (``.column``, ``.row``)
+    │   ├── FeatureSourceError        an offline source cannot be read at all
+    │   ├── FeatureStoreError         the store failed during materialization or administration
+    │   └── FeatureRequestError       (also an InvalidQueryError)
+    └── IntegrationError              (retrieval.integrations) a framework adapter cannot be used
+        ├── MissingExtraError         the framework's extra is not installed (also ImportError)
+        ├── NotASearchBackendError    the wrapped object lacks the search methods (also TypeError)
+        └── UnsupportedFilterError    (also an InvalidQueryError)
 
 The classes down to ``InvalidQueryError``'s filter errors live here; the serving layer
-re-exports them from ``retrieval.errors`` and defines the cache and feature-store families.
+re-exports them from ``retrieval.errors`` and defines the config, overload, cache,
+feature-store and integration families.
 """
 
 from __future__ import annotations

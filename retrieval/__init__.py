@@ -11,6 +11,7 @@ from retrieval.cache.config import CacheConfig
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.errors import (
     ArtifactError,
+    ConfigError,
     CorpusError,
     CorruptArtifactError,
     EncoderMismatchError,
@@ -20,6 +21,7 @@ from retrieval.errors import (
     LimitExceededError,
     MalformedFilterError,
     MissingArtifactError,
+    OverloadedError,
     RetrievalError,
     UnknownFieldError,
 )
@@ -34,6 +36,12 @@ from retrieval.features.errors import (
     FeatureStoreError,
 )
 from retrieval.features.ranking import FeatureWeights
+from retrieval.integrations.errors import (
+    IntegrationError,
+    MissingExtraError,
+    NotASearchBackendError,
+    UnsupportedFilterError,
+)
 from retrieval.models import CacheInfo, Hit, SearchResult
 from retrieval.retriever import Retriever
 from retrieval.tracing import TracingConfig
@@ -46,6 +54,7 @@ __all__ = [
     "CacheError",
     "CacheInfo",
     "CacheValueError",
+    "ConfigError",
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
@@ -60,11 +69,15 @@ __all__ = [
     "FilterTypeError",
     "FormatVersionError",
     "Hit",
+    "IntegrationError",
     "InvalidQueryError",
     "LimitExceededError",
     "Limits",
     "MalformedFilterError",
     "MissingArtifactError",
+    "MissingExtraError",
+    "NotASearchBackendError",
+    "OverloadedError",
     "RecencyWeight",
     "RetrievalError",
     "Retriever",
@@ -72,4 +85,5 @@ __all__ = [
     "SearchResult",
     "TracingConfig",
     "UnknownFieldError",
+    "UnsupportedFilterError",
 ]

@@ -6,17 +6,18 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from retrieval.batching import BatchingConfig
 from retrieval.cache import CacheConfig
 from retrieval.feature_stage import RecencyWeight
 from retrieval.features import FeatureStoreConfig
 from retrieval.features.ranking import FeatureWeights
+from retrieval.strict import StrictConfig
 from retrieval.tracing import TracingConfig
 
 
-class Limits(BaseModel):
+class Limits(StrictConfig):
     """Bounds that protect the process from oversized input; each breach is a typed error."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -29,7 +30,7 @@ class Limits(BaseModel):
     max_in_values: int = Field(1024, ge=1)
 
 
-class RetrieverConfig(BaseModel):
+class RetrieverConfig(StrictConfig):
     """How a loaded index is searched. Defaults come from the SciFact quality benchmark."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,6 +68,13 @@ class RetrieverConfig(BaseModel):
     reload_interval_seconds: float | None = Field(
         None, gt=0, description="poll CURRENT and hot-swap new builds; None = only reload()"
     )
+    deadline_ms: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="default per-search budget; past it a "
+        "search degrades (BM25-only ranking, cache/feature reads skipped) instead of waiting. "
+        "None = no deadline")
+    max_in_flight: int | None = Field(
+        None, ge=1, description="searches served at once by this Retriever; one more gets "
+        "OverloadedError at once instead of queueing. None = no bound")
 
     @model_validator(mode="after")
     def _candidates_within_limits(self) -> RetrieverConfig:

@@ -7,17 +7,30 @@ import threading
 
 from indexes.encoders import Encoder, parse_encoder_id, usable_cores
 from retrieval.config import RetrieverConfig
+from retrieval.errors import OverloadedError
 
 
 class InFlight:
-    """How many searches are running now; ``with in_flight:`` around each one."""
+    """How many searches are running now; ``with in_flight:`` around each one.
 
-    def __init__(self) -> None:
+    With a ``limit``, entering while ``limit`` searches run raises ``OverloadedError`` at once
+    (load shedding: a bounded wait beats an unbounded queue); ``shed`` counts the refusals.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
         self.count = 0
+        self.limit = limit
+        self.shed = 0
         self._lock = threading.Lock()
 
     def __enter__(self) -> InFlight:
         with self._lock:
+            if self.limit is not None and self.count >= self.limit:
+                self.shed += 1
+                raise OverloadedError(
+                    f"{self.count} searches already in flight (max_in_flight={self.limit}); "
+                    "retry after a short back-off, or raise max_in_flight if the machine has "
+                    "headroom")
             self.count += 1
         return self
 

@@ -1,4 +1,9 @@
-"""Errors raised by the serving layer; the tree is drawn in ``indexes.errors``."""
+"""Errors raised by the serving layer; the whole tree is drawn in ``indexes.errors``."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 from indexes.errors import (
     ArtifactError,
@@ -15,8 +20,35 @@ from indexes.errors import (
     UnknownFieldError,
 )
 
+
+class ConfigError(RetrievalError, ValueError):
+    """A configuration key is invalid, or names something that does not exist.
+
+    ``key`` is the dotted path of the offending key (``"cache.url"``, ``"features.0.view"``)
+    when one key is to blame.
+    """
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class OverloadedError(RetrievalError):
+    """Too many searches are in flight; this one was refused at once instead of queued.
+
+    Retry after a short back-off, or raise ``max_in_flight`` if the machine has headroom.
+    """
+
+
+def closest(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
 __all__ = [
     "ArtifactError",
+    "ConfigError",
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
@@ -26,6 +58,8 @@ __all__ = [
     "LimitExceededError",
     "MalformedFilterError",
     "MissingArtifactError",
+    "OverloadedError",
     "RetrievalError",
     "UnknownFieldError",
+    "closest",
 ]

@@ -8,6 +8,7 @@ the only features computed per request.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -15,9 +16,18 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.errors import RetrievalError
+from retrieval.errors import ConfigError, closest
 from retrieval.features import FeatureStoreError, OnlineStore, normalize, recency, score_features
 from retrieval.features.ranking import FeatureWeights
 from retrieval.snapshot import IndexSnapshot
+
+log = logging.getLogger(__name__)
+_WARN_EVERY = 60.0  # seconds between "store unreachable" warnings
+
+
+def _join(live: dict[str, str]) -> str:
+    return ";".join(f"{view}={sid}" for view, sid in sorted(live.items()))
 
 
 class RecencyWeight(BaseModel):
@@ -41,7 +51,13 @@ class FeatureOutcome:
 
 
 class FeatureStage:
-    """Reads weighted views for candidates; knows the live snapshot ids for cache keys."""
+    """Reads weighted views for candidates; knows the live snapshot ids for cache keys.
+
+    The snapshot ids are refreshed by a background thread every ``refresh_seconds`` (and by
+    every feature read), never by a search: a search only reads the last known key. The same
+    refresh tracks whether the store is reachable; while it is not, results say
+    ``features_available=False``.
+    """
 
     def __init__(self, store: OnlineStore | None, weights: tuple[FeatureWeights, ...],
                  recency_weight: RecencyWeight | None, refresh_seconds: float = 1.0) -> None:
@@ -50,35 +66,119 @@ class FeatureStage:
         self.recency = recency_weight
         self._refresh = refresh_seconds
         self._lock = threading.Lock()
-        self._key: tuple[float, str] = (-1.0, "")
+        self._live: dict[str, str] = {}
+        self._key = ""
+        self.reachable = True
         self._ids: tuple[str, list[str]] = ("", [])
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._refreshed = False
+        self._warned_at = -_WARN_EVERY
+
+    @property
+    def reads_store(self) -> bool:
+        return self.store is not None and bool(self.weights)
+
+    def check(self) -> None:
+        """At load: every weighted view must exist in the store and every weight key must be
+        one of its features (``ConfigError`` naming the closest match). A store that cannot
+        be reached is logged once and reported ``features_available=False`` until it answers.
+        """
+        if not self.reads_store:
+            return
+        assert self.store is not None
+        if not (self.reachable if self._refreshed else self.refresh()):
+            return
+        for index, weights in enumerate(self.weights):
+            try:
+                view = self.store.online_view(weights.view)
+            except FeatureStoreError as exc:
+                self._set_reachable(False, exc)
+                return
+            if view is None:
+                raise ConfigError(
+                    f"features[{index}].view {weights.view!r} has no live snapshot in "
+                    f"{self.store.describe()}{closest(weights.view, self.store.view_names())}; "
+                    "fix the view name or materialize the view first", f"features.{index}.view")
+            names = [feature.name for feature in view.features]
+            for name in weights.weights:
+                if name not in names:
+                    raise ConfigError(
+                        f"features[{index}].weights names {name!r}, which view {view.name!r} "
+                        f"does not have{closest(name, names)}; its features are {names}",
+                        f"features.{index}.weights.{name}")
+
+    def start(self) -> None:
+        """Refresh the snapshot key now (unless ``check`` did) and then in the background
+        (no-op without weighted views)."""
+        if not self.reads_store or self._thread is not None:
+            return
+        if not self._refreshed:
+            self.refresh()
+        self._thread = threading.Thread(target=self._run, name="feature-snapshot-refresh",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._refresh):
+            self.refresh()
+
+    def refresh(self) -> bool:
+        """Read every weighted view's live snapshot id (store timeouts, off the request path).
+
+        Returns whether the store answered. An unreachable store gives "unavailable" in the
+        key, so results computed on defaults are never served once the store is back.
+        """
+        assert self.store is not None
+        views = sorted({w.view for w in self.weights})
+        try:
+            if not self.store.probe():
+                raise FeatureStoreError("no answer to a probe")
+            live = {view: self.store.online_snapshot_id(view) or "-" for view in views}
+        except RetrievalError as exc:  # a wrong password while serving: fail open, like a fault
+            self._set_reachable(False, exc)
+            live = dict.fromkeys(views, "unavailable")
+        else:
+            self._set_reachable(True)
+        with self._lock:
+            self._live = live
+            self._key = _join(live)
+        self._refreshed = True
+        return self.reachable
+
+    def _set_reachable(self, reachable: bool, exc: Exception | None = None) -> None:
+        """Log a change of reachability: the loss at most once per ``_WARN_EVERY`` seconds
+        (a flapping store under load would otherwise log every flip)."""
+        if reachable != self.reachable:
+            assert self.store is not None
+            now = time.monotonic()
+            if not reachable and now - self._warned_at >= _WARN_EVERY:
+                self._warned_at = now
+                log.warning("%s is unreachable (%s); serving results with "
+                            "features_available=False until it answers",
+                            self.store.describe(), exc)
+            elif reachable:
+                log.info("%s answers again; features are back in ranking", self.store.describe())
+        self.reachable = reachable
+
+    def _seen(self, view: str, snapshot_id: str | None) -> None:
+        """A read saw ``snapshot_id``: the freshest evidence there is; key follows it."""
+        if snapshot_id is None or self._live.get(view) == snapshot_id:
+            return
+        with self._lock:
+            self._live = {**self._live, view: snapshot_id}
+            self._key = _join(self._live)
 
     def snapshot_key(self) -> str:
-        """Live snapshot id of every weighted view, refreshed at most every ``refresh_seconds``.
+        """Live snapshot id of every weighted view, as last refreshed (no I/O).
 
         Part of the result-cache key: a materialization invalidates cached results within
-        that bound. An unreachable store gives "unavailable", so results computed on defaults
-        are never served once the store is back.
+        ``refresh_seconds``.
         """
-        if self.store is None or not self.weights:
-            return ""
-        now = time.monotonic()
-        with self._lock:
-            stamp, key = self._key
-            if now - stamp < self._refresh:
-                return key
-        views = sorted({w.view for w in self.weights})
-        key = ";".join(f"{view}={self._live(view)}" for view in views)
-        with self._lock:
-            self._key = (now, key)
-        return key
-
-    def _live(self, view: str) -> str:
-        assert self.store is not None
-        try:
-            return self.store.live_snapshot_id(view) or "-"
-        except FeatureStoreError:
-            return "unavailable"
+        return self._key
 
     def doc_ids(self, snapshot: IndexSnapshot) -> list[str]:
         """External ids by row, materialized once per build (feature reads are keyed by id)."""
@@ -101,7 +201,9 @@ class FeatureStage:
             adjustment += scores.adjustment
             per_hit = [scores.features_of(i) for i in range(rows.size)]
             snapshot_id = scores.snapshot_id
-            available = all(batch.available for batch in scores.batches.values())
+            available = self.reachable and all(b.available for b in scores.batches.values())
+            for view, batch in scores.batches.items():
+                self._seen(view, batch.snapshot_id)
         if self.recency is not None:
             column = snapshot.metadata.numeric_column(self.recency.field)
             fresh = recency(np.asarray(column[rows], dtype=np.float64), time.time(),

@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import numpy as np
 
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
+from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
@@ -27,13 +29,15 @@ from retrieval.timing import StageTimer
 class PendingVector:
     """A query vector; ``get`` returns (vector, encode ms or None when not encoded here).
 
-    ``encoded_before``: encoded by the caller just before the pipeline, so the time since the
-    last stage is the encode.
+    ``get(timeout)`` returns ``(None, None)`` when the vector is not ready within ``timeout``
+    seconds (the search then degrades to BM25 ranking). ``encoded_before``: encoded by the
+    caller just before the pipeline, so the time since the last stage is the encode.
     """
 
     encoded_before = False
 
-    def get(self) -> tuple[np.ndarray, float | None]:  # pragma: no cover - interface
+    def get(self, timeout: float | None = None
+            ) -> tuple[np.ndarray | None, float | None]:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -42,7 +46,7 @@ class ReadyVector(PendingVector):
         self._value = (vector, encode_ms)
         self.encoded_before = encode_ms is not None
 
-    def get(self) -> tuple[np.ndarray, float | None]:
+    def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
         return self._value
 
 
@@ -52,8 +56,11 @@ class FutureVector(PendingVector):
     def __init__(self, future: Future[tuple[np.ndarray, float]]) -> None:
         self._future = future
 
-    def get(self) -> tuple[np.ndarray, float | None]:
-        vector, ms = self._future.result()
+    def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
+        try:
+            vector, ms = self._future.result(timeout)
+        except FutureTimeout:  # the encode finishes in the background; this search moves on
+            return None, None
         return vector, ms
 
 
@@ -66,38 +73,48 @@ def timed_encode(encode: Callable[[list[str]], np.ndarray], text: str) -> tuple[
 def run_pipeline(
     snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector, timer: StageTimer,
     config: RetrieverConfig, embed_status: CacheStatus | None = None,
-    features: FeatureStage | None = None,
-) -> tuple[SearchResult, np.ndarray]:
-    """Search one validated request; returns the result and the query vector it used."""
+    features: FeatureStage | None = None, deadline: Deadline = NO_DEADLINE,
+) -> tuple[SearchResult, np.ndarray | None]:
+    """Search one validated request; returns the result and the query vector it used (None
+    when the embedding missed the deadline and the result is ranked by BM25 alone)."""
     if pending.encoded_before:
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
     timer.lap("filter")
     rows, bm25 = bm25_candidates(snapshot, request, mask, config)
     timer.lap("bm25")
-    query_vector, embed_ms = pending.get()
+    query_vector, embed_ms = pending.get(deadline.remaining())
     timer.lap("embed_wait")  # how long the caller waited for the encoder after BM25 finished
-    if embed_ms is not None and not pending.encoded_before:
-        timer.record("embed", embed_ms)
-    cosine = snapshot.vectors.scores(query_vector, rows)
-    timer.lap("rerank")
-    fused = fuse(bm25, cosine, config)
+    degraded: list[str] = []
+    if query_vector is None:
+        degraded.append("embed")
+        cosine = np.zeros(rows.size, dtype=np.float32)
+        fused = linear_fusion(bm25, cosine, 0.0)  # BM25 alone, min-max normalized
+    else:
+        if embed_ms is not None and not pending.encoded_before:
+            timer.record("embed", embed_ms)
+        cosine = snapshot.vectors.scores(query_vector, rows)
+        timer.lap("rerank")
+        fused = fuse(bm25, cosine, config)
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
-    if features is not None:
+    if features is not None and deadline.expired():
+        degraded.append("features")
+    elif features is not None:
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
     hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values)
             for i, values in zip(order, per_hit, strict=True)]
     timer.lap("hydrate")
-    status: Any = embed_status or ("provided" if embed_ms is None else "miss")
+    provided = embed_ms is None and query_vector is not None
+    status: Any = embed_status or ("provided" if provided else "miss")
     result = SearchResult(
         query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
         candidates=int(rows.size), allowed=allowed, cache=CacheInfo(embedding=status),
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
-        features_available=outcome.available if outcome else None,
+        features_available=outcome.available if outcome else None, degraded=degraded,
     )
     return result, query_vector
 

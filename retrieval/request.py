@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -102,6 +103,17 @@ class FilterMemo:
         else:
             return None
         return (isinstance(filters, str), text) if len(text) <= self._max_text else None
+
+
+def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
+    """The search's budget in ms (the argument, else the config default), or None."""
+    if deadline_ms is None:
+        return config.deadline_ms
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, int | float) \
+            or not math.isfinite(deadline_ms) or deadline_ms <= 0:
+        raise InvalidQueryError(f"deadline_ms must be a positive number of milliseconds, got "
+                                f"{deadline_ms!r}; pass None for the config default")
+    return float(deadline_ms)
 
 
 def validate(

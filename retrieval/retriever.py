@@ -1,8 +1,6 @@
-"""The Retriever: the public front door; orchestration only (it owns no algorithm).
-
-Per request: validate → one cache lookup (result + embedding) → on a miss, the query embedding
-starts in another thread (the encode batcher) while filter + BM25 run here → exact re-rank of
-the candidates → fusion → hydrate → cache write off the critical path → stats and spans.
+"""The Retriever: the public front door. It owns the lifecycle (load with its checks against
+reality, reload, close, stats) and no algorithm; a search is one pass down the stages of
+``request_path.RequestPath`` over the build that is live when it starts.
 """
 
 from __future__ import annotations
@@ -12,8 +10,6 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +20,18 @@ from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     compatible_query_encoder,
-    takes_single_thread,
-    usable_cores,
 )
-from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
+from indexes.errors import EncoderMismatchError, RetrievalError
 from indexes.manifest import resolve_build_dir
-from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
-from retrieval.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
-from retrieval.models import CacheInfo, SearchResult
-from retrieval.pipeline import (
-    FutureVector,
-    PendingVector,
-    ReadyVector,
-    run_pipeline,
-    timed_encode,
-)
-from retrieval.request import FilterMemo, SearchRequest, validate
-from retrieval.request_cache import Lookup, RequestCache
+from retrieval.models import SearchResult
+from retrieval.request import FilterMemo
+from retrieval.request_cache import RequestCache
+from retrieval.request_path import Live, RequestPath
 from retrieval.snapshot import IndexSnapshot
-from retrieval.timing import StageTimer
-from retrieval.tracing import Observer
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +59,6 @@ def check_encoder(encoder: Encoder, snapshot: IndexSnapshot) -> None:
         )
 
 
-@dataclass(frozen=True)
-class _Live:
-    """What one request binds to at its start: a build and its filter memo, never mixed."""
-
-    snapshot: IndexSnapshot
-    filters: FilterMemo
-
-
 class Retriever:
     """Two-stage hybrid search over the live build. Thread-safe; one instance serves many."""
 
@@ -96,24 +72,15 @@ class Retriever:
         self.config = config
         self.encoder = encoder
         self.root = root
-        self._live = _Live(snapshot, FilterMemo(snapshot.metadata.kinds, config.limits))
-        self._config_key = config.fingerprint()
+        self._live = Live(snapshot, FilterMemo(snapshot.metadata.kinds, config.limits))
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
-        # Encodes that overlap filter + BM25 run here: one worker per core, first come first
-        # served, so under load at most one model run per core and no request starves.
-        self._pool = ThreadPoolExecutor(max_workers=max(2, usable_cores()),
-                                        thread_name_prefix="retrieval")
-        self._batcher = (EncodeBatcher(encoder, config.batching)
-                         if encoder is not None and batching_on(encoder, config) else None)
-        self._overlap = StageOverlap(encoder, config) if encoder is not None else None
-        # With other searches in flight the encoder keeps a single query to one thread.
-        self._in_flight = InFlight()
-        self._hint_threads = encoder is not None and takes_single_thread(encoder)
-        self._observer = Observer(config.tracing)
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
                           if (feature_store is not None and config.features) or config.recency
                           else None)
+        self._path = RequestPath(config, encoder, self._cache, self._features)
+        if self._features is not None:  # snapshot ids for cache keys, off the request path
+            self._features.start()
         self._reloader: Any = None
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
@@ -134,7 +101,7 @@ class Retriever:
         The cache is built from ``config.cache`` (in-process by default) unless one is given.
         """
         if not isinstance(config, RetrieverConfig):
-            config = RetrieverConfig(**(config or {}))
+            config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
         snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
@@ -142,6 +109,11 @@ class Retriever:
             feature_store = make_store(config.feature_store)
         retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), Path(path),
                         feature_store)
+        try:
+            retriever._check_dependencies()
+        except BaseException:
+            retriever.close()
+            raise
         retriever._warm_up()
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
@@ -156,6 +128,15 @@ class Retriever:
     @property
     def snapshot(self) -> IndexSnapshot:
         return self._live.snapshot
+
+    def _check_dependencies(self) -> None:
+        """Configuration against reality, once at load: Redis credentials and certificates
+        (``ConfigError``), weighted views and features (``ConfigError`` with the closest
+        match); an unreachable store or cache is logged once and served fail-open."""
+        if self._cache is not None:
+            self._cache.cache.probe()
+        if self._features is not None:
+            self._features.check()
 
     def _warm_up(self) -> None:
         """Compile the kernel and run the model once, so the first request is not cold."""
@@ -189,7 +170,7 @@ class Retriever:
             self.reload_events.append({"event": "refused", "error": str(exc)})
             return False
         swap_started = time.monotonic()
-        self._live = _Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
+        self._live = Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
                                    "swapped_at": (swap_started, time.monotonic())})
         log.info("now serving build %s", fresh.build_id)
@@ -207,23 +188,23 @@ class Retriever:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""
         if self._reloader is not None:
             self._reloader.stop()
-        if self._batcher is not None:
-            self._batcher.close()
-        self._pool.shutdown(wait=False)
+        if self._features is not None:
+            self._features.stop()
+        self._path.close()
         if self._cache is not None:
             self._cache.cache.close()
+
+    def __enter__(self) -> Retriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def stats(self) -> dict[str, Any]:
         """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, whether
         stages run in parallel, reloads."""
-        return {
-            "build_id": self.build_id,
-            "latency_ms": self._observer.latency.summary(),
-            "cache": self._cache.stats() if self._cache is not None else None,
-            "batching": self._batcher.stats() if self._batcher is not None else None,
-            "parallel_stages": self._overlap.describe() if self._overlap else None,
-            "reloads": list(self.reload_events[-20:]),
-        }
+        return {"build_id": self.build_id, **self._path.stats(),
+                "reloads": list(self.reload_events[-20:])}
 
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued cache writes are done (tests and orderly shutdown)."""
@@ -239,32 +220,16 @@ class Retriever:
         *,
         candidates: int | None = None,
         query_vector: np.ndarray | None = None,
+        deadline_ms: float | None = None,
     ) -> SearchResult:
-        """Best ``k`` passages for ``query`` among documents allowed by ``filters``."""
-        with self._in_flight:
-            return self._search(query, filters, k, candidates, query_vector)
+        """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
 
-    def _search(self, query: str, filters: dict[str, Any] | str | None, k: int | None,
-                candidates: int | None, query_vector: np.ndarray | None) -> SearchResult:
-        live = self._live
-        timer = StageTimer()
-        request = validate(query, filters, k, candidates, self.config, live.filters)
-        timer.lap("validate")
-        if self._cache is None or query_vector is not None:
-            # A caller-supplied vector is not part of any key, so its results are not cached.
-            pending = self._embedding(request.query, query_vector, live.snapshot)
-            result = run_pipeline(live.snapshot, request, pending, timer, self.config,
-                                  features=self._features)[0]
-            return self._done(result, timer)
-        cache = self._cache
-        lookup = cache.lookup_many([self._keys(live.snapshot, request)], live.snapshot.build_id,
-                                   live.snapshot.vectors.dim)[0]
-        timer.lap("cache")
-        if lookup.result is not None:
-            return self._done(_served_from_cache(lookup.result, request, timer), timer)
-        result = cache.once(lookup.result_key,
-                            lambda: self._miss(live.snapshot, request, lookup, timer))
-        return self._done(result, timer)
+        ``deadline_ms`` (default ``config.deadline_ms``): past it the search degrades instead
+        of waiting (``result.degraded``). Raises ``OverloadedError`` at once when
+        ``config.max_in_flight`` searches are already running.
+        """
+        return self._path.search(self._live, query, filters, k, candidates, query_vector,
+                                 deadline_ms)
 
     def search_batch(
         self,
@@ -276,17 +241,8 @@ class Retriever:
         query_vectors: np.ndarray | None = None,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
-        live = self._live
-        requests = [validate(q, filters, k, candidates, self.config, live.filters)
-                    for q in queries]
-        with self._in_flight:
-            if query_vectors is None and self._cache is not None:
-                return self._cached_batch(live.snapshot, requests)
-            vectors = query_vectors if query_vectors is not None else self._encode(
-                [r.query for r in requests])
-            status = "provided" if query_vectors is not None else "miss"
-            return [self._uncached(live.snapshot, r, ReadyVector(v), status)
-                    for r, v in zip(requests, vectors, strict=True)]
+        return self._path.search_batch(self._live, queries, filters, k, candidates,
+                                       query_vectors)
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:
@@ -299,106 +255,3 @@ class Retriever:
                             **options: Any) -> list[SearchResult]:
         call = functools.partial(self.search_batch, queries, filters, k, **options)
         return await asyncio.get_running_loop().run_in_executor(None, call)
-
-    # -- internals ----------------------------------------------------------------------------
-
-    def _done(self, result: SearchResult, timer: StageTimer) -> SearchResult:
-        self._observer.observe(result, timer)
-        return result
-
-    def _uncached(self, snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector,
-                  status: str) -> SearchResult:
-        timer = StageTimer()
-        result = run_pipeline(snapshot, request, pending, timer, self.config,
-                              status, self._features)[0]  # type: ignore[arg-type]
-        return self._done(result, timer)
-
-    def _cached_batch(self, snapshot: IndexSnapshot, requests: list[SearchRequest]
-                      ) -> list[SearchResult]:
-        """One cache round trip for the batch, one encoder call for the embedding misses."""
-        assert self._cache is not None
-        lookups = self._cache.lookup_many([self._keys(snapshot, r) for r in requests],
-                                          snapshot.build_id, snapshot.vectors.dim)
-        missing = [i for i, look in enumerate(lookups)
-                   if look.result is None and look.embedding is None]
-        fresh = dict(zip(missing, self._encode([requests[i].query for i in missing]),
-                         strict=True)) if missing else {}
-        results = []
-        for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
-            if lookup.result is not None:
-                timer = StageTimer()
-                results.append(self._done(_served_from_cache(lookup.result, request, timer),
-                                          timer))
-                continue
-            vector = fresh.get(i, lookup.embedding)
-            assert vector is not None
-            result = self._uncached(snapshot, request, ReadyVector(vector),
-                                    "miss" if i in fresh else "hit")
-            result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-            self._cache.store(lookup, result, fresh.get(i))
-            results.append(result)
-        return results
-
-    def _keys(self, snapshot: IndexSnapshot, request: SearchRequest) -> tuple[str, str | None]:
-        assert self._cache is not None
-        return self._cache.keys(
-            build_id=snapshot.build_id,
-            snapshot_id=self._features.snapshot_key() if self._features is not None else "",
-            config_key=f"{self._config_key}:{request.candidates}", query=request.query,
-            filter_key=request.filter_key, k=request.k,
-            encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
-        )
-
-    def _miss(self, snapshot: IndexSnapshot, request: SearchRequest, lookup: Lookup,
-              timer: StageTimer) -> SearchResult:
-        assert self._cache is not None
-        if lookup.embedding is not None:
-            result, _ = run_pipeline(snapshot, request, ReadyVector(lookup.embedding), timer,
-                                     self.config, "hit", self._features)
-            fresh_vector = None
-        else:
-            pending = self._embedding(request.query, None, snapshot)
-            result, fresh_vector = run_pipeline(snapshot, request, pending, timer, self.config,
-                                                features=self._features)
-        result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-        self._cache.store(lookup, result, fresh_vector)
-        return result
-
-    def _encode(self, texts: list[str]) -> np.ndarray:
-        if self.encoder is None:
-            raise InvalidQueryError(
-                "this index was built from precomputed vectors and has no query encoder; pass "
-                "query_vector=... or load the retriever with encoder=..."
-            )
-        if self._hint_threads and self._in_flight.count > 1:
-            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
-        return self.encoder.encode(texts)
-
-    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot
-                   ) -> PendingVector:
-        """The query vector: given, or encoded (with parallel stages: started now, so it
-        computes while filter + BM25 run). Only searches running alongside others go through
-        the batcher: a lone one has nothing to be batched with, so it skips the hand-off."""
-        if query_vector is not None:
-            return ReadyVector(snapshot.vectors.check_query(query_vector))
-        in_flight = self._in_flight.count
-        overlap = self._overlap is not None and self._overlap.now(in_flight)
-        if self._batcher is not None and in_flight > 1:
-            future = self._batcher.submit(text)
-            return FutureVector(future) if overlap else ReadyVector(*future.result())
-        if overlap:
-            return FutureVector(self._pool.submit(timed_encode, self._encode, text))
-        return ReadyVector(*timed_encode(self._encode, text))
-
-
-def _served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer
-                       ) -> SearchResult:
-    """A cached result with this request's query text, timings and cache status.
-
-    Decoded results are shared between hits of the same entry; the hit list is copied so a
-    caller reordering it cannot affect others (treat the Hit objects themselves as read-only).
-    """
-    return cached.model_copy(update={
-        "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
-        "cache": CacheInfo(result="hit", embedding="skipped"),
-    })

@@ -1,7 +1,6 @@
 """Query-embedding and result caches: in-process LRU or fail-open Redis (standalone/Cluster)."""
 
 from retrieval.cache.base import Cache, CacheConfigError, CacheError
-from retrieval.cache.breaker import BurstLogger, CircuitBreaker
 from retrieval.cache.codec import (
     CacheValueError,
     decode_embedding,
@@ -20,6 +19,7 @@ from retrieval.cache.keys import (
 from retrieval.cache.memory import MemoryCache
 from retrieval.cache.redis_backend import RedisCache
 from retrieval.cache.singleflight import SingleFlight
+from retrieval.resilience import BurstLogger, CircuitBreaker
 
 __all__ = [
     "BurstLogger",

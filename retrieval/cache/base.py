@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from indexes.errors import RetrievalError
+from retrieval.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ class CacheError(RetrievalError):
     """Root of cache errors; only construction/configuration raises, cache calls never do."""
 
 
-class CacheConfigError(CacheError, ValueError):
+class CacheConfigError(CacheError, ConfigError):
     """A cache setting is invalid; the message names the setting and how to fix it."""
 
 
@@ -180,6 +181,10 @@ class Cache(ABC):
 
     def flush_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued writes are applied (tests); True when nothing is pending."""
+        return True
+
+    def probe(self) -> bool:
+        """At load: can the backend be reached? Raises ``ConfigError`` for bad credentials."""
         return True
 
     def __enter__(self) -> Cache:

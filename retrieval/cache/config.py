@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from retrieval.cache.base import Cache
 from retrieval.cache.keys import validate_namespace
@@ -14,12 +14,12 @@ from retrieval.cache.redis_backend import (
     DEFAULT_SOCKET_TIMEOUT_MS,
     DEFAULT_WRITE_QUEUE_SIZE,
     RedisCache,
-    redact_url,
-    validate_redis_url,
 )
+from retrieval.resilience import TlsFiles, redact_url, validate_redis_url
+from retrieval.strict import StrictConfig
 
 
-class CacheConfig(BaseModel):
+class CacheConfig(StrictConfig):
     """Which cache to use and how; ``backend="none"`` disables caching."""
 
     model_config = ConfigDict(extra="forbid")
@@ -42,6 +42,10 @@ class CacheConfig(BaseModel):
     breaker_failures: int = Field(default=5, ge=1)
     breaker_cooldown_seconds: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     write_queue_size: int = Field(default=DEFAULT_WRITE_QUEUE_SIZE, ge=1)
+    tls_ca_file: str | None = Field(None, description="rediss://: PEM of the CA that signed "
+                                    "the server (None = system trust store)")
+    tls_cert_file: str | None = Field(None, description="rediss://: client certificate (mTLS)")
+    tls_key_file: str | None = Field(None, description="rediss://: client key (mTLS)")
     decoded_results: int = Field(
         default=4096, ge=0, description="results kept decoded in this process (LRU) so a hit "
         "skips JSON parsing; ~30 KB each with 10 hits of full text. Keep it above the number "
@@ -86,4 +90,5 @@ def make_cache(config: CacheConfig) -> Cache | None:
         breaker_failures=config.breaker_failures,
         breaker_cooldown_seconds=config.breaker_cooldown_seconds,
         write_queue_size=config.write_queue_size,
+        tls=TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file),
     )

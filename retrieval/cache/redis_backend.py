@@ -7,13 +7,8 @@ Design rules, each because a cache must never make a request slower or fail it:
 * Writes go to a bounded queue drained by one background thread (one pipeline of
   ``SET key value PX ttl`` per drained batch, so each TTL is set atomically with its value).
   A full queue drops the write and counts it; the caller never waits on the network.
-* The client is created lazily on first use: construction succeeds while Redis is down
-  (``RedisCluster`` would otherwise contact the cluster in its constructor).
-* Errors are logged once per outage (``BurstLogger``), never per request.
-
-The URL carries host, port, ``user:password@``, db number (``/0``; Cluster has only db 0) and
-TLS (``rediss://``). Query-string options in the URL (e.g. ``?ssl_cert_reqs=none``) are passed
-to redis-py and take precedence over the settings below.
+* Client creation, URL checks, the breaker and burst logging live in
+  ``retrieval.resilience.redis_link`` (shared with the Redis feature store).
 
 Default timeouts: 5 ms read (``socket_timeout_ms``) and 10 ms connect (``connect_timeout_ms``).
 A loopback or same-zone ``MGET`` answers in well under 1 ms; 5 ms leaves headroom for server
@@ -26,15 +21,10 @@ until the breaker opens; see ``tests/test_cache.py`` for the measured bound.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import redis
-from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster, key_slot
-from redis.retry import Retry
 
 from retrieval.cache.base import (
     COUNTER_NAMES,
@@ -42,12 +32,20 @@ from retrieval.cache.base import (
     Cache,
     CacheConfigError,
     CacheCounters,
-    CacheError,
     WriteBatch,
     clean_items,
     ttl_to_ms,
 )
-from retrieval.cache.breaker import BurstLogger, CircuitBreaker
+from retrieval.resilience import (
+    NO_TLS,
+    LinkSettings,
+    RedisLink,
+    TlsFiles,
+    redact_url,
+    validate_redis_url,
+)
+
+__all__ = ["RedisCache", "redact_url", "validate_redis_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,43 +53,6 @@ DEFAULT_SOCKET_TIMEOUT_MS = 5.0
 DEFAULT_CONNECT_TIMEOUT_MS = 10.0
 DEFAULT_WRITE_QUEUE_SIZE = 1024
 MAX_PIPELINE_COMMANDS = 512  # coalesce queued batches, but keep each pipeline reply small
-URL_SCHEMES = ("redis", "rediss")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (safe for logs and errors)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
-    except ValueError:
-        return "<unparseable url>"
-
-
-def validate_redis_url(url: str, cluster: bool = False) -> str:
-    """Return ``url`` or raise ``CacheConfigError`` naming the ``url`` setting."""
-    shown = redact_url(url)
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a non-numeric or out-of-range port
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise CacheConfigError(f"url {shown!r} is not a valid URL: {exc}") from exc
-    if parts.scheme not in URL_SCHEMES:
-        raise CacheConfigError(
-            f"url {shown!r} must use redis:// or rediss:// (TLS), got scheme {parts.scheme!r}"
-        )
-    if not parts.hostname:
-        raise CacheConfigError(f"url {shown!r} has no host; use redis://host:6379/0")
-    db = parts.path.strip("/")
-    if db and not db.isdigit():
-        raise CacheConfigError(f"url {shown!r}: the path must be a db number, got {db!r}")
-    if cluster and db and int(db) != 0:
-        raise CacheConfigError(f"url {shown!r}: Redis Cluster only has db 0, got db {db}")
-    return url
 
 
 class RedisCache(Cache):
@@ -108,68 +69,26 @@ class RedisCache(Cache):
         breaker_cooldown_seconds: float = 1.0,
         write_queue_size: int = DEFAULT_WRITE_QUEUE_SIZE,
         log_quiet_seconds: float = 60.0,
+        tls: TlsFiles = NO_TLS,
     ) -> None:
-        self.url = validate_redis_url(url, cluster)
-        self.cluster = cluster
-        if not (socket_timeout_ms > 0 and connect_timeout_ms > 0):
-            raise CacheConfigError("socket_timeout_ms and connect_timeout_ms must be > 0")
         if write_queue_size < 1:
-            raise CacheConfigError(f"write_queue_size must be >= 1, got {write_queue_size}")
-        self._socket_timeout = socket_timeout_ms / 1000.0
-        self._connect_timeout = connect_timeout_ms / 1000.0
-        self._breaker = CircuitBreaker(breaker_failures, breaker_cooldown_seconds)
-        self._log = BurstLogger(logger, f"redis cache {redact_url(url)}", log_quiet_seconds)
+            raise CacheConfigError(f"write_queue_size must be >= 1, got {write_queue_size}",
+                                   "write_queue_size")
+        self.link = RedisLink(url, LinkSettings(
+            cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
+            breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger, what="redis cache",
+            fallback="serving cache misses", error=CacheConfigError)
+        self.url = self.link.url
+        self.cluster = cluster
         self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads"))
-        self._client: redis.Redis | RedisCluster | None = None
-        self._connect_lock = threading.Lock()
         self._closing = False  # set first by close(): new reads miss, new writes are dropped
-        self._closed = False  # set once queued writes are done: no client may be created
         self._writer = BackgroundWriter(
             self._write_batches, write_queue_size, MAX_PIPELINE_COMMANDS, "redis-cache-writer"
         )
 
-    # -- client ---------------------------------------------------------------------------
-
-    def _client_options(self) -> dict[str, Any]:
-        return {
-            "socket_timeout": self._socket_timeout,
-            "socket_connect_timeout": self._connect_timeout,
-            # No retries inside redis-py: a retry doubles the worst case; the breaker and
-            # the next request are our retry.
-            "retry": Retry(NoBackoff(), 0),
-            # RESP2 and no CLIENT SETINFO: a (re)connect is a bare TCP/TLS handshake plus
-            # AUTH/SELECT when configured, instead of 3+ extra round trips (HELLO, SETINFO).
-            "protocol": 2,
-            "driver_info": None,
-            "decode_responses": False,
-        }
-
-    def _make_client(self) -> redis.Redis | RedisCluster:
-        if self.cluster:
-            # require_full_coverage=False: serve the slots we can reach during a partial outage.
-            return RedisCluster.from_url(
-                self.url, require_full_coverage=False, **self._client_options()
-            )
-        return redis.Redis.from_url(self.url, **self._client_options())
-
-    def _ensure_client(self) -> redis.Redis | RedisCluster:
-        client = self._client
-        if client is not None:
-            return client
-        with self._connect_lock:
-            if self._closed:
-                raise CacheError("redis cache is closed")
-            if self._client is None:
-                self._client = self._make_client()
-            return self._client
-
-    def _on_success(self) -> None:
-        self._breaker.record_success()
-        self._log.success()
-
-    def _on_failure(self, exc: BaseException) -> None:
-        self._breaker.record_failure()
-        self._log.error(exc)
+    def probe(self) -> bool:
+        """PING at load; see ``RedisLink.probe`` (raises ``ConfigError`` for bad credentials)."""
+        return self.link.probe()
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -181,24 +100,19 @@ class RedisCache(Cache):
             return []
         if not wanted:
             return []
-        misses: list[bytes | None] = [None] * len(wanted)
-        if self._closing or not self._breaker.allow():
+        if self._closing:
             self._counters.add(misses=len(wanted))
-            return misses
-        try:
-            values = self._fetch(wanted)
-        except Exception as exc:
-            self._on_failure(exc)
-            self._counters.add(misses=len(wanted), errors=1)
-            return misses
-        except BaseException:
-            self._breaker.record_failure()  # never leave a half-open probe dangling
-            raise
-        self._on_success()
+            return [None] * len(wanted)
+        values = self.link.call(lambda client: self._fetch(client, wanted),
+                                lambda failure: self._failed_read(failure, len(wanted)))
+        if values is None:
+            return [None] * len(wanted)
         return self._count_reads(values, len(wanted))
 
-    def _fetch(self, keys: list[str]) -> list[Any]:
-        client = self._ensure_client()
+    def _failed_read(self, failure: str, wanted: int) -> None:
+        self._counters.add(misses=wanted, errors=int(failure == "error"))
+
+    def _fetch(self, client: Any, keys: list[str]) -> list[Any]:
         if isinstance(client, RedisCluster) and len(keys) > 1 and _slots(keys) > 1:
             # Keys from keys.py share a slot; foreign key sets still work, just slower.
             self._counters.add(cross_slot_reads=1)
@@ -241,16 +155,10 @@ class RedisCache(Cache):
     def _write_batches(self, batches: list[WriteBatch]) -> None:
         """Writer thread: one pipeline for the drained batches (errors counted, never raised)."""
         total = sum(len(batch.items) for batch in batches)
-        if not self._breaker.allow():
-            self._counters.add(dropped_writes=total)
+        results = self.link.call(lambda client: self._pipeline_set(client, batches),
+                                 lambda failure: self._failed_write(failure, total))
+        if results is None:
             return
-        try:
-            results = self._pipeline_set(batches)
-        except Exception as exc:
-            self._on_failure(exc)
-            self._counters.add(errors=1, dropped_writes=total)
-            return
-        self._on_success()
         sizes = [len(value) for batch in batches for value in batch.items.values()]
         failed = [size for size, res in zip(sizes, results, strict=True) if _is_error(res)]
         self._counters.add(
@@ -259,8 +167,11 @@ class RedisCache(Cache):
             dropped_writes=len(failed),
         )
 
-    def _pipeline_set(self, batches: list[WriteBatch]) -> list[Any]:
-        client = self._ensure_client()
+    def _failed_write(self, failure: str, total: int) -> None:
+        self._counters.add(errors=int(failure == "error"), dropped_writes=total)
+
+    @staticmethod
+    def _pipeline_set(client: Any, batches: list[WriteBatch]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for batch in batches:
             for key, value in batch.items.items():
@@ -277,7 +188,7 @@ class RedisCache(Cache):
             "backend": "redis",
             "cluster": self.cluster,
             **self._counters.snapshot(),
-            **self._breaker.stats(),
+            **self.link.stats(),
             "queued_writes": self._writer.pending(),
         }
 
@@ -287,14 +198,7 @@ class RedisCache(Cache):
             return
         self._closing = True
         self._writer.close(timeout)
-        with self._connect_lock:
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception as exc:  # closing a dead connection is not worth an error
-                logger.debug("closing redis client failed: %s", exc)
+        self.link.close()
 
 
 def _slots(keys: list[str]) -> int:

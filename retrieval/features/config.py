@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from retrieval.cache.redis_backend import redact_url, validate_redis_url
 from retrieval.features.local import LocalStore
 from retrieval.features.redis_store import (
     DEFAULT_CONNECT_TIMEOUT_MS,
@@ -13,6 +12,7 @@ from retrieval.features.redis_store import (
     RedisStore,
 )
 from retrieval.features.store import DEFAULT_GRACE_SECONDS, OnlineStore
+from retrieval.resilience import TlsFiles, redact_url, validate_redis_url
 
 REDIS_SCHEMES = ("redis://", "rediss://")
 
@@ -36,6 +36,10 @@ class FeatureStoreConfig(BaseModel):
     connect_timeout_ms: float = Field(DEFAULT_CONNECT_TIMEOUT_MS, gt=0, le=60_000)
     breaker_failures: int = Field(5, ge=1)
     breaker_cooldown_seconds: float = Field(1.0, gt=0, allow_inf_nan=False)
+    tls_ca_file: str | None = Field(None, description="rediss://: PEM of the CA that signed "
+                                    "the server (None = system trust store)")
+    tls_cert_file: str | None = Field(None, description="rediss://: client certificate (mTLS)")
+    tls_key_file: str | None = Field(None, description="rediss://: client key (mTLS)")
 
     @model_validator(mode="after")
     def _check_location(self) -> FeatureStoreConfig:
@@ -64,4 +68,5 @@ def make_store(config: FeatureStoreConfig) -> OnlineStore:
         connect_timeout_ms=config.connect_timeout_ms,
         breaker_failures=config.breaker_failures,
         breaker_cooldown_seconds=config.breaker_cooldown_seconds,
+        tls=TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file),
     )

@@ -1,10 +1,10 @@
 """Typed errors of the feature store.
 
-The tree (rooted at ``RetrievalError``, see ``indexes.errors``)::
+The tree (rooted at ``RetrievalError``; the whole tree is drawn in ``indexes.errors``)::
 
     RetrievalError
     └── FeatureError                  anything the feature store raises on purpose
-        ├── FeatureConfigError        a view, store or weights setting is invalid
+        ├── FeatureConfigError        a view, store or weights setting is invalid (a ConfigError)
         ├── FeatureSchemaError        a source does not fit its view: a column is missing, has
         │                             the wrong type, or holds a bad value (names the column)
         ├── FeatureSourceError        a source cannot be read (missing file, unknown format, empty)
@@ -16,13 +16,14 @@ The tree (rooted at ``RetrievalError``, see ``indexes.errors``)::
 from __future__ import annotations
 
 from indexes.errors import InvalidQueryError, RetrievalError
+from retrieval.errors import ConfigError
 
 
 class FeatureError(RetrievalError):
     """Root of the feature-store errors."""
 
 
-class FeatureConfigError(FeatureError, ValueError):
+class FeatureConfigError(FeatureError, ConfigError):
     """A feature view, store or ranking setting is invalid; the message names it."""
 
 

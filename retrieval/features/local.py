@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from retrieval.cache.base import CacheCounters
-from retrieval.cache.breaker import BurstLogger
 from retrieval.features.batch import (
     FeatureBatch,
     FeatureColumns,
@@ -52,6 +51,7 @@ from retrieval.features.store import (
     snapshots_to_delete,
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
+from retrieval.resilience import BurstLogger
 
 logger = logging.getLogger(__name__)
 _POINTER_RETRIES = 3  # a pointer flipped and its old snapshot collected twice in one read
@@ -157,6 +157,15 @@ class LocalStore(OnlineStore):
             return read_meta(self.view_dir(view_name) / SNAPSHOTS / snapshot_id).view
         except OSError as exc:
             raise FeatureStoreError(f"live snapshot {snapshot_id} is unreadable: {exc}") from exc
+
+    def view_names(self) -> list[str]:
+        found = {p.parent.name for p in self.directory.glob(f"*/{POINTER}")}
+        return sorted(found | set(super().view_names()))
+
+    def probe(self) -> bool:
+        """A store directory that does not exist is unreachable (nothing was materialized
+        there, or the path is wrong); it becomes reachable once a job creates it."""
+        return self.directory.is_dir()
 
     def snapshot_ids(self, view_name: str) -> list[str]:
         root = self.view_dir(view_name) / SNAPSHOTS

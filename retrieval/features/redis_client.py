@@ -1,4 +1,7 @@
-"""redis-py client construction and script calls shared by the Redis store's reader and writer."""
+"""Redis helpers of the feature store's batch side: node routing and Lua script calls.
+
+Client construction, timeouts and the fail-open read live in ``retrieval.resilience``.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +9,12 @@ import hashlib
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError
-from redis.retry import Retry
 
-AnyRedis = redis.Redis | RedisCluster
+from retrieval.resilience.redis_link import AnyRedis
 
-
-def make_client(url: str, cluster: bool, socket_timeout_s: float, connect_timeout_s: float
-                ) -> AnyRedis:
-    """A client with bounded timeouts and no client-side retries.
-
-    No retries: on the request path a retry doubles the worst case (the breaker and the next
-    request are the retry); in a batch job the scheduler re-runs the whole job. RESP2 and no
-    CLIENT SETINFO keep a reconnect to a bare handshake, as in ``retrieval.cache``.
-    """
-    options: dict[str, Any] = {
-        "socket_timeout": socket_timeout_s,
-        "socket_connect_timeout": connect_timeout_s,
-        "retry": Retry(NoBackoff(), 0),
-        "protocol": 2,
-        "driver_info": None,
-        "decode_responses": False,
-    }
-    if cluster:
-        # require_full_coverage=False: a view lives in one slot; serve it while others are down.
-        return RedisCluster.from_url(url, require_full_coverage=False, **options)
-    return redis.Redis.from_url(url, **options)
+__all__ = ["AnyRedis", "LuaScript", "node_client"]
 
 
 def node_client(client: AnyRedis, key: str) -> redis.Redis:

@@ -11,15 +11,18 @@ The snapshot's schema (its ``SnapshotMeta``) comes back with the values the firs
 process reads a snapshot, so a reader needs nothing but the view name, and values are always
 decoded with the schema they were written with.
 
-Failure model, as in ``retrieval.cache``: short socket timeouts, no client retries, errors
-counted and logged once per outage (``BurstLogger``), and a ``CircuitBreaker`` that skips a dead
-server; an unreachable store gives defaults with ``available=False``, never an exception.
+Failure model, as in ``retrieval.cache`` and through the same ``RedisLink``
+(``retrieval.resilience``): short socket timeouts, no client retries, errors counted and logged
+once per outage, and a circuit breaker that skips a dead server; an unreachable store gives
+defaults with ``available=False``, never an exception. Every call a search makes (feature
+reads, the live pointer for cache keys) goes through that link; only the batch job and admin
+calls (``begin``, ``live_snapshot_id``, ``live_view``, ``snapshot_ids``) use a client with the
+batch job's long timeouts.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,17 +30,16 @@ from typing import Any
 import numpy as np
 
 from retrieval.cache.base import CacheCounters
-from retrieval.cache.breaker import BurstLogger, CircuitBreaker
 from retrieval.cache.keys import validate_namespace
-from retrieval.cache.redis_backend import redact_url, validate_redis_url
 from retrieval.features.batch import (
     FeatureBatch,
+    FeatureStatus,
     assemble_batch,
     check_entity_ids,
     unavailable_batch,
 )
 from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
-from retrieval.features.redis_client import AnyRedis, LuaScript, make_client
+from retrieval.features.redis_client import LuaScript
 from retrieval.features.redis_layout import EVENT_FIELD, READ_SCRIPT, ViewKeys
 from retrieval.features.redis_writer import RedisWriter, record_layout
 from retrieval.features.store import (
@@ -48,6 +50,8 @@ from retrieval.features.store import (
     check_grace,
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
+from retrieval.resilience import NO_TLS, LinkSettings, RedisLink, TlsFiles, make_client, redact_url
+from retrieval.resilience.redis_link import AnyRedis, Failure
 
 logger = logging.getLogger(__name__)
 READ = LuaScript(READ_SCRIPT)
@@ -78,9 +82,14 @@ class RedisStore(OnlineStore):
         views: Sequence[FeatureView] = (),
         max_entities_per_read: int = DEFAULT_MAX_ENTITIES,
         log_quiet_seconds: float = 60.0,
+        tls: TlsFiles = NO_TLS,
     ) -> None:
         super().__init__(views, max_entities_per_read)
-        self.url = validate_redis_url(url, cluster)
+        self.link = RedisLink(url, LinkSettings(
+            cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
+            breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger,
+            what="feature store", fallback="serving feature defaults", error=FeatureConfigError)
+        self.url = self.link.url
         self.cluster = cluster
         self.namespace = validate_namespace(namespace)
         self.grace_seconds = check_grace(grace_seconds)
@@ -88,21 +97,15 @@ class RedisStore(OnlineStore):
             raise FeatureConfigError(
                 f"key_ttl_seconds must be >= 60 (it bounds how long a snapshot survives "
                 f"without a new materialization), got {key_ttl_seconds}")
-        if not (socket_timeout_ms > 0 and connect_timeout_ms > 0 and write_timeout_seconds > 0):
-            raise FeatureConfigError("timeouts must be > 0")
+        if not write_timeout_seconds > 0:
+            raise FeatureConfigError("write_timeout_seconds must be > 0")
         if write_chunk < 1:
             raise FeatureConfigError(f"write_chunk must be >= 1, got {write_chunk}")
         self.key_ttl_ms = int(key_ttl_seconds * 1000)
         self.write_chunk = write_chunk
-        self._timeouts = (socket_timeout_ms / 1000.0, connect_timeout_ms / 1000.0)
         self._write_timeout = write_timeout_seconds
-        self._breaker = CircuitBreaker(breaker_failures, breaker_cooldown_seconds)
-        self._log = BurstLogger(logger, f"feature store {redact_url(url)}", log_quiet_seconds)
         self._counters = CacheCounters(("reads", "entities", "missing", "stale", "errors",
                                         "short_circuits"))
-        self._client: AnyRedis | None = None
-        self._connect_lock = threading.Lock()
-        self._closed = False
         self._schemas: dict[str, dict[str, SnapshotMeta]] = {}
 
     def describe(self) -> str:
@@ -113,20 +116,10 @@ class RedisStore(OnlineStore):
             raise FeatureRequestError(f"invalid view name {view_name!r}")
         return ViewKeys(self.namespace, view_name)
 
-    def _reader(self) -> AnyRedis:
-        client = self._client
-        if client is not None:
-            return client
-        with self._connect_lock:  # lazily: constructing must work while Redis is down
-            if self._closed:
-                raise FeatureStoreError("redis feature store is closed")
-            if self._client is None:
-                self._client = make_client(self.url, self.cluster, *self._timeouts)
-            return self._client
-
     def _admin(self) -> AnyRedis:
         """A client with batch-job timeouts (materialization and admin calls)."""
-        return make_client(self.url, self.cluster, self._write_timeout, self._write_timeout)
+        return make_client(self.url, self.cluster, self._write_timeout, self._write_timeout,
+                           self.link.tls)
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -134,31 +127,27 @@ class RedisStore(OnlineStore):
              ) -> FeatureBatch:
         ids = check_entity_ids(entity_ids, self.max_entities_per_read)
         keys = self.keys(view_name)
-        if self._closed or not self._breaker.allow():
-            self._counters.add(reads=1, entities=len(ids), missing=len(ids), short_circuits=1)
-            return unavailable_batch(view_name, ids, self._fallback_view(view_name))
-        try:
-            batch = self._read(view_name, keys, ids, time.time() if now is None else now)
-        except Exception as exc:
-            self._breaker.record_failure()
-            self._log.error(exc)
-            self._counters.add(reads=1, entities=len(ids), missing=len(ids), errors=1)
-            return unavailable_batch(view_name, ids, self._fallback_view(view_name))
-        except BaseException:
-            self._breaker.record_failure()  # never leave a half-open probe dangling
-            raise
-        self._breaker.record_success()
-        self._log.success()
-        missing = int(np.count_nonzero(batch.status == 2))
-        stale = int(np.count_nonzero(batch.status == 1))
-        self._counters.add(reads=1, entities=len(ids), missing=missing, stale=stale)
+        at = time.time() if now is None else now
+        batch = self.link.call(lambda client: self._read(client, view_name, keys, ids, at),
+                               lambda failure: self._failed_read(view_name, ids, failure))
+        if batch.available:
+            missing = int(np.count_nonzero(batch.status == FeatureStatus.MISSING))
+            stale = int(np.count_nonzero(batch.status == FeatureStatus.STALE))
+            self._counters.add(reads=1, entities=len(ids), missing=missing, stale=stale)
         return batch
 
-    def _read(self, view_name: str, keys: ViewKeys, ids: tuple[str, ...], now: float
-              ) -> FeatureBatch:
+    def _failed_read(self, view_name: str, ids: tuple[str, ...], failure: Failure
+                     ) -> FeatureBatch:
+        self._counters.add(reads=1, entities=len(ids), missing=len(ids),
+                           errors=int(failure == "error"),
+                           short_circuits=int(failure == "short_circuit"))
+        return unavailable_batch(view_name, ids, self._fallback_view(view_name))
+
+    def _read(self, client: AnyRedis, view_name: str, keys: ViewKeys, ids: tuple[str, ...],
+              now: float) -> FeatureBatch:
         known = self._schemas.get(view_name, {})
         latest = next(reversed(known), "") if known else ""
-        reply = READ(self._reader(), [keys.live], [keys.base, latest, *ids])
+        reply = READ(client, [keys.live], [keys.base, latest, *ids])
         if not reply:  # never materialized (or the pointer was deleted by hand)
             return unavailable_batch(view_name, ids, self._fallback_view(view_name), None, True)
         snapshot_id = _text(reply[0])
@@ -168,7 +157,7 @@ class RedisStore(OnlineStore):
         meta = self._schema(view_name, snapshot_id, reply[1])
         if meta is None:  # schema evicted by racing readers: ask again with no known schema
             self._schemas.pop(view_name, None)
-            return self._read(view_name, keys, ids, now)
+            return self._read(client, view_name, keys, ids, now)
         batch = _decode(meta, ids, reply[2], now)
         self._remember(meta.view, snapshot_id)
         return batch
@@ -184,6 +173,43 @@ class RedisStore(OnlineStore):
             known.pop(next(iter(known)))
         self._schemas[view_name] = known  # replaced whole: readers iterate a stable dict
         return meta
+
+    # -- request-path-safe checks ---------------------------------------------------------------
+
+    def online_snapshot_id(self, view_name: str) -> str | None:
+        """The live pointer through the request-path link (ms timeouts, behind the breaker);
+        raises ``FeatureStoreError`` when the store cannot answer."""
+        live = self.keys(view_name).live
+        found = self.link.call(lambda client: (True, client.get(live)),
+                               lambda failure: (False, failure))
+        if not found[0]:
+            raise FeatureStoreError(f"{self.link.what}: live pointer of {view_name!r} "
+                                    f"unavailable ({found[1]!r})")
+        return _text(found[1]) if found[1] is not None else None
+
+    def online_view(self, view_name: str) -> FeatureView | None:
+        """The live snapshot's view, read with the request-path timeouts (for load checks)."""
+        snapshot_id = self.online_snapshot_id(view_name)
+        if snapshot_id is None:
+            return None
+        meta_key = self.keys(view_name).meta(snapshot_id)
+        found = self.link.call(lambda client: (True, client.hget(meta_key, "schema")),
+                               lambda failure: (False, failure))
+        if not found[0] or found[1] is None:
+            raise FeatureStoreError(f"{self.link.what}: schema of {view_name!r} unavailable")
+        return SnapshotMeta.model_validate_json(found[1]).view
+
+    def probe(self) -> bool:
+        return self.link.probe()
+
+    def view_names(self) -> list[str]:
+        """Views with a live pointer in this namespace (one bounded SCAN; load time only)."""
+        pattern = ViewKeys(self.namespace, "*").live
+        found = self.link.call(
+            lambda client: [_text(key) for key in client.scan_iter(match=pattern, count=1000)],
+            lambda failure: [])
+        names = {key.split("{", 1)[1].split("}", 1)[0] for key in found if "{" in key}
+        return sorted(names | set(super().view_names()))
 
     # -- batch side ---------------------------------------------------------------------------
 
@@ -233,17 +259,10 @@ class RedisStore(OnlineStore):
 
     def stats(self) -> dict[str, Any]:
         return {"backend": "redis", "cluster": self.cluster, **self._counters.snapshot(),
-                **self._breaker.stats()}
+                **self.link.stats()}
 
     def close(self) -> None:
-        with self._connect_lock:
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception as exc:  # closing a dead connection is not worth an error
-                logger.debug("closing redis client failed: %s", exc)
+        self.link.close()
 
 
 def _decode(meta: SnapshotMeta, ids: tuple[str, ...], records: bytes, now: float

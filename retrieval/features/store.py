@@ -146,6 +146,25 @@ class OnlineStore(ABC):
     def snapshot_ids(self, view_name: str) -> list[str]:
         """Every stored snapshot of the view, published or not, sorted by id (oldest first)."""
 
+    # -- request-path-safe checks (bounded by the store's read timeouts) -------------------------
+
+    def online_snapshot_id(self, view_name: str) -> str | None:
+        """The live snapshot id, fast enough for a background refresher next to the request
+        path (raises ``FeatureStoreError`` when the store cannot answer)."""
+        return self.live_snapshot_id(view_name)
+
+    def online_view(self, view_name: str) -> FeatureView | None:
+        """The live snapshot's view, for load-time checks (raises ``FeatureStoreError``)."""
+        return self.live_view(view_name)
+
+    def view_names(self) -> list[str]:
+        """Views this store knows of (best effort, for "did you mean" hints)."""
+        return sorted(self._views)
+
+    def probe(self) -> bool:
+        """Can the store be reached now? Raises ``ConfigError`` for bad credentials."""
+        return True
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def describe(self) -> str:

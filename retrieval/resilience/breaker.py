@@ -1,6 +1,6 @@
-"""Circuit breaker and burst-suppressed error logging for a remote cache.
+"""Circuit breaker and burst-suppressed error logging for a remote dependency (cache, store).
 
-A cache outage must cost the request path (almost) nothing: once ``failures_to_open``
+An outage must cost the request path (almost) nothing: once ``failures_to_open``
 consecutive calls have failed the breaker opens and callers skip the backend entirely. After
 ``cooldown_seconds`` exactly one probe call is let through (half-open); its success closes the
 breaker, its failure re-opens it for another cooldown.
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Literal
 
-from retrieval.cache.base import CacheConfigError
+from retrieval.errors import ConfigError
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -29,9 +29,9 @@ class CircuitBreaker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if failures_to_open < 1:
-            raise CacheConfigError(f"breaker failures_to_open must be >= 1, got {failures_to_open}")
+            raise ConfigError(f"breaker failures_to_open must be >= 1, got {failures_to_open}")
         if not cooldown_seconds > 0:
-            raise CacheConfigError(f"breaker cooldown_seconds must be > 0, got {cooldown_seconds}")
+            raise ConfigError(f"breaker cooldown_seconds must be > 0, got {cooldown_seconds}")
         self.failures_to_open = failures_to_open
         self.cooldown_seconds = cooldown_seconds
         self._clock = clock
@@ -103,9 +103,11 @@ class BurstLogger:
         what: str,
         quiet_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        fallback: str = "serving cache misses",
     ) -> None:
         self._logger = logger
         self._what = what
+        self._fallback = fallback
         self._quiet_seconds = quiet_seconds
         self._clock = clock
         self._lock = threading.Lock()
@@ -127,10 +129,11 @@ class BurstLogger:
             self._last_logged = now
             self._burst_logged = True
         self._logger.warning(
-            "%s unavailable: %s: %s; serving cache misses%s",
+            "%s unavailable: %s: %s; %s%s",
             self._what,
             type(exc).__name__,
             exc,
+            self._fallback,
             f" ({suppressed} more errors suppressed since the last warning)" if suppressed else "",
         )
 

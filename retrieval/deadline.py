@@ -1,0 +1,36 @@
+"""A per-search time budget: what is left of it decides whether a stage waits or degrades."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class Deadline:
+    """``budget_ms`` from creation on ``clock`` (seconds); None = no deadline.
+
+    Stages ask ``remaining()`` (seconds, never negative; None without a deadline) for how long
+    they may wait, and ``expired()`` whether to skip work that can be skipped.
+    """
+
+    __slots__ = ("_clock", "_end")
+
+    def __init__(self, budget_ms: float | None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._end = None if budget_ms is None else clock() + budget_ms / 1e3
+
+    @property
+    def active(self) -> bool:
+        return self._end is not None
+
+    def remaining(self) -> float | None:
+        if self._end is None:
+            return None
+        return max(0.0, self._end - self._clock())
+
+    def expired(self) -> bool:
+        return self._end is not None and self._clock() >= self._end
+
+
+NO_DEADLINE = Deadline(None)

@@ -1,0 +1,244 @@
+"""The request path, as one sequence of stages (the ``Retriever`` owns the lifecycle around it):
+
+    validate → cache lookup (result + embedding, one round trip; a result hit returns)
+             → embed ∥ filter → BM25 → re-rank → fuse → features → hydrate    (``pipeline``)
+             → cache write (queued, off the critical path)
+
+Every stage is timed (``StageTimer``) and takes what is left of the search's ``Deadline``:
+the embedding wait gives up when the budget is spent (the search then ranks by BM25 alone) and
+the feature read is skipped past it; a degraded result is returned, counted and never cached.
+Searches past ``max_in_flight`` are refused with ``OverloadedError`` before any work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from indexes.encoders import Encoder, takes_single_thread, usable_cores
+from indexes.errors import InvalidQueryError
+from retrieval.batching import EncodeBatcher
+from retrieval.cache.base import CacheCounters
+from retrieval.config import RetrieverConfig
+from retrieval.deadline import NO_DEADLINE, Deadline
+from retrieval.encode_policy import InFlight, StageOverlap, batching_on
+from retrieval.feature_stage import FeatureStage
+from retrieval.models import CacheInfo, SearchResult
+from retrieval.pipeline import FutureVector, PendingVector, ReadyVector, run_pipeline, timed_encode
+from retrieval.request import FilterMemo, SearchRequest, check_deadline, validate
+from retrieval.request_cache import Lookup, RequestCache
+from retrieval.snapshot import IndexSnapshot
+from retrieval.timing import StageTimer
+from retrieval.tracing import Observer
+
+
+@dataclass(frozen=True)
+class Live:
+    """What one request binds to at its start: a build and its filter memo, never mixed."""
+
+    snapshot: IndexSnapshot
+    filters: FilterMemo
+
+
+class RequestPath:
+    """The stages of a search over a ``Live`` build, and the threads and counters they use."""
+
+    def __init__(self, config: RetrieverConfig, encoder: Encoder | None,
+                 cache: RequestCache | None, features: FeatureStage | None) -> None:
+        self.config = config
+        self.encoder = encoder
+        self.cache = cache
+        self.features = features
+        self._config_key = config.fingerprint()
+        # Encodes that overlap filter + BM25 run here: one worker per core, first come first
+        # served, so under load at most one model run per core and no request starves.
+        self._pool = ThreadPoolExecutor(max_workers=max(2, usable_cores()),
+                                        thread_name_prefix="retrieval")
+        self.batcher = (EncodeBatcher(encoder, config.batching)
+                        if encoder is not None and batching_on(encoder, config) else None)
+        self.overlap = StageOverlap(encoder, config) if encoder is not None else None
+        # With other searches in flight the encoder keeps a single query to one thread.
+        self.in_flight = InFlight(config.max_in_flight)
+        self._hint_threads = encoder is not None and takes_single_thread(encoder)
+        self.degraded = CacheCounters(("embed", "features"))
+        self.observer = Observer(config.tracing)
+
+    # -- one search --------------------------------------------------------------------------
+
+    def search(self, live: Live, query: str, filters: Any, k: int | None,
+               candidates: int | None, query_vector: np.ndarray | None,
+               deadline_ms: float | None) -> SearchResult:
+        deadline = Deadline(check_deadline(deadline_ms, self.config))
+        with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
+            timer = StageTimer()
+            request = validate(query, filters, k, candidates, self.config, live.filters)
+            timer.lap("validate")
+            # A caller-supplied vector is not part of any key, so its results are not cached.
+            cacheable = self.cache is not None and query_vector is None
+            lookup = self._lookup(live.snapshot, request) if cacheable else None
+            if lookup is not None:
+                timer.lap("cache")
+                if lookup.result is not None:
+                    return self._done(served_from_cache(lookup.result, request, timer), timer)
+
+            def compute() -> SearchResult:
+                return self._compute(live.snapshot, request, lookup, query_vector, timer,
+                                     deadline)
+
+            if lookup is None:
+                return self._done(compute(), timer)
+            assert self.cache is not None
+            return self._done(self.cache.once(lookup.result_key, compute), timer)
+
+    def _lookup(self, snapshot: IndexSnapshot, request: SearchRequest) -> Lookup:
+        assert self.cache is not None
+        return self.cache.lookup_many([self._keys(snapshot, request)], snapshot.build_id,
+                                      snapshot.vectors.dim)[0]
+
+    def _compute(self, snapshot: IndexSnapshot, request: SearchRequest, lookup: Lookup | None,
+                 query_vector: np.ndarray | None, timer: StageTimer, deadline: Deadline
+                 ) -> SearchResult:
+        """Embed ∥ filter → BM25 → re-rank → fuse → features → hydrate, then the cache write."""
+        cached_vector = lookup.embedding if lookup is not None else None
+        if cached_vector is not None:
+            pending: PendingVector = ReadyVector(cached_vector)
+        else:
+            pending = self._embedding(request.query, query_vector, snapshot, deadline)
+        result, vector = run_pipeline(snapshot, request, pending, timer, self.config,
+                                      "hit" if cached_vector is not None else None,
+                                      self.features, deadline)
+        if lookup is not None and self.cache is not None:
+            result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
+            if not result.degraded:  # a degraded result must not be served to searches with time
+                self.cache.store(lookup, result, vector if cached_vector is None else None)
+        return result
+
+    # -- many searches -------------------------------------------------------------------------
+
+    def search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
+                     candidates: int | None, query_vectors: np.ndarray | None
+                     ) -> list[SearchResult]:
+        requests = [validate(q, filters, k, candidates, self.config, live.filters)
+                    for q in queries]
+        with self.in_flight:
+            if query_vectors is None and self.cache is not None:
+                return self._cached_batch(live.snapshot, requests)
+            vectors = query_vectors if query_vectors is not None else self.encode(
+                [r.query for r in requests])
+            status = "provided" if query_vectors is not None else "miss"
+            return [self._uncached(live.snapshot, r, ReadyVector(v), status)
+                    for r, v in zip(requests, vectors, strict=True)]
+
+    def _uncached(self, snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector,
+                  status: str) -> SearchResult:
+        timer = StageTimer()
+        result = run_pipeline(snapshot, request, pending, timer, self.config,
+                              status, self.features)[0]  # type: ignore[arg-type]
+        return self._done(result, timer)
+
+    def _cached_batch(self, snapshot: IndexSnapshot, requests: list[SearchRequest]
+                      ) -> list[SearchResult]:
+        """One cache round trip for the batch, one encoder call for the embedding misses."""
+        assert self.cache is not None
+        lookups = self.cache.lookup_many([self._keys(snapshot, r) for r in requests],
+                                         snapshot.build_id, snapshot.vectors.dim)
+        missing = [i for i, look in enumerate(lookups)
+                   if look.result is None and look.embedding is None]
+        fresh = dict(zip(missing, self.encode([requests[i].query for i in missing]),
+                         strict=True)) if missing else {}
+        results = []
+        for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
+            if lookup.result is not None:
+                timer = StageTimer()
+                results.append(self._done(served_from_cache(lookup.result, request, timer),
+                                          timer))
+                continue
+            vector = fresh.get(i, lookup.embedding)
+            assert vector is not None
+            result = self._uncached(snapshot, request, ReadyVector(vector),
+                                    "miss" if i in fresh else "hit")
+            result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
+            self.cache.store(lookup, result, fresh.get(i))
+            results.append(result)
+        return results
+
+    # -- stages' helpers -------------------------------------------------------------------------
+
+    def _keys(self, snapshot: IndexSnapshot, request: SearchRequest) -> tuple[str, str | None]:
+        assert self.cache is not None
+        return self.cache.keys(
+            build_id=snapshot.build_id,
+            snapshot_id=self.features.snapshot_key() if self.features is not None else "",
+            config_key=f"{self._config_key}:{request.candidates}", query=request.query,
+            filter_key=request.filter_key, k=request.k,
+            encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
+        )
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if self.encoder is None:
+            raise InvalidQueryError(
+                "this index was built from precomputed vectors and has no query encoder; pass "
+                "query_vector=... or load the retriever with encoder=..."
+            )
+        if self._hint_threads and self.in_flight.count > 1:
+            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
+        return self.encoder.encode(texts)
+
+    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot,
+                   deadline: Deadline = NO_DEADLINE) -> PendingVector:
+        """The query vector: given, or encoded (with parallel stages: started now, so it
+        computes while filter + BM25 run). Only searches running alongside others go through
+        the batcher: a lone one has nothing to be batched with, so it skips the hand-off.
+        With a deadline the encode always runs in another thread, so the search can stop
+        waiting for it."""
+        if query_vector is not None:
+            return ReadyVector(snapshot.vectors.check_query(query_vector))
+        in_flight = self.in_flight.count
+        overlap = deadline.active or (self.overlap is not None and self.overlap.now(in_flight))
+        if self.batcher is not None and in_flight > 1:
+            future = self.batcher.submit(text)
+            return FutureVector(future) if overlap else ReadyVector(*future.result())
+        if overlap:
+            return FutureVector(self._pool.submit(timed_encode, self.encode, text))
+        return ReadyVector(*timed_encode(self.encode, text))
+
+    def _done(self, result: SearchResult, timer: StageTimer) -> SearchResult:
+        if result.degraded:
+            self.degraded.add(**dict.fromkeys(result.degraded, 1))
+        self.observer.observe(result, timer)
+        return result
+
+    # -- lifecycle (called by the Retriever) ---------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "latency_ms": self.observer.latency.summary(),
+            "cache": self.cache.stats() if self.cache is not None else None,
+            "batching": self.batcher.stats() if self.batcher is not None else None,
+            "parallel_stages": self.overlap.describe() if self.overlap else None,
+            "in_flight": self.in_flight.count,
+            "shed": self.in_flight.shed,
+            "degraded": self.degraded.snapshot(),
+        }
+
+    def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
+        self._pool.shutdown(wait=False)
+
+
+def served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer
+                      ) -> SearchResult:
+    """A cached result with this request's query text, timings and cache status.
+
+    Decoded results are shared between hits of the same entry; the hit list is copied so a
+    caller reordering it cannot affect others (treat the Hit objects themselves as read-only).
+    """
+    return cached.model_copy(update={
+        "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
+        "cache": CacheInfo(result="hit", embedding="skipped"),
+    })

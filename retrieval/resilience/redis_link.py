@@ -1,0 +1,239 @@
+"""One Redis connection model below the caches and the feature store.
+
+Everything a request-path Redis user needs, written once:
+
+* URL validation (``redis://`` / ``rediss://``, host, db number, Cluster's db 0) and redaction
+  (a password never reaches a log line or an error message);
+* client options: short socket and connect timeouts, no client-side retries (a retry doubles
+  the worst case; the breaker and the next request are the retry), RESP2 without
+  ``CLIENT SETINFO`` (a reconnect is a bare TCP/TLS handshake plus AUTH/SELECT), TLS files;
+* lazy client creation (construction works while Redis is down; ``RedisCluster`` would
+  otherwise contact the cluster in its constructor) and ``close``;
+* ``call``: the fail-open call behind a ``CircuitBreaker``, errors logged once per burst;
+* ``probe``: the load-time check that tells a wrong password or an untrusted certificate
+  (a ``ConfigError`` naming the redacted URL) from a server that is merely unreachable.
+
+The URL carries ``user:password@`` (AUTH, ACL users) and TLS (``rediss://``); query-string
+options in the URL (e.g. ``?ssl_cert_reqs=none``) are passed to redis-py and take precedence.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+
+from retrieval.errors import ConfigError
+from retrieval.resilience.breaker import BurstLogger, CircuitBreaker
+
+AnyRedis = redis.Redis | RedisCluster
+T = TypeVar("T")
+URL_SCHEMES = ("redis", "rediss")
+Failure = Literal["short_circuit", "error"]
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (safe for logs and errors)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit(parts._replace(netloc=netloc))
+    except ValueError:
+        return "<unparseable url>"
+
+
+def validate_redis_url(url: str, cluster: bool = False,
+                       error: type[ConfigError] = ConfigError, key: str = "url") -> str:
+    """Return ``url`` or raise ``error`` naming the setting ``key``."""
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a non-numeric or out-of-range port
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise error(f"{key} {shown!r} is not a valid URL: {exc}", key) from exc
+    if parts.scheme not in URL_SCHEMES:
+        raise error(f"{key} {shown!r} must use redis:// or rediss:// (TLS), got scheme "
+                    f"{parts.scheme!r}", key)
+    if not parts.hostname:
+        raise error(f"{key} {shown!r} has no host; use redis://host:6379/0", key)
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise error(f"{key} {shown!r}: the path must be a db number, got {db!r}", key)
+    if cluster and db and int(db) != 0:
+        raise error(f"{key} {shown!r}: Redis Cluster only has db 0, got db {db}", key)
+    return url
+
+
+class TlsFiles(NamedTuple):
+    """PEM files for ``rediss://``: the CA that signed the server, and an optional client
+    certificate and key (mutual TLS). None = the system trust store / no client certificate."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        chosen = {"ssl_ca_certs": self.ca_file, "ssl_certfile": self.cert_file,
+                  "ssl_keyfile": self.key_file}
+        return {name: value for name, value in chosen.items() if value is not None}
+
+
+NO_TLS = TlsFiles()
+
+
+def make_client(url: str, cluster: bool, socket_timeout_s: float, connect_timeout_s: float,
+                tls: TlsFiles = NO_TLS) -> AnyRedis:
+    """A client with bounded timeouts and no client-side retries (see the module docstring)."""
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout_s,
+        "socket_connect_timeout": connect_timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+        "protocol": 2,
+        "driver_info": None,
+        "decode_responses": False,
+    }
+    if urlsplit(url).scheme == "rediss":
+        options.update(tls.options())
+    if cluster:
+        # require_full_coverage=False: serve the slots we can reach during a partial outage.
+        return RedisCluster.from_url(url, require_full_coverage=False, **options)
+    return redis.Redis.from_url(url, **options)
+
+
+def credential_problem(exc: BaseException) -> str | None:
+    """What is wrong with the credentials behind ``exc``, or None for a plain outage."""
+    if isinstance(exc, redis.AuthenticationError) or "WRONGPASS" in str(exc) \
+            or "NOAUTH" in str(exc):
+        return "authentication failed (check the user and password in the URL)"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS handshake failed ({cause}); check tls_ca_file / the server certificate"
+        cause = cause.__cause__ or cause.__context__
+    if "SSL" in str(exc) or "certificate" in str(exc):
+        return f"TLS handshake failed ({exc}); check tls_ca_file / the server certificate"
+    return None
+
+
+class LinkSettings(NamedTuple):
+    """How a ``RedisLink`` talks to its server (the keys of the cache and store configs)."""
+
+    cluster: bool = False
+    socket_timeout_ms: float = 5.0
+    connect_timeout_ms: float = 10.0
+    breaker_failures: int = 5
+    breaker_cooldown_seconds: float = 1.0
+    log_quiet_seconds: float = 60.0
+    tls: TlsFiles = NO_TLS
+
+
+class RedisLink:
+    """A lazily created request-path client behind a circuit breaker; see the module doc.
+
+    ``what`` and ``fallback`` name the component and what it serves during an outage in its
+    log lines ("feature store ... unavailable ...; serving feature defaults"); ``error`` is
+    the component's own ``ConfigError`` subclass.
+    """
+
+    def __init__(self, url: str, settings: LinkSettings, *, logger: logging.Logger, what: str,
+                 fallback: str, error: type[ConfigError] = ConfigError) -> None:
+        self.url = validate_redis_url(url, settings.cluster, error)
+        self.cluster = settings.cluster
+        if not (settings.socket_timeout_ms > 0 and settings.connect_timeout_ms > 0):
+            raise error("socket_timeout_ms and connect_timeout_ms must be > 0")
+        self.timeouts = (settings.socket_timeout_ms / 1000.0, settings.connect_timeout_ms / 1000.0)
+        self.tls = settings.tls
+        self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown_seconds)
+        self.what = f"{what} {redact_url(url)}"
+        self._log = BurstLogger(logger, self.what, settings.log_quiet_seconds, fallback=fallback)
+        self._logger = logger
+        self._client: AnyRedis | None = None
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def client(self) -> AnyRedis:
+        """The shared client, created on first use (raises ``ConnectionError`` once closed)."""
+        client = self._client
+        if client is not None:
+            return client
+        with self._lock:
+            if self.closed:
+                raise redis.ConnectionError(f"{self.what} is closed")
+            if self._client is None:
+                self._client = make_client(self.url, self.cluster, *self.timeouts, self.tls)
+            return self._client
+
+    def allow(self) -> bool:
+        """May a call go out now (not closed, breaker not open)? True must be followed by
+        ``succeeded`` or ``failed``."""
+        return not self.closed and self.breaker.allow()
+
+    def succeeded(self) -> None:
+        self.breaker.record_success()
+        self._log.success()
+
+    def failed(self, exc: BaseException) -> None:
+        self.breaker.record_failure()
+        self._log.error(exc)
+
+    def call(self, fn: Callable[[AnyRedis], T], on_failure: Callable[[Failure], T]) -> T:
+        """``fn(client)``, or ``on_failure(...)`` when the breaker is open or the call fails.
+
+        Never raises for Redis trouble (timeouts, refused connections, protocol garbage);
+        ``BaseException`` (KeyboardInterrupt) still propagates, after closing a probe.
+        """
+        if not self.allow():
+            return on_failure("short_circuit")
+        try:
+            value = fn(self.client())
+        except Exception as exc:
+            self.failed(exc)
+            return on_failure("error")
+        except BaseException:
+            self.breaker.record_failure()  # never leave a half-open probe dangling
+            raise
+        self.succeeded()
+        return value
+
+    def probe(self) -> bool:
+        """PING once at load: True if answered, False if unreachable (logged once).
+
+        A wrong password or an untrusted certificate is not an outage but a configuration
+        mistake: it raises ``ConfigError`` naming the redacted URL.
+        """
+        try:
+            self.client().ping()
+        except Exception as exc:
+            problem = credential_problem(exc)
+            if problem is not None:
+                raise ConfigError(f"{self.what}: {problem}", "url") from exc
+            self.failed(exc)
+            return False
+        self.succeeded()
+        return True
+
+    def stats(self) -> dict[str, object]:
+        return self.breaker.stats()
+
+    def close(self) -> None:
+        """Close the connections; later calls fail open (a closed link never reconnects)."""
+        with self._lock:
+            self.closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:  # closing a dead connection is not worth an error
+                self._logger.debug("closing %s failed: %s", self.what, exc)

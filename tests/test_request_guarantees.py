@@ -1,0 +1,183 @@
+"""Request-path guarantees through the Retriever: config errors are ours, configuration is
+checked against the store at load, deadlines degrade instead of waiting, overload is shed.
+
+Time is the subject of the deadline and overload tests, so they use an encoder gated by an
+event: a search that would wait on it can only finish by the mechanism under test.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
+
+from retrieval import Retriever
+from retrieval.cli import main as cli_main
+from retrieval.errors import ConfigError, InvalidQueryError, OverloadedError
+from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
+
+VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
+                                                        default=0.0),))
+
+
+class GatedEncoder:
+    """The real query encoder behind a gate: ``encode`` waits until ``gate`` is set and
+    signals ``entered`` first, so a test knows a search is inside the encoder."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Semaphore(0)
+
+    def close_gate(self) -> None:
+        """From now on ``encode`` waits (load-time warm-up calls are forgotten)."""
+        self.entered = threading.Semaphore(0)
+        self.gate.clear()
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        self.entered.release()
+        assert self.gate.wait(30), "the test never opened the gate"
+        return self.inner.encode(list(texts))
+
+
+@pytest.fixture(scope="module")
+def store_dir(index, query_encoder, tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("features")
+    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=query_encoder) as plain:
+        ids = plain.snapshot.docs.all_ids()
+    rows = [{"doc_id": d, "clicks": float(i % 7)} for i, d in enumerate(ids)]
+    materialize(VIEW, CallableSource(lambda: rows), LocalStore(directory), progress=False)
+    return directory
+
+
+def _features(location: Path, view: str = "popularity", weight_key: str = "clicks") -> dict:
+    return {"feature_store": {"location": str(location)},
+            "features": [{"view": view, "weights": {weight_key: 0.3}}]}
+
+
+# -- config errors ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("config", "key", "fix"), [
+    ({"candidates": 0}, "candidates", "greater than or equal to 1"),
+    ({"candidats": 50}, "candidats", "did you mean 'candidates'"),
+    ({"cache": {"backend": "redis"}}, "cache", "url is required"),
+    ({"deadline_ms": -5}, "deadline_ms", "greater than 0"),
+    ({"max_in_flight": 0}, "max_in_flight", "greater than or equal to 1"),
+])
+def test_invalid_config_is_a_config_error(index, config, key, fix) -> None:
+    with pytest.raises(ConfigError, match=fix) as caught:
+        Retriever.load(index, config)
+    assert caught.value.key == key and not isinstance(caught.value, ValidationError)
+
+
+def test_cli_prints_config_error_without_traceback(index, capsys) -> None:
+    assert cli_main(["search", str(index), "boundary layer", "--candidates", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid RetrieverConfig: candidates")
+    assert "Traceback" not in err
+
+
+# -- configuration checked against the store at load ------------------------------------------
+
+def test_misspelled_view_names_the_closest(index, query_encoder, store_dir) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'popularity'") as caught:
+        Retriever.load(index, _features(store_dir, view="populrity"), encoder=query_encoder)
+    assert caught.value.key == "features.0.view"
+
+
+def test_weight_on_a_feature_the_view_lacks(index, query_encoder, store_dir) -> None:
+    with pytest.raises(ConfigError, match="did you mean 'clicks'") as caught:
+        Retriever.load(index, _features(store_dir, weight_key="clics"), encoder=query_encoder)
+    assert caught.value.key == "features.0.weights.clics"
+
+
+def test_missing_store_directory_is_unavailable_and_logged_once(
+        index, query_encoder, store_dir, tmp_path, caplog) -> None:
+    missing = tmp_path / "not-there"
+    caplog.set_level(logging.WARNING, logger="retrieval.feature_stage")
+    with Retriever.load(index, _features(missing), encoder=query_encoder) as retriever:
+        results = [retriever.search(q, k=5) for q in QUERIES[:3]]
+        assert [r.features_available for r in results] == [False, False, False]
+        warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(warnings) == 1 and str(missing) in warnings[0].getMessage()
+        # The store appears (a first nightly job): the next refresh brings features back.
+        rows = [{"doc_id": d, "clicks": 1.0} for d in retriever.snapshot.docs.all_ids()]
+        materialize(VIEW, CallableSource(lambda: rows), LocalStore(missing), progress=False)
+        retriever._features.refresh()  # what the background refresher does every second
+        assert retriever.search(QUERIES[4], k=5).features_available is True
+
+
+# -- deadlines -------------------------------------------------------------------------------
+
+def test_slow_encoder_past_the_deadline_ranks_by_bm25(index, query_encoder) -> None:
+    gated = GatedEncoder(query_encoder)
+    bm25_only = Retriever.load(index, {"vector_weight": 0.0, "cache": {"backend": "none"}},
+                               encoder=query_encoder)
+    with Retriever.load(index, {"cache": {"backend": "memory"}}, encoder=gated) as retriever:
+        gated.close_gate()  # the encoder never answers while the searches run
+        try:
+            first = retriever.search(QUERIES[1], k=10, deadline_ms=10)
+            again = retriever.search(QUERIES[1], k=10, deadline_ms=10)
+        finally:
+            gated.gate.set()
+        expected = bm25_only.search(QUERIES[1], k=10)
+        assert first.degraded == ["embed"]
+        assert [h.doc_id for h in first.hits] == [h.doc_id for h in expected.hits]
+        assert all(h.vector_score == 0.0 for h in first.hits)
+        assert again.cache.result == "miss"  # a degraded result is never cached
+        assert retriever.stats()["degraded"]["embed"] == 2
+        healthy = retriever.search(QUERIES[1], k=10, deadline_ms=10_000)
+        assert healthy.degraded == [] and healthy.hits[0].vector_score != 0.0
+    bm25_only.close()
+
+
+def test_config_deadline_applies_and_features_past_it_are_skipped(index, query_encoder,
+                                                                  store_dir) -> None:
+    gated = GatedEncoder(query_encoder)
+    config = {"deadline_ms": 5, "cache": {"backend": "none"}, **_features(store_dir)}
+    with Retriever.load(index, config, encoder=gated) as retriever:
+        gated.close_gate()
+        try:
+            result = retriever.search(QUERIES[2], k=5)
+        finally:
+            gated.gate.set()
+    # The encoder wait used the whole budget, so the feature read was skipped as well.
+    assert result.degraded == ["embed", "features"] and result.features_available is None
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True])
+def test_invalid_deadline_is_an_invalid_query(index, query_encoder, bad) -> None:
+    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=query_encoder) as r, \
+            pytest.raises(InvalidQueryError, match="deadline_ms"):
+        r.search(QUERIES[0], deadline_ms=bad)
+
+
+# -- load shedding -----------------------------------------------------------------------------
+
+def test_searches_past_max_in_flight_are_shed_at_once(index, query_encoder) -> None:
+    gated = GatedEncoder(query_encoder)
+    config = {"max_in_flight": 2, "cache": {"backend": "none"}}
+    with Retriever.load(index, config, encoder=gated) as retriever, \
+            ThreadPoolExecutor(2) as callers:
+        gated.close_gate()
+        try:
+            running = [callers.submit(retriever.search, q, k=3) for q in QUERIES[:2]]
+            for _ in running:  # both searches are inside the encoder: 2 in flight
+                assert gated.entered.acquire(timeout=30)
+            with pytest.raises(OverloadedError, match="max_in_flight=2"):
+                retriever.search(QUERIES[3], k=3)
+        finally:
+            gated.gate.set()
+        assert all(f.result(timeout=30).hits for f in running)
+        assert retriever.stats()["shed"] == 1
+        assert retriever.search(QUERIES[3], k=3).hits  # capacity is back
