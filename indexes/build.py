@@ -27,11 +27,12 @@ from indexes.manifest import (
     current_build_dir,
     discard,
     new_build_id,
-    publish,
+    place,
     read_manifest,
     staging_dir,
     write_manifest,
 )
+from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.storage import load_array, save_array
 from indexes.vectors import VectorDtype, VectorStore
@@ -62,6 +63,7 @@ class BuildReport:
     vectors_reused: int
     vectors_encoded: int
     seconds: dict[str, float] = field(default_factory=dict)
+    published: bool = True  # False: staged in builds/, CURRENT untouched
 
 
 def content_hashes(texts: Sequence[str]) -> np.ndarray:
@@ -131,8 +133,13 @@ def build_index(
     encoder_info: EncoderInfo | None = None,
     config: BuildConfig | None = None,
     progress: bool = True,
+    publish: bool = True,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
+
+    With ``publish=False`` the verified build is staged in ``builds/`` without flipping
+    ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
+    gated ``retrieval.publishing.publish``) makes the staged one live.
 
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
@@ -169,12 +176,13 @@ def build_index(
             bm25=config.bm25.model_dump(mode="json"),
             metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
         ))
-        final = publish(staging, root, build_id)
+        final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
         discard(staging)
         raise
     timer.lap("write+publish")
-    return BuildReport(build_id, final, len(docs), reused, len(docs) - reused, timer.laps)
+    return BuildReport(build_id, final, len(docs), reused, len(docs) - reused, timer.laps,
+                       publish)
 
 
 def _vectors_for(

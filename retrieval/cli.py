@@ -19,6 +19,7 @@ from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir, 
 from indexes.synthetic import with_demo_metadata
 from retrieval.config import RetrieverConfig
 from retrieval.features.cli import add_features_parser
+from retrieval.publishing.cli import add_gate_flags, add_publish_parsers, after_build
 from retrieval.retriever import Retriever
 
 
@@ -33,7 +34,10 @@ def _build(args: argparse.Namespace) -> int:
     if args.demo_metadata:
         documents = with_demo_metadata(documents)
     encoder = SentenceTransformerEncoder(args.model)
-    report = build_index(documents, args.out, encoder=encoder, config=config)
+    report = build_index(documents, args.out, encoder=encoder, config=config,
+                         publish=not (args.no_publish or args.gate))
+    if not report.published:
+        return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.vectors_reused} vectors reused, {report.vectors_encoded} encoded; "
           f"seconds {report.seconds}")
@@ -109,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--batch-size", type=int, default=64)
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
+    add_gate_flags(build, staging=True)
     build.set_defaults(func=_build)
 
     verify = sub.add_parser("verify", help="check every file of a build against its manifest")
@@ -130,6 +135,7 @@ def parser() -> argparse.ArgumentParser:
     search.set_defaults(func=_search)
 
     add_features_parser(sub)
+    add_publish_parsers(sub)
 
     demo = sub.add_parser("demo", help="build an index, run queries, print p50/p95/p99")
     demo.add_argument("--data", default=None, help="BEIR folder (default: ../shared/data/scifact)")

@@ -28,6 +28,7 @@ from indexes.encoders import (
     usable_cores,
 )
 from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
+from indexes.history import publication_of
 from indexes.manifest import resolve_build_dir
 from retrieval.batching import EncodeBatcher
 from retrieval.cache import Cache, make_cache
@@ -191,7 +192,8 @@ class Retriever:
         swap_started = time.monotonic()
         self._live = _Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
-                                   "swapped_at": (swap_started, time.monotonic())})
+                                   "swapped_at": (swap_started, time.monotonic()),
+                                   **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
 
