@@ -146,3 +146,30 @@ def test_missing_gate_file_and_bad_canary_line(tmp_path):
     (tmp_path / "gate.toml").write_text('canaries = "canaries.jsonl"\n')
     assert cli(["publish", str(tmp_path / "root"), staged, "--gate",
                 str(tmp_path / "gate.toml")]) == 2
+
+
+def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):
+    a = _build(tmp_path, n=20)
+    docs = _docs(20)
+    docs = [Document(d.id, d.text + (" edited" if d.id == "d3" else ""), d.title,
+                     {"kind": "x"}) for d in docs if d.id != "d0"]
+    docs.append(Document("d99", "a new document", metadata={"kind": "y"}))
+    vectors = np.random.default_rng(5).normal(size=(len(docs), INFO.dim)).astype(np.float32)
+    b = build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO, progress=False,
+                    publish=False).build_id
+    assert cli(["diff", str(tmp_path), a, b, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in report["checks"]}
+    changed = checks["documents changed"]["figures"]
+    assert (changed["added"], changed["removed"], changed["changed"]) == (1, 1, 1)
+    assert (changed["added_sample"], changed["removed_sample"], changed["changed_sample"]) == (
+        ["d99"], ["d0"], ["d3"])
+    fields = checks["metadata fields"]
+    assert fields["outcome"] == "refused"
+    assert fields["figures"]["lost"] == ["group"] and fields["figures"]["added"] == ["kind"]
+    assert report["passed"] is False
+    assert cli(["diff", str(tmp_path), a, b]) == 0
+    text = capsys.readouterr().out
+    assert "REFUSED metadata fields: added: kind; lost: group" in text
+    assert "gate refused by: metadata fields" in text
+    assert (tmp_path / CURRENT).read_text().strip() == a  # diff never publishes
