@@ -13,6 +13,7 @@ records against it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from indexes.storage import fsync_write
 log = logging.getLogger(__name__)
 
 HISTORY = "HISTORY.jsonl"
+LOCK = ".flip.lock"
 CURRENT_FILE = "CURRENT"  # same name as indexes.manifest.CURRENT (kept here to avoid a cycle)
 
 How = Literal["gate", "forced", "rollback", "plain"]
@@ -82,12 +84,18 @@ def append_record(root: Path, record: FlipRecord) -> None:
 
 
 def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
-    """Record the flip, then replace ``CURRENT`` atomically (temp file, fsync, rename)."""
+    """Record the flip, then replace ``CURRENT`` atomically (temp file, fsync, rename).
+
+    An exclusive lock on ``<root>/.flip.lock`` serializes flips from several processes, so each
+    record's ``previous`` is the build its own flip replaced.
+    """
     root = Path(root)
-    record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
-                        previous=live_build_id(root), note=note)
-    append_record(root, record)
-    fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
+    with open(root / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
+                            previous=live_build_id(root), note=note)
+        append_record(root, record)
+        fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
     return record
 
 

@@ -192,3 +192,24 @@ def test_canary_and_labeled_log_figures_of_a_no_stem_build(live_root, scifact, e
     outcome = publish(live_root, staged, gate, allow_analyzer_change=True, force=True,
                       encoder=encoder)
     assert outcome.published and outcome.how == ("gate" if report.passed else "forced")
+
+
+def test_cli_build_stages_or_gates(dataset, tmp_path, capsys):
+    lines = (dataset("scifact") / "corpus.jsonl").read_text().splitlines()[:40]
+    full, half = tmp_path / "full.jsonl", tmp_path / "half.jsonl"
+    full.write_text("\n".join(lines) + "\n")
+    half.write_text("\n".join(lines[:20]) + "\n")
+    root = tmp_path / "idx"
+    with pytest.raises(SystemExit):  # a bad gate file fails before the build starts
+        cli(["build", "--corpus", str(full), "--out", str(root), "--gate", "none.toml"])
+    assert "gate file none.toml does not exist" in capsys.readouterr().err
+    assert cli(["build", "--corpus", str(full), "--out", str(root)]) == 0
+    live = (root / CURRENT).read_text().strip()
+    (tmp_path / "gate.json").write_text('{"max_doc_drop": 0.25}')
+    assert cli(["build", "--corpus", str(half), "--out", str(root),
+                "--gate", str(tmp_path / "gate.json")]) == 1
+    assert "a drop of 50.0%, more than the 25.0% allowed" in capsys.readouterr().out
+    assert cli(["build", "--corpus", str(full), "--out", str(root), "--no-publish"]) == 0
+    assert "staged build" in capsys.readouterr().out
+    assert (root / CURRENT).read_text().strip() == live
+    assert sorted(b.status for b in list_builds(root)) == ["live", "staged", "staged"]

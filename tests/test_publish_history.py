@@ -137,15 +137,16 @@ def test_bad_gate_files_are_typed_errors(tmp_path, name, content, message):
         load_gate(path)
 
 
-def test_missing_gate_file_and_bad_canary_line(tmp_path):
+def test_missing_gate_file_and_bad_canary_line(tmp_path, capsys):
     with pytest.raises(GateConfigError, match="does not exist"):
         load_gate(tmp_path / "absent.toml")
     _build(tmp_path / "root")
     staged = _build(tmp_path / "root", revision=1, publish=False)
     (tmp_path / "canaries.jsonl").write_text('{"query": "topic", "expect": ["d1"]}\n')
     (tmp_path / "gate.toml").write_text('canaries = "canaries.jsonl"\n')
-    assert cli(["publish", str(tmp_path / "root"), staged, "--gate",
-                str(tmp_path / "gate.toml")]) == 2
+    with pytest.raises(SystemExit):
+        cli(["publish", str(tmp_path / "root"), staged, "--gate", str(tmp_path / "gate.toml")])
+    assert "line 1 is not a valid Canary" in capsys.readouterr().err
 
 
 def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):

@@ -12,9 +12,29 @@ from typing import Any
 from indexes.build import BuildReport
 from indexes.encoders import Encoder
 from retrieval.publishing.api import builds, diff, publish, rollback
+from retrieval.publishing.config import (
+    GateConfig,
+    GateConfigError,
+    load_canaries,
+    load_gate,
+    load_labeled_log,
+)
 from retrieval.publishing.report import GateReport
 
 REFUSED = 1
+
+
+def gate_file(path: str) -> GateConfig:
+    """Read and validate ``--gate`` while parsing, so a bad file fails before a long build."""
+    try:
+        gate = load_gate(path)
+        if gate.canaries:
+            load_canaries(gate.canaries)
+        if gate.labeled_log:
+            load_labeled_log(gate.labeled_log)
+        return gate
+    except GateConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def add_gate_flags(parser: argparse.ArgumentParser, *, staging: bool = False) -> None:
@@ -22,7 +42,7 @@ def add_gate_flags(parser: argparse.ArgumentParser, *, staging: bool = False) ->
     if staging:
         parser.add_argument("--no-publish", action="store_true",
                             help="stage the verified build without making it live")
-    parser.add_argument("--gate", default=None,
+    parser.add_argument("--gate", default=None, type=gate_file,
                         help="gate file (.json/.toml): thresholds, canaries, labeled log")
     parser.add_argument("--force", action="store_true",
                         help="publish even if the gate refuses (recorded as forced)")
@@ -53,7 +73,8 @@ def add_publish_parsers(subparsers: Any) -> None:
     compare.add_argument("index", help="index root")
     compare.add_argument("a", help="build playing the live one")
     compare.add_argument("b", help="candidate build")
-    compare.add_argument("--gate", default=None, help="gate file: thresholds and searches")
+    compare.add_argument("--gate", default=None, type=gate_file,
+                         help="gate file: thresholds and searches")
     compare.add_argument("--allow-encoder-change", action="store_true")
     compare.add_argument("--allow-analyzer-change", action="store_true")
     compare.add_argument("--json", action="store_true")
