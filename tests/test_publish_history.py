@@ -174,3 +174,10 @@ def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):
     assert "REFUSED metadata fields: added: kind; lost: group" in text
     assert "gate refused by: metadata fields" in text
     assert (tmp_path / CURRENT).read_text().strip() == a  # diff never publishes
+
+
+def test_publishing_public_names_are_sorted_and_importable():
+    import retrieval.publishing as publishing
+
+    assert publishing.__all__ == sorted(publishing.__all__)
+    assert all(hasattr(publishing, name) for name in publishing.__all__)

@@ -22,7 +22,13 @@ from retrieval.publishing.config import (
     load_canaries,
     load_labeled_log,
 )
-from retrieval.publishing.quality import canary_figures, labeled_figures, rankings, within
+from retrieval.publishing.quality import (
+    QueryVectors,
+    canary_figures,
+    labeled_figures,
+    rankings,
+    within,
+)
 from retrieval.publishing.report import Check, GateReport
 from retrieval.publishing.structure import structural_checks
 from retrieval.retriever import Retriever
@@ -123,17 +129,16 @@ def _skipped(names: list[str], why: str) -> list[Check]:
 def _run_searches(live: Retriever, candidate: Retriever, gate: GateConfig,
                   inputs: SearchInputs) -> list[Check]:
     checks: list[Check] = []
+    vectors = QueryVectors()
     if inputs.canaries:
         canaries = inputs.canaries
         queries = [c.query for c in canaries]
-        vectors: dict[str, Any] = {}
         figures = canary_figures(rankings(live, queries, gate.k, vectors),
                                  rankings(candidate, queries, gate.k, vectors), canaries, gate.k)
         checks += _canary_checks(figures, gate)
     if inputs.labeled:
         labeled = inputs.labeled
         queries = [q.query for q in labeled]
-        vectors = {}
         checks.append(_labeled_check(labeled_figures(
             rankings(live, queries, gate.k, vectors),
             rankings(candidate, queries, gate.k, vectors), labeled, gate.k), gate))

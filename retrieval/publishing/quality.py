@@ -7,21 +7,36 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from indexes.encoders import Encoder
 from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
 from retrieval.retriever import Retriever
 
 Ranking = list[str]
 
 
+class QueryVectors:
+    """Query vectors per encoder and text: each text is encoded once per gate run, however
+    many checks and builds use it (encoding dominates the gate's time)."""
+
+    def __init__(self) -> None:
+        self._vectors: dict[tuple[str, str], np.ndarray] = {}
+
+    def get(self, encoder: Encoder, texts: Sequence[str]) -> np.ndarray:
+        key = encoder.encoder_id
+        missing = list(dict.fromkeys(t for t in texts if (key, t) not in self._vectors))
+        if missing:
+            for text, vector in zip(missing, encoder.encode(missing), strict=True):
+                self._vectors[(key, text)] = vector
+        return np.stack([self._vectors[(key, t)] for t in texts])
+
+
 def rankings(retriever: Retriever, queries: Sequence[str], k: int,
-             vectors: dict[str, np.ndarray]) -> list[Ranking]:
-    """Top-k doc ids per query. Query vectors are encoded once per encoder and shared."""
+             vectors: QueryVectors) -> list[Ranking]:
+    """Top-k doc ids per query, searched with the given vectors (no encode per search)."""
     if retriever.encoder is None:
         raise ValueError("no query encoder")
-    key = retriever.encoder.encoder_id
-    if key not in vectors:
-        vectors[key] = retriever.encoder.encode(list(queries))
-    results = retriever.search_batch(list(queries), k=k, query_vectors=vectors[key])
+    matrix = vectors.get(retriever.encoder, queries)
+    results = retriever.search_batch(list(queries), k=k, query_vectors=matrix)
     return [[hit.doc_id for hit in result.hits] for result in results]
 
 
