@@ -100,7 +100,9 @@ def size_runs(root: Path, candidate: str, gate: GateConfig, encoder: Any,
                "diff + 50 canaries + 300 labeled": full}
     samples = measure_side_by_side(runners, list(range(runs)), warmup=[0], chunk=1)
     last = reports[-1]
-    return {"docs": last.check("document count").figures["live_docs"],
+    phases = {name: summarize([r.timings.get(name, 0.0) * 1e3 for r in reports[1:]])
+              for name in ("diff", "load", "encode", "search")}
+    return {"docs": last.check("document count").figures["live_docs"], "phases": phases,
             "latency": {name: s.summary() for name, s in samples.items()},
             "report": last.as_dict(),
             "full_runs_ms": summarize(samples["diff + 50 canaries + 300 labeled"].wall_ms)}
@@ -122,6 +124,12 @@ def render(results: dict[str, Any], runs: int) -> str:
     rows = [[f"{size['docs']:,}", name, percentile_cells(summary)]
             for size in results["sizes"] for name, summary in size["latency"].items()]
     lines += [markdown_table(["documents", "check", "p50 / p95 / p99 ms"], rows), ""]
+    rows = [[f"{size['docs']:,}", *(f"{size['phases'][name]['p50']:.0f}"
+                                    for name in ("diff", "load", "encode", "search"))]
+            for size in results["sizes"]]
+    lines += ["Phases of the whole gate, p50 ms (load: both builds with checksums verified; "
+              "encode: 300 distinct query texts once; search: 350 queries on each build):", "",
+              markdown_table(["documents", "diff", "load", "encode", "search"], rows), ""]
     for size in results["sizes"]:
         report = size["report"]
         lines.append(f"Verdict at {size['docs']:,} documents: "

@@ -72,17 +72,19 @@ def compare_builds(
                           checks=checks, seconds=time.perf_counter() - started)
     live = read_contents(live_dir)
     checks = structural_checks(live, candidate, gate)
+    timings = {"diff": time.perf_counter() - started}
     checks += _search_checks(live_dir, candidate_dir, live, candidate, gate, inputs, checks,
-                             encoder, config)
+                             encoder, config, timings)
     return GateReport(live_build=live.manifest.build_id,
                       candidate_build=candidate.manifest.build_id, checks=checks,
-                      seconds=time.perf_counter() - started)
+                      seconds=time.perf_counter() - started,
+                      timings={k: round(v, 4) for k, v in timings.items()})
 
 
 def _search_checks(
     live_dir: Path, candidate_dir: Path, live: BuildContents, candidate: BuildContents,
     gate: GateConfig, inputs: SearchInputs, structural: list[Check], encoder: Encoder | None,
-    config: RetrieverConfig | dict[str, Any] | None,
+    config: RetrieverConfig | dict[str, Any] | None, timings: dict[str, float],
 ) -> list[Check]:
     wanted = [name for name, rows in ((CANARY, inputs.canaries), (LABELED, inputs.labeled))
               if rows]
@@ -94,13 +96,19 @@ def _search_checks(
         return _skipped(wanted, f"not run: the {' and '.join(refused_identity)} change was "
                         "refused")
     serving = _gate_config(config)
+    started = time.perf_counter()
     pair = [_load(live_dir, live, serving, [encoder])]
     try:
         pair.append(_load(candidate_dir, candidate, serving, [encoder, pair[0].encoder]))
+        timings["load"] = time.perf_counter() - started
         if any(r.encoder is None for r in pair):
             return _skipped(wanted, "not run: a build has no query encoder (precomputed "
                             "vectors of an unknown model)")
-        return _run_searches(pair[0], pair[1], gate, inputs)
+        started, vectors = time.perf_counter(), QueryVectors()
+        checks = _run_searches(pair[0], pair[1], gate, inputs, vectors)
+        timings["encode"] = vectors.seconds
+        timings["search"] = time.perf_counter() - started - vectors.seconds
+        return checks
     finally:
         for retriever in pair:
             retriever.close()
@@ -127,9 +135,8 @@ def _skipped(names: list[str], why: str) -> list[Check]:
 
 
 def _run_searches(live: Retriever, candidate: Retriever, gate: GateConfig,
-                  inputs: SearchInputs) -> list[Check]:
+                  inputs: SearchInputs, vectors: QueryVectors) -> list[Check]:
     checks: list[Check] = []
-    vectors = QueryVectors()
     if inputs.canaries:
         canaries = inputs.canaries
         queries = [c.query for c in canaries]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,12 +21,16 @@ class QueryVectors:
 
     def __init__(self) -> None:
         self._vectors: dict[tuple[str, str], np.ndarray] = {}
+        self.seconds = 0.0  # spent encoding
 
     def get(self, encoder: Encoder, texts: Sequence[str]) -> np.ndarray:
         key = encoder.encoder_id
         missing = list(dict.fromkeys(t for t in texts if (key, t) not in self._vectors))
         if missing:
-            for text, vector in zip(missing, encoder.encode(missing), strict=True):
+            started = time.perf_counter()
+            encoded = encoder.encode(missing)
+            self.seconds += time.perf_counter() - started
+            for text, vector in zip(missing, encoded, strict=True):
                 self._vectors[(key, text)] = vector
         return np.stack([self._vectors[(key, t)] for t in texts])
 

@@ -30,6 +30,8 @@ class GateReport(BaseModel):
     candidate_build: str
     checks: list[Check]
     seconds: float = 0.0
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="seconds per phase: diff, load, encode, search")
 
     @property
     def passed(self) -> bool:
@@ -58,5 +60,6 @@ class GateReport(BaseModel):
             lines.append(f"  {mark} {check.name}: {check.summary}{limit}")
         verdict = ("passed" if self.passed else
                    "refused by: " + ", ".join(c.name for c in self.refused))
-        lines.append(f"gate {verdict} ({self.seconds:.2f} s)")
+        phases = ", ".join(f"{name} {value:.2f}" for name, value in self.timings.items())
+        lines.append(f"gate {verdict} ({self.seconds:.2f} s" + (f": {phases})" if phases else ")"))
         return "\n".join(lines)
