@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -90,6 +91,7 @@ def test_rollback_under_load_then_gc_keeps_live_and_rollback_target(docs, encode
         assert publish(tmp_path, second).how == "gate"
         _wait_for(retrievers, second)
         flipped = time.monotonic()
+        wall_offset = time.time() - time.monotonic()
         assert cli(["rollback", str(tmp_path)]) == 0
         _wait_for(retrievers, first)
     finally:
@@ -109,8 +111,11 @@ def test_rollback_under_load_then_gc_keeps_live_and_rollback_target(docs, encode
     for retriever in retrievers:
         assert retriever.build_id == first
         loads = [e for e in retriever.stats()["reloads"] if e["event"] == "loaded"]
-        print(f"moved back {loads[-1]['swapped_at'][1] - flipped:.3f} s after the rollback "
-              f"command started (reload interval {INTERVAL} s)")  # shown with -s; not asserted
+        flip_at = datetime.fromisoformat(loads[-1]["published_at"]).timestamp() - wall_offset
+        with capsys.disabled():  # shown with -s; not asserted (shared, noisy machine)
+            print(f"moved back {loads[-1]['swapped_at'][1] - flip_at:.3f} s after the flip was "
+                  f"recorded, {loads[-1]['swapped_at'][1] - flipped:.3f} s after the rollback "
+                  f"command started (reload interval {INTERVAL} s)")
         assert [(e["build_id"], e["how"]) for e in loads[1:]] == [(second, "gate"),
                                                                   (first, "rollback")]
 
