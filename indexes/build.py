@@ -26,11 +26,12 @@ from indexes.manifest import (
     current_build_dir,
     discard,
     new_build_id,
-    publish,
+    place,
     read_manifest,
     staging_dir,
     write_manifest,
 )
+from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.storage import load_array, save_array
 from indexes.vectors import VectorDtype, VectorStore
@@ -65,6 +66,7 @@ class BuildReport:
     vectors_encoded: int
     seconds: dict[str, float] = field(default_factory=dict)
     vectors_given: int = 0
+    published: bool = True  # False: staged in builds/, CURRENT untouched
 
     def describe_vectors(self) -> str:
         if self.vectors_given:
@@ -139,8 +141,13 @@ def build_index(
     encoder_info: EncoderInfo | None = None,
     config: BuildConfig | None = None,
     progress: bool = True,
+    publish: bool = True,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
+
+    With ``publish=False`` the verified build is staged in ``builds/`` without flipping
+    ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
+    gated ``retrieval.publishing.publish``) makes the staged one live.
 
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
@@ -179,7 +186,7 @@ def build_index(
             bm25=config.bm25.model_dump(mode="json"),
             metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
         ))
-        final = publish(staging, root, build_id)
+        final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
         discard(staging)
         raise
@@ -187,7 +194,7 @@ def build_index(
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
-                       vectors_given=given)
+                       vectors_given=given, published=publish)
 
 
 def _vectors_for(

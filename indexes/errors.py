@@ -22,7 +22,11 @@ it); ``from retrieval import ...`` gives every one of them::
     │   │                             or does not match reality (store, views, Redis
     │   │                             credentials); ``key`` names it
     │   ├── CacheConfigError          (retrieval.cache) a cache setting
-    │   └── FeatureConfigError        (retrieval.features) a view, store or weights setting
+    │   ├── FeatureConfigError        (retrieval.features) a view, store or weights setting
+    │   └── GateConfigError           (retrieval.publishing) a gate, canary or labeled-log file
+    ├── PublishError                  (indexes.publish) a publish or rollback cannot be done
+    │   ├── UnknownBuildError         the build id names no build under the root
+    │   └── NoRollbackTargetError     the flip history names no previously live build
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
     ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss

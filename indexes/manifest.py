@@ -7,7 +7,9 @@ Layout::
 
 A build is written into ``builds/.tmp-<build_id>``, verified, renamed into place, and only then
 ``CURRENT`` is replaced (temp file, fsync, rename). A crash at any point leaves ``CURRENT`` on the
-previous build.
+previous build. A staged build (``publish=False``) stops after the rename: it sits in
+``builds/`` verified, and ``CURRENT`` is flipped to it later (``indexes.publish``). Every flip is
+recorded in ``HISTORY.jsonl`` (``indexes.history``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from indexes.errors import (
     FormatVersionError,
     MissingArtifactError,
 )
-from indexes.storage import fsync_dir, fsync_write, mint_id, read_json, write_json
+from indexes.history import flip, rollback_target
+from indexes.storage import fsync_dir, mint_id, read_json, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -147,13 +150,19 @@ def staging_dir(root: Path, build_id: str) -> Path:
     return staging
 
 
-def publish(staging: Path, root: Path, build_id: str) -> Path:
-    """Verify a staged build, move it into place and flip ``CURRENT`` to it."""
+def place(staging: Path, root: Path, build_id: str) -> Path:
+    """Verify a staged build and move it into ``builds/``, leaving ``CURRENT`` alone."""
     verify_build(staging, read_manifest(staging))
     final = root / "builds" / build_id
     os.replace(staging, final)
     fsync_dir(final.parent)
-    fsync_write(root / CURRENT, f"{build_id}\n".encode())
+    return final
+
+
+def publish(staging: Path, root: Path, build_id: str) -> Path:
+    """Verify a staged build, move it into place and flip ``CURRENT`` to it (a plain publish)."""
+    final = place(staging, root, build_id)
+    flip(root, build_id, "plain")
     return final
 
 
@@ -162,18 +171,21 @@ def discard(staging: Path) -> None:
 
 
 def collect_garbage(root: Path, keep: int, stale_staging_seconds: float = 3600.0) -> list[Path]:
-    """Delete all but the newest ``keep`` builds (never the live one) and abandoned staging dirs.
+    """Delete all but the newest ``keep`` builds and abandoned staging dirs.
 
-    Staging directories younger than ``stale_staging_seconds`` may belong to a build in
-    progress in another process, so they are left alone. Returns what was removed.
+    Never deleted: the live build and the build ``rollback`` would return to (from the flip
+    history). Staging directories younger than ``stale_staging_seconds`` may belong to a build
+    in progress in another process, so they are left alone. Returns what was removed.
     """
     if keep < 1:
         raise ValueError("keep must be at least 1: the live build is never removed")
     builds = root / "builds"
     live = current_build_dir(root)
+    target = rollback_target(root)
+    protected = {live, builds / target if target else None}
     published = sorted((p for p in builds.iterdir() if p.is_dir() and not p.name.startswith(".")),
                        key=lambda p: p.name, reverse=True)
-    doomed = [p for p in published[keep:] if p != live]
+    doomed = [p for p in published[keep:] if p not in protected]
     now = time.time()
     doomed += [p for p in builds.glob(".tmp-*")
                if p.is_dir() and now - p.stat().st_mtime > stale_staging_seconds]

@@ -4,6 +4,7 @@ Exports the ``Retriever``, every configuration model a user writes (``RetrieverC
 sections it holds) and every error family; the error tree is drawn in ``indexes.errors``.
 """
 
+from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
 from retrieval.cache.codec import CacheValueError
@@ -43,6 +44,7 @@ from retrieval.integrations.errors import (
     UnsupportedFilterError,
 )
 from retrieval.models import CacheInfo, Hit, SearchResult
+from retrieval.publishing.config import GateConfigError
 from retrieval.retriever import Retriever
 from retrieval.tracing import TracingConfig
 
@@ -68,6 +70,7 @@ __all__ = [
     "FeatureWeights",
     "FilterTypeError",
     "FormatVersionError",
+    "GateConfigError",
     "Hit",
     "IntegrationError",
     "InvalidQueryError",
@@ -76,14 +79,17 @@ __all__ = [
     "MalformedFilterError",
     "MissingArtifactError",
     "MissingExtraError",
+    "NoRollbackTargetError",
     "NotASearchBackendError",
     "OverloadedError",
+    "PublishError",
     "RecencyWeight",
     "RetrievalError",
     "Retriever",
     "RetrieverConfig",
     "SearchResult",
     "TracingConfig",
+    "UnknownBuildError",
     "UnknownFieldError",
     "UnsupportedFilterError",
 ]

@@ -22,6 +22,7 @@ from indexes.encoders import (
     compatible_query_encoder,
 )
 from indexes.errors import EncoderMismatchError, RetrievalError
+from indexes.history import publication_of
 from indexes.manifest import resolve_build_dir
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
@@ -172,7 +173,8 @@ class Retriever:
         swap_started = time.monotonic()
         self._live = Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
-                                   "swapped_at": (swap_started, time.monotonic())})
+                                   "swapped_at": (swap_started, time.monotonic()),
+                                   **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
 

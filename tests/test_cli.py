@@ -164,4 +164,5 @@ def test_every_registered_module_adds_its_subcommand():
         assert added, f"{register} added no subcommand"
         assert not added & names, f"{register} re-adds {added & names}"
         names |= added
-    assert names == {"build", "verify", "gc", "describe", "search", "features", "demo"}
+    assert names == {"build", "verify", "gc", "describe", "search", "features", "demo",
+                     "publish", "rollback", "builds", "diff"}

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from indexes.errors import RetrievalError
-from retrieval.cli import admin, build, demo, describe, features, search
+from retrieval.cli import admin, build, demo, describe, features, publish, search
 from retrieval.cli.common import Subparsers
 
 # Each entry adds one subcommand (or a small group) to the root parser, in --help order.
@@ -19,6 +19,7 @@ COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
     describe.register,
     search.register,
     features.register,
+    publish.register,
     demo.register,
 )
 

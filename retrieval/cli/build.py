@@ -14,6 +14,7 @@ from indexes.manifest import read_manifest
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
 from retrieval.cli.formats import CORPUS_FORMAT
+from retrieval.cli.publish import add_gate_flags, after_build
 
 
 def register(subparsers: Subparsers) -> None:
@@ -30,6 +31,7 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--batch-size", type=int, default=64)
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
+    add_gate_flags(build, staging=True)
     build.set_defaults(func=run_build)
 
 
@@ -45,7 +47,10 @@ def run_build(args: argparse.Namespace) -> int:
     if args.demo_metadata:
         documents = list(with_demo_metadata(documents))
     encoder = SentenceTransformerEncoder(args.model)
-    report = build_index(documents, args.out, encoder=encoder, config=config)
+    report = build_index(documents, args.out, encoder=encoder, config=config,
+                         publish=not (args.no_publish or args.gate))
+    if not report.published:
+        return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))

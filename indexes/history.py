@@ -1,0 +1,136 @@
+"""The flip history of an index root: every change of ``CURRENT``, append-only.
+
+``<root>/HISTORY.jsonl`` holds one JSON object per flip: the build made live, when, how
+(``gate`` passed, ``forced`` past a refusing gate, ``rollback``, or ``plain`` publish without a
+gate) and which build was live before. "Previous" therefore means previously *live*, not
+previously built, and rollback and garbage collection read it from here.
+
+A flip appends its record first and replaces ``CURRENT`` second, so a serving process that sees
+the new ``CURRENT`` always finds the record saying who published it. A crash between the two
+leaves a record for a flip that did not happen; ``CURRENT`` stays the truth, and readers match
+records against it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from indexes.storage import fsync_write
+
+log = logging.getLogger(__name__)
+
+HISTORY = "HISTORY.jsonl"
+LOCK = ".flip.lock"
+CURRENT_FILE = "CURRENT"  # same name as indexes.manifest.CURRENT (kept here to avoid a cycle)
+
+How = Literal["gate", "forced", "rollback", "plain"]
+
+
+class FlipRecord(BaseModel):
+    """One change of ``CURRENT``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    build_id: str
+    at: str
+    how: How
+    previous: str | None = None
+    note: str = ""
+
+
+def live_build_id(root: Path) -> str | None:
+    """The build ``CURRENT`` names, or None before the first publish."""
+    try:
+        return (Path(root) / CURRENT_FILE).read_text(encoding="utf-8").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def read_history(root: Path) -> list[FlipRecord]:
+    """Every flip record, oldest first. A torn last line (a crash mid-append) is skipped."""
+    path = Path(root) / HISTORY
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(FlipRecord.model_validate(json.loads(line)))
+        except (json.JSONDecodeError, ValidationError) as exc:
+            log.warning("%s line %d unreadable, skipped: %s", path, number, exc)
+    return records
+
+
+def append_record(root: Path, record: FlipRecord) -> None:
+    """Append one line and fsync it (O_APPEND: concurrent appends do not interleave)."""
+    line = (record.model_dump_json() + "\n").encode("utf-8")
+    fd = os.open(Path(root) / HISTORY, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
+    """Record the flip, then replace ``CURRENT`` atomically (temp file, fsync, rename).
+
+    An exclusive lock on ``<root>/.flip.lock`` serializes flips from several processes, so each
+    record's ``previous`` is the build its own flip replaced.
+    """
+    root = Path(root)
+    with open(root / LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
+                            previous=live_build_id(root), note=note)
+        append_record(root, record)
+        fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
+    return record
+
+
+def latest_flip_to(root: Path, build_id: str) -> FlipRecord | None:
+    """The newest record that made ``build_id`` live (who published it, and when)."""
+    for record in reversed(read_history(root)):
+        if record.build_id == build_id:
+            return record
+    return None
+
+
+def publication_of(root: Path | None, build_id: str) -> dict[str, str | None]:
+    """``{"how", "published_at"}`` of the flip that made ``build_id`` live, for reload events.
+
+    Never raises: a root without history (builds older than the history file) says ``None``.
+    """
+    if root is None:
+        return {"how": None, "published_at": None}
+    try:
+        record = latest_flip_to(root, build_id)
+    except OSError:
+        record = None
+    return {"how": record.how if record else None,
+            "published_at": record.at if record else None}
+
+
+def rollback_target(root: Path) -> str | None:
+    """The build that was live before the live one became live (None if unknown)."""
+    live = live_build_id(root)
+    if live is None:
+        return None
+    record = latest_flip_to(root, live)
+    return record.previous if record is not None and record.previous != live else None
+
+
+def ever_live(root: Path) -> set[str]:
+    """Ids of every build that was made live at some point."""
+    return {record.build_id for record in read_history(root)}

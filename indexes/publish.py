@@ -1,0 +1,146 @@
+"""Publishing primitives over an index root: make a staged build live, roll back, list builds.
+
+No checks of a build's *content* here (that is the serving layer's publish gate,
+``retrieval.publishing``, which needs searches): these functions verify checksums, flip
+``CURRENT`` and record the flip in the history (``indexes.history``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from indexes.docstore import DocStore
+from indexes.errors import ArtifactError, RetrievalError
+from indexes.history import (
+    FlipRecord,
+    How,
+    ever_live,
+    flip,
+    live_build_id,
+    read_history,
+    rollback_target,
+)
+from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
+from indexes.storage import load_array
+
+
+class PublishError(RetrievalError):
+    """A publish or rollback cannot be done as asked; the message says why and what to do."""
+
+
+class UnknownBuildError(PublishError):
+    """The build id names no build under the index root."""
+
+
+class NoRollbackTargetError(PublishError):
+    """The flip history does not say which build was live before the live one."""
+
+
+Status = Literal["live", "rollback target", "previously live", "staged"]
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    """One row of ``retrieval builds``."""
+
+    build_id: str
+    created_at: str
+    n_docs: int
+    encoder_id: str
+    size_bytes: int
+    status: Status
+
+
+def build_dir(root: Path, build_id: str) -> Path:
+    """The directory of a placed build; ``UnknownBuildError`` listing the ones there are."""
+    directory = Path(root) / "builds" / build_id
+    if not (directory / MANIFEST).is_file():
+        known = ", ".join(b.build_id for b in list_builds(root)) or "none"
+        raise UnknownBuildError(f"no build {build_id!r} under {root}/builds (builds there: "
+                                f"{known}); see `retrieval builds {root}`")
+    return directory
+
+
+def publish_build(root: Path, build_id: str, how: How = "plain", note: str = "") -> FlipRecord:
+    """Verify every checksum of a placed build, then flip ``CURRENT`` to it and record how."""
+    directory = build_dir(root, build_id)
+    verify_build(directory, read_manifest(directory))
+    return flip(Path(root), build_id, how, note)
+
+
+def rollback(root: Path, to: str | None = None) -> FlipRecord:
+    """Flip back to the build that was live before the live one (or to ``to``).
+
+    Rolling back twice returns to where the first rollback started: the build live before a
+    rollback is, after it, the previously live one.
+    """
+    root = Path(root)
+    live = live_build_id(root)
+    target = to or rollback_target(root)
+    if target is None:
+        raise NoRollbackTargetError(
+            f"the flip history in {root} does not name a build that was live before "
+            f"{live!r}; pick one from `retrieval builds {root}` and pass --to BUILD_ID")
+    if target == live:
+        raise PublishError(f"build {target!r} is already live under {root}; nothing to roll back")
+    return publish_build(root, target, "rollback", note=f"from {live}")
+
+
+def list_builds(root: Path) -> list[BuildInfo]:
+    """Every placed build, newest first, with its status from ``CURRENT`` and the history."""
+    builds = Path(root) / "builds"
+    if not builds.is_dir():
+        return []
+    live, target, was_live = live_build_id(root), rollback_target(root), ever_live(root)
+    rows = []
+    for directory in sorted(builds.iterdir(), key=lambda p: p.name, reverse=True):
+        if directory.name.startswith(".") or not (directory / MANIFEST).is_file():
+            continue
+        manifest = read_manifest(directory)
+        rows.append(BuildInfo(
+            build_id=manifest.build_id, created_at=manifest.created_at, n_docs=manifest.n_docs,
+            encoder_id=manifest.encoder.encoder_id, size_bytes=_tree_size(directory),
+            status=_status(manifest.build_id, live, target, was_live)))
+    return rows
+
+
+def _status(build_id: str, live: str | None, target: str | None, was_live: set[str]) -> Status:
+    if build_id == live:
+        return "live"
+    if build_id == target:
+        return "rollback target"
+    return "previously live" if build_id in was_live else "staged"
+
+
+def _tree_size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+
+
+def history(root: Path) -> list[FlipRecord]:
+    """Every flip of ``CURRENT`` under ``root``, oldest first."""
+    return read_history(Path(root))
+
+
+@dataclass(frozen=True)
+class BuildContents:
+    """What a comparison of two builds reads: manifest, external ids and content hashes."""
+
+    manifest: Manifest
+    doc_ids: list[str]
+    content_hashes: np.ndarray  # (n_docs,) S16, row-aligned with doc_ids
+
+
+def read_contents(directory: Path) -> BuildContents:
+    """Manifest, ids and content hashes of a build (typed errors name a missing file)."""
+    manifest = read_manifest(directory)
+    try:
+        ids = DocStore.load(directory / "docstore", mmap=True, prefault=False).all_ids()
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"cannot read the doc ids of {directory}: {exc}",
+                            directory / "docstore") from exc
+    hashes = np.asarray(load_array(directory / "vectors" / "content_hashes.npy"))
+    return BuildContents(manifest, ids, hashes)

@@ -1,0 +1,183 @@
+"""Staging, the flip history, rollback, the builds listing, gc protection and gate-file errors.
+
+Small builds from precomputed vectors (no model): these are the on-disk rules; the gate's
+searches on real data are in test_publish_gate.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexes.build import build_index
+from indexes.docstore import Document
+from indexes.history import HISTORY, read_history, rollback_target
+from indexes.manifest import CURRENT, EncoderInfo, collect_garbage
+from indexes.publish import (
+    NoRollbackTargetError,
+    PublishError,
+    UnknownBuildError,
+    list_builds,
+    publish_build,
+    rollback,
+)
+from retrieval.cli import main as cli
+from retrieval.publishing import GateConfigError, load_gate
+
+INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
+                   vector_dtype="float32")
+
+
+def _docs(n: int, revision: int = 0) -> list[Document]:
+    return [Document(f"d{i}", f"document {i} about topic {i % 5} revision {revision}",
+                     metadata={"group": f"g{i % 3}"}) for i in range(n)]
+
+
+def _build(root, n: int = 20, revision: int = 0, publish: bool = True, info=INFO) -> str:
+    vectors = np.random.default_rng(revision).normal(size=(n, info.dim)).astype(np.float32)
+    return build_index(_docs(n, revision), root, vectors=vectors, encoder_info=info,
+                       progress=False, publish=publish).build_id
+
+
+def test_staged_build_leaves_current_and_is_listed_as_staged(tmp_path):
+    live = _build(tmp_path)
+    staged = _build(tmp_path, revision=1, publish=False)
+    assert (tmp_path / CURRENT).read_text().strip() == live
+    status = {b.build_id: b.status for b in list_builds(tmp_path)}
+    assert status == {live: "live", staged: "staged"}
+    assert [r.how for r in read_history(tmp_path)] == ["plain"]
+
+
+def test_rollback_returns_to_the_previously_live_build_not_the_previously_built(tmp_path):
+    first = _build(tmp_path)
+    second = _build(tmp_path, revision=1)
+    _build(tmp_path, revision=2, publish=False)  # newer, never live
+    record = rollback(tmp_path)
+    assert record.build_id == first and record.how == "rollback" and record.previous == second
+    assert (tmp_path / CURRENT).read_text().strip() == first
+    assert rollback_target(tmp_path) == second
+    assert rollback(tmp_path).build_id == second  # a second rollback undoes the first
+
+
+def test_publish_and_rollback_errors_are_typed(tmp_path):
+    only = _build(tmp_path)
+    with pytest.raises(NoRollbackTargetError, match="--to"):
+        rollback(tmp_path)
+    with pytest.raises(UnknownBuildError, match="no build 'nope'"):
+        publish_build(tmp_path, "nope")
+    with pytest.raises(PublishError, match="already live"):
+        rollback(tmp_path, to=only)
+    assert cli(["rollback", str(tmp_path)]) == 2
+
+
+def test_gc_keeps_live_and_rollback_target_even_when_older_than_keep(tmp_path):
+    old = _build(tmp_path)
+    target = _build(tmp_path, revision=1)
+    rollback(tmp_path)  # live: old; rollback target: target
+    doomed = _build(tmp_path, revision=2, publish=False)
+    newest = _build(tmp_path, revision=3, publish=False)
+    removed = collect_garbage(tmp_path, keep=1)
+    assert [p.name for p in removed] == [doomed]
+    assert sorted(p.name for p in (tmp_path / "builds").iterdir()) == sorted([old, target, newest])
+
+
+def test_torn_history_line_is_skipped(tmp_path):
+    _build(tmp_path)
+    second = _build(tmp_path, revision=1)
+    with open(tmp_path / HISTORY, "a") as handle:
+        handle.write('{"build_id": "half-writ')
+    assert [r.build_id for r in read_history(tmp_path)][-1] == second
+
+
+def test_cli_builds_publish_and_rollback(tmp_path, capsys):
+    first = _build(tmp_path)
+    staged = _build(tmp_path, revision=1, publish=False)
+    assert cli(["publish", str(tmp_path), staged]) == 0
+    assert "published build" in capsys.readouterr().out
+    assert read_history(tmp_path)[-1].how == "gate"
+    assert cli(["rollback", str(tmp_path)]) == 0
+    assert f"{first} is live again" in capsys.readouterr().out
+    assert (tmp_path / CURRENT).read_text().strip() == first
+    assert cli(["builds", str(tmp_path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["build_id"], r["status"]) for r in rows] == [(staged, "rollback target"),
+                                                            (first, "live")]
+    assert rows[0]["n_docs"] == 20 and rows[0]["size_bytes"] > 0
+    assert cli(["builds", str(tmp_path)]) == 0
+    assert "rollback target" in capsys.readouterr().out
+
+
+def test_default_gate_refuses_a_big_drop_and_force_records_it(tmp_path, capsys):
+    _build(tmp_path, n=20)
+    small = _build(tmp_path, n=10, revision=1, publish=False)
+    assert cli(["publish", str(tmp_path), small, "--json"]) == 1
+    out = capsys.readouterr().out
+    report = json.loads(out[: out.rindex("}") + 1])
+    assert report["passed"] is False
+    drop = next(c for c in report["checks"] if c["name"] == "document count")
+    assert drop["outcome"] == "refused" and drop["figures"]["change"] == -0.5
+    assert cli(["publish", str(tmp_path), small, "--force"]) == 0
+    record = read_history(tmp_path)[-1]
+    assert record.build_id == small and record.how == "forced"
+    assert "document count" in record.note
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("gate.json", '{"max_doc_drop": 0.1, "max_doc_dorp": 0.2}', "max_doc_dorp"),
+    ("gate.toml", "max_doc_drop = 2.0", "max_doc_drop"),
+    ("gate.toml", "max_doc_drop = [", "cannot be parsed"),
+    ("gate.yaml", "max_doc_drop: 0.1", ".json or .toml"),
+])
+def test_bad_gate_files_are_typed_errors(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(GateConfigError, match=message):
+        load_gate(path)
+
+
+def test_missing_gate_file_and_bad_canary_line(tmp_path, capsys):
+    with pytest.raises(GateConfigError, match="does not exist"):
+        load_gate(tmp_path / "absent.toml")
+    _build(tmp_path / "root")
+    staged = _build(tmp_path / "root", revision=1, publish=False)
+    (tmp_path / "canaries.jsonl").write_text('{"query": "topic", "expect": ["d1"]}\n')
+    (tmp_path / "gate.toml").write_text('canaries = "canaries.jsonl"\n')
+    with pytest.raises(SystemExit):
+        cli(["publish", str(tmp_path / "root"), staged, "--gate", str(tmp_path / "gate.toml")])
+    assert "line 1 is not a valid Canary" in capsys.readouterr().err
+
+
+def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):
+    a = _build(tmp_path, n=20)
+    docs = _docs(20)
+    docs = [Document(d.id, d.text + (" edited" if d.id == "d3" else ""), d.title,
+                     {"kind": "x"}) for d in docs if d.id != "d0"]
+    docs.append(Document("d99", "a new document", metadata={"kind": "y"}))
+    vectors = np.random.default_rng(5).normal(size=(len(docs), INFO.dim)).astype(np.float32)
+    b = build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO, progress=False,
+                    publish=False).build_id
+    assert cli(["diff", str(tmp_path), a, b, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    checks = {c["name"]: c for c in report["checks"]}
+    changed = checks["documents changed"]["figures"]
+    assert (changed["added"], changed["removed"], changed["changed"]) == (1, 1, 1)
+    assert (changed["added_sample"], changed["removed_sample"], changed["changed_sample"]) == (
+        ["d99"], ["d0"], ["d3"])
+    fields = checks["metadata fields"]
+    assert fields["outcome"] == "refused"
+    assert fields["figures"]["lost"] == ["group"] and fields["figures"]["added"] == ["kind"]
+    assert report["passed"] is False
+    assert cli(["diff", str(tmp_path), a, b]) == 0
+    text = capsys.readouterr().out
+    assert "REFUSED metadata fields: added: kind; lost: group" in text
+    assert "gate refused by: metadata fields" in text
+    assert (tmp_path / CURRENT).read_text().strip() == a  # diff never publishes
+
+
+def test_publishing_public_names_are_sorted_and_importable():
+    import retrieval.publishing as publishing
+
+    assert publishing.__all__ == sorted(publishing.__all__)
+    assert all(hasattr(publishing, name) for name in publishing.__all__)
