@@ -42,6 +42,7 @@ class CorpusSpec:
     min_words: int = 60
     max_words: int = 140
     n_tenants: int = 5000
+    passages_per_article: int = 5  # adjacent rows share an article id (access-control lists)
     first_year: int = 2000
     last_year: int = 2025
 
@@ -61,6 +62,10 @@ class SyntheticCorpus:
     category: np.ndarray  # int8 (n_docs,), index into CATEGORIES
 
     @property
+    def n_articles(self) -> int:
+        return -(-self.spec.n_docs // self.spec.passages_per_article)
+
+    @property
     def n_docs(self) -> int:
         return self.spec.n_docs
 
@@ -71,12 +76,17 @@ class SyntheticCorpus:
         """Row ``row``'s metadata as a document would carry it."""
         when = datetime.fromtimestamp(float(self.published[row]), tz=UTC)
         return {"tenant": tenant_id(int(self.tenant[row])), "year": int(self.year[row]),
+                "article": article_id(row // self.spec.passages_per_article),
                 "published": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "category": CATEGORIES[int(self.category[row])]}
 
 
 def tenant_id(tenant: int) -> str:
     return f"tenant-{tenant:05d}"
+
+
+def article_id(article: int) -> str:
+    return f"article-{article:07d}"
 
 
 def vocabulary(size: int) -> list[str]:
@@ -178,11 +188,13 @@ def bm25_index(corpus: SyntheticCorpus, params: BM25Params | None = None) -> BM2
 
 def metadata_index(corpus: SyntheticCorpus) -> MetadataIndex:
     """The metadata index of ``record(row)`` for every row, built from the arrays."""
-    kinds: dict[str, FieldKind] = {"category": "keyword", "published": "date", "tenant": "keyword",
-                                   "year": "number"}
+    kinds: dict[str, FieldKind] = {"article": "keyword", "category": "keyword",
+                                   "published": "date", "tenant": "keyword", "year": "number"}
     keywords = {"tenant": _postings(corpus.tenant, [tenant_id(t) for t in
                                                     range(corpus.spec.n_tenants)]),
-                "category": _postings(corpus.category, list(CATEGORIES))}
+                "category": _postings(corpus.category, list(CATEGORIES)),
+                "article": _postings(np.arange(corpus.n_docs) // corpus.spec.passages_per_article,
+                                     [article_id(a) for a in range(corpus.n_articles)])}
     columns = {"year": corpus.year.astype(np.float64), "published": corpus.published}
     return MetadataIndex(corpus.n_docs, kinds, keywords, columns)
 

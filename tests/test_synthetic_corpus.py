@@ -65,7 +65,8 @@ def test_array_built_metadata_equals_the_record_build(corpus) -> None:
     records = [corpus.record(r) for r in range(corpus.n_docs)]
     built, fast = MetadataIndex.build(records), metadata_index(corpus)
     assert fast.kinds == built.kinds
-    for spec in ({"tenant": {"in": [records[0]["tenant"], records[7]["tenant"], "nobody"]}},
+    for spec in ({"article": {"in": ["article-0000003", "article-0000599", "x"]}},
+                 {"tenant": {"in": [records[0]["tenant"], records[7]["tenant"], "nobody"]}},
                  {"category": "news", "year": {"gte": 2020}},
                  {"published": {"lt": "2010-06-01"}}, "NOT tenant = 'tenant-00001'"):
         parsed = parse_filter(spec, built.kinds)
