@@ -58,8 +58,7 @@ def _cacheable(filter: Filter) -> bool:
     if kind is Eq:
         return type(filter.value) in _KEY_TYPES  # type: ignore[union-attr]
     if kind is In:
-        values = filter.values  # type: ignore[union-attr]
-        return all_strings(values) or all(type(v) in _KEY_TYPES for v in values)
+        return filter.plain  # type: ignore[union-attr]
     bounds = (filter.gt, filter.gte, filter.lt, filter.lte)  # type: ignore[union-attr]
     return all(b is None or type(b) is float for b in bounds)
 

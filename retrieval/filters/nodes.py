@@ -7,6 +7,7 @@ import json
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeAlias
 
 import numpy as np
@@ -40,6 +41,12 @@ class In:
             cached = hash((self.field, self.values))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    @cached_property
+    def plain(self) -> bool:
+        """Whether every value is a str or a float, as in parsed filters (remembered: the mask
+        cache asks on every lookup)."""
+        return all_strings(self.values) or all(type(v) in (str, float) for v in self.values)
 
 
 @dataclass(frozen=True)

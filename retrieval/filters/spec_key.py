@@ -12,6 +12,23 @@ from collections.abc import Hashable
 from retrieval.filters.nodes import MAX_DEPTH, all_strings
 
 SpecKey = tuple[Hashable, int]
+
+
+class HashedKey:
+    """A key that hashes once: a memo's get and move_to_end would each re-hash a tuple of
+    100,000 values otherwise."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, key: Hashable) -> None:
+        self.key, self._hash = key, hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedKey) and self._hash == other._hash and \
+            self.key == other.key
 _TAGS: dict[type, str] = {str: "s", bool: "b", int: "i", float: "f", type(None): "n"}
 
 
@@ -21,13 +38,14 @@ def spec_key(spec: object) -> SpecKey | None:
     which the parser rejects anyway). Equal keys parse to equal filters; the weight (scalars in
     the spec, or DSL characters / 8) bounds the memory of a memo of them."""
     if isinstance(spec, str):
-        return ("dsl", spec), len(spec) // 8 + 1
+        return HashedKey(("dsl", spec)), len(spec) // 8 + 1
     if not isinstance(spec, dict):
         return None
     try:
-        return _freeze(spec, 0)
+        key, weight = _freeze(spec, 0)
     except _Unkeyable:
         return None
+    return HashedKey(key), weight
 
 
 class _Unkeyable(Exception):
