@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, top_rows, touched_rows
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
@@ -110,6 +111,7 @@ class BM25Index:
         # Terms with a non-positive impact (usually none): their queries need the kernel that
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
+        self._allowed = AllowedRowsMemo()
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -206,7 +208,25 @@ class BM25Index:
             return general_rows(*args, k, self._buffer(), *self._general_buffers())
         if k < 0:
             return touched_rows(*args, self._buffer())
+        if mask is not None:
+            allowed = self._selective_rows(ids, mask)
+            if allowed is not None:
+                return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
+                                         allowed, k, self._buffer())
         return top_rows(*args, k, self._buffer())
+
+    def _selective_rows(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+        """The mask's sorted allowed rows when intersecting them with the query's postings is
+        estimated cheaper than walking the postings (``bm25_filtered``), else None."""
+        lengths = self.indptr[ids + 1] - self.indptr[ids]
+        postings = int(lengths.sum())
+        limit = int(postings / GALLOP_COST)  # the cost is at least GALLOP_COST per allowed row
+        if limit < 1:
+            return None
+        allowed = self._allowed.rows(mask, limit)
+        if allowed is None or gallop_cost(lengths, allowed.shape[0]) >= postings:
+            return None
+        return allowed
 
     def score_touched(
         self, tokens: Sequence[str], mask: np.ndarray | None = None

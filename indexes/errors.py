@@ -15,6 +15,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FilterTypeError           filter value has the wrong type for its field
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
+    │   ├── UnknownNamedFilterError   (retrieval.filters) no filter is registered by that name
     │   ├── FeatureRequestError       (retrieval.features) bad feature-read input
     │   └── UnsupportedFilterError    (retrieval.integrations) a framework filter we cannot
     │                                 express exactly (also an IntegrationError)

@@ -85,3 +85,23 @@ def scatter_true(mask, rows):  # pragma: no cover - compiled
         if r < 0 or r >= n:
             raise IndexError("keyword posting row out of range; rebuild the index")
         mask[r] = True
+
+
+@njit(nogil=True, cache=True)
+def scatter_postings(mask, rows, offsets, value_ids):  # pragma: no cover - compiled
+    """mask[rows[offsets[v]:offsets[v + 1]]] = True for every v >= 0 in ``value_ids``.
+
+    mask bool (n_docs,); rows int32 (nnz,) and offsets int64 (n_values + 1,): one field's
+    keyword postings; value_ids int64 (m,), -1 for values the field never holds. One call for a
+    whole IN list: the OR of m posting lists costs their total length, not m kernel calls.
+    """
+    n = mask.shape[0]
+    for i in range(value_ids.shape[0]):
+        v = value_ids[i]
+        if v < 0:
+            continue
+        for p in range(offsets[v], offsets[v + 1]):
+            r = rows[p]
+            if r < 0 or r >= n:
+                raise IndexError("keyword posting row out of range; rebuild the index")
+            mask[r] = True

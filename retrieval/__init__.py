@@ -37,6 +37,7 @@ from retrieval.features.errors import (
     FeatureStoreError,
 )
 from retrieval.features.ranking import FeatureWeights
+from retrieval.filters.named import UnknownNamedFilterError
 from retrieval.integrations.errors import (
     IntegrationError,
     MissingExtraError,
@@ -91,5 +92,6 @@ __all__ = [
     "TracingConfig",
     "UnknownBuildError",
     "UnknownFieldError",
+    "UnknownNamedFilterError",
     "UnsupportedFilterError",
 ]

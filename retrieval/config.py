@@ -27,7 +27,8 @@ class Limits(StrictConfig):
     max_k: int = Field(1000, ge=1)
     max_candidates: int = Field(10_000, ge=1)
     max_filter_clauses: int = Field(64, ge=1)
-    max_in_values: int = Field(1024, ge=1)
+    max_in_values: int = Field(100_000, ge=1, description="values in one IN / NOT IN list "
+                               "(access-control lists of ids); parsed and masked in linear time")
 
 
 class RetrieverConfig(StrictConfig):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 from collections import OrderedDict
@@ -13,6 +12,7 @@ from typing import Any
 from indexes.errors import InvalidQueryError, LimitExceededError
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
+from retrieval.filters.spec_key import spec_key
 
 
 @dataclass(frozen=True)
@@ -57,52 +57,43 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
 
 
 class FilterMemo:
-    """Parsed filters by their JSON text, per build: a repeated filter skips parsing.
+    """Parsed filters by their structure (``spec_key``), per build: a repeated filter skips
+    parsing, whatever its size (large IN lists are the filters that repeat: access control).
 
-    Only JSON-representable filters up to ``max_text`` characters are remembered; errors are
-    never remembered (they raise again, with the same message, on every call).
+    At most ``size`` entries holding ``max_weight`` scalars in all (~100 bytes each); errors
+    are never remembered (they raise again, with the same message, on every call).
     """
 
     def __init__(self, kinds: Mapping[str, str], limits: Limits, size: int = 1024,
-                 max_text: int = 4096) -> None:
+                 max_weight: int = 400_000) -> None:
         self.kinds = kinds
         self.limits = limits
-        self._size, self._max_text = size, max_text
-        self._entries: OrderedDict[tuple[bool, str], tuple[Filter | None, str]] = OrderedDict()
+        self._size, self._max_weight, self._weight = size, max_weight, 0
+        self._entries: OrderedDict[Any, tuple[Filter | None, str, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def parse(self, filters: Any) -> tuple[Filter | None, str]:
         """(parsed filter or None, canonical key)."""
         if filters is None:
             return None, ""
-        key = self._memo_key(filters)
-        if key is not None:
+        keyed = spec_key(filters)
+        if keyed is not None:
             with self._lock:
-                found = self._entries.get(key)
+                found = self._entries.get(keyed[0])
                 if found is not None:
-                    self._entries.move_to_end(key)
-                    return found
+                    self._entries.move_to_end(keyed[0])
+                    return found[0], found[1]
         parsed = parse_filter(filters, self.kinds, max_clauses=self.limits.max_filter_clauses,
                               max_in_values=self.limits.max_in_values)
         entry = (parsed, canonical(parsed) if parsed is not None else "")
-        if key is not None:
+        if keyed is not None and keyed[1] <= self._max_weight:
             with self._lock:
-                self._entries[key] = entry
-                while len(self._entries) > self._size:
-                    self._entries.popitem(last=False)
+                old = self._entries.pop(keyed[0], None)
+                self._weight += keyed[1] - (old[2] if old else 0)
+                self._entries[keyed[0]] = (*entry, keyed[1])
+                while len(self._entries) > self._size or self._weight > self._max_weight:
+                    self._weight -= self._entries.popitem(last=False)[1][2]
         return entry
-
-    def _memo_key(self, filters: Any) -> tuple[bool, str] | None:
-        if isinstance(filters, str):
-            text = filters
-        elif isinstance(filters, dict):
-            try:
-                text = json.dumps(filters, sort_keys=True)
-            except (TypeError, ValueError):  # dates, numpy scalars, mixed keys: just parse
-                return None
-        else:
-            return None
-        return (isinstance(filters, str), text) if len(text) <= self._max_text else None
 
 
 def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexes.mask_cache import scatter_true
 from indexes.metadata import MetadataIndex
 from retrieval.errors import FilterTypeError, UnknownFieldError
-from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range
+from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range, all_strings
 from retrieval.filters.validate import coerce, unknown_field_message
 
 
@@ -59,7 +58,7 @@ def _cacheable(filter: Filter) -> bool:
     if kind is Eq:
         return type(filter.value) in _KEY_TYPES  # type: ignore[union-attr]
     if kind is In:
-        return all(type(v) in _KEY_TYPES for v in filter.values)  # type: ignore[union-attr]
+        return filter.plain  # type: ignore[union-attr]
     bounds = (filter.gt, filter.gte, filter.lt, filter.lte)  # type: ignore[union-attr]
     return all(b is None or type(b) is float for b in bounds)
 
@@ -101,12 +100,10 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
         if isinstance(leaf, Range):
             raise FilterTypeError(f"field {leaf.field!r} is a keyword field: range filters need "
                                   "a number or date field")
-        mask = np.zeros(metadata.n_docs, dtype=bool)
-        for value in (leaf.value,) if isinstance(leaf, Eq) else leaf.values:
-            # A loop over filter values, not documents; numba scatters each posting list.
-            rows = metadata.keyword_rows(leaf.field, str(coerce(leaf.field, kind, value)))
-            scatter_true(mask, rows)
-        return mask
+        values = (leaf.value,) if isinstance(leaf, Eq) else leaf.values
+        if not all_strings(values):  # hand-built: booleans and others take the checked path
+            values = tuple(str(coerce(leaf.field, kind, v)) for v in values)
+        return metadata.keyword_mask(leaf.field, values)  # type: ignore[arg-type]
     column = metadata.numeric_column(leaf.field)
     if isinstance(leaf, Eq):
         return np.equal(column, _number(leaf.field, kind, leaf.value))

@@ -7,6 +7,7 @@ import json
 import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeAlias
 
 import numpy as np
@@ -31,6 +32,21 @@ class Eq:
 class In:
     field: str
     values: tuple[Scalar, ...]
+
+    def __hash__(self) -> int:
+        # Remembered: every mask-cache lookup hashes the node, and a 100,000-value tuple costs
+        # ~0.1 ms to hash (equality is not affected: it compares the fields).
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.field, self.values))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    @cached_property
+    def plain(self) -> bool:
+        """Whether every value is a str or a float, as in parsed filters (remembered: the mask
+        cache asks on every lookup)."""
+        return all_strings(self.values) or all(type(v) in (str, float) for v in self.values)
 
 
 @dataclass(frozen=True)
@@ -110,9 +126,23 @@ def neg(child: Filter) -> Filter:
     return child.child if isinstance(child, Not) else Not(child)
 
 
+def all_strings(values: Iterable[object]) -> bool:
+    """Whether every value is a str, in one C-level pass: ``str.join`` type-checks each item
+    (~10x cheaper than an isinstance loop over a 100,000-value IN list)."""
+    try:
+        "".join(values)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
+
+
 def one_of(field: str, values: Iterable[Scalar]) -> Filter:
-    """Sorted, deduplicated values; a single value is plain equality."""
-    unique = sorted(set(values), key=lambda v: (isinstance(v, str), v))
+    """Sorted, deduplicated values (numbers before strings); a single value is plain equality."""
+    distinct = set(values)
+    try:  # all strings or all numbers: the plain sort, ~4x faster than one with a key
+        unique = sorted(distinct)
+    except TypeError:  # strings mixed with numbers (hand-built only)
+        unique = sorted(distinct, key=lambda v: (isinstance(v, str), v))
     return Eq(field, unique[0]) if len(unique) == 1 else In(field, tuple(unique))
 
 
@@ -154,9 +184,17 @@ def _normalize(filter: Filter) -> Filter:
         case Eq(field, value):
             return Eq(field, _scalar(value))
         case In(field, values):
+            if _canonical_strings(values):
+                return filter  # a parsed keyword IN list: already sorted, distinct strings
             return one_of(field, map(_scalar, values))
     bounds = (filter.gt, filter.gte, filter.lt, filter.lte)
     return bounded(filter.field, *(None if b is None else float(b) + 0.0 for b in bounds))
+
+
+def _canonical_strings(values: tuple[Scalar, ...]) -> bool:
+    """Whether ``values`` are two or more strings in strictly ascending order (C-level passes)."""
+    return (len(values) > 1 and all_strings(values)
+            and all(map(str.__lt__, values[:-1], values[1:])))  # type: ignore[arg-type]
 
 
 def _scalar(value: Scalar) -> Scalar:

@@ -22,6 +22,7 @@ from retrieval.filters.nodes import (
     Eq,
     Filter,
     Scalar,
+    all_strings,
     bounded,
     neg,
     one_of,
@@ -115,7 +116,12 @@ class Context:
                                        f"{show(values)}; write e.g. {{{op!r}: ['a', 'b']}}")
         self.check_in_count(field, len(values))
         self._count_clause()
-        leaf = one_of(field, [coerce(field, kind, v) for v in values])
+        if kind == "keyword" and all_strings(values):
+            # Access-control lists (ids as strings): C-level passes, no per-value coerce.
+            # str() returns an exact str as itself and turns a subclass into a plain str.
+            leaf = one_of(field, map(str, values))
+        else:
+            leaf = one_of(field, [coerce(field, kind, v) for v in values])
         return neg(leaf) if negate else leaf
 
     def check_in_count(self, field: str, count: int) -> None:

@@ -1,0 +1,232 @@
+"""Filters at access-control scale on the realistic synthetic corpus, side by side in one run.
+
+    python -m benchmarks.filters                    # 1M passages, 1000 queries per case
+    python -m benchmarks.filters --docs 200000 --queries 300    # a quick run
+
+The search path with the query vector given (no encoder): validate (the per-build filter memo)
+-> filter mask (the per-build mask cache) -> BM25 top C inside the mask -> exact re-rank of the
+C candidates -> fusion -> top k. Document hydration (the doc store) is left out: the generated
+passages are arrays, not stored text. Cases: no filter, ~1% and ~14% filters, IN over article
+ids with 10 / 1,000 / 10,000 / 100,000 values, and the 1% filter through the exhaustive BM25
+kernel (what the filter-aware kernel replaced). Filters repeat across queries, as a user's
+access list does. A separate table times validate + mask for 10,000 IN values: a first sight
+(fresh memo and mask cache), a repeat decoded from fresh JSON, a repeat of the same object, and
+a named filter (``retrieval.filters.named``: its mask bound once per build; the lookup only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import (
+    RESULTS_DIR,
+    markdown_table,
+    measure_side_by_side,
+    memory_mb,
+    percentile_cells,
+    publish_report,
+    single_thread,
+    summarize,
+)
+from indexes.bm25 import BM25Index
+from indexes.bm25_kernels import top_rows
+from indexes.metadata import MetadataIndex
+from indexes.synthetic import random_unit_vectors
+from indexes.synthetic_corpus import CorpusSpec, article_id, bm25_index, generate, metadata_index
+from indexes.synthetic_corpus import queries as corpus_queries
+from indexes.vectors import VectorStore
+from retrieval.config import RetrieverConfig
+from retrieval.filters import evaluate_counted
+from retrieval.filters.named import NamedFilters
+from retrieval.fusion import top_k_order
+from retrieval.pipeline import fuse
+from retrieval.request import FilterMemo, validate
+
+DIM = 384
+IN_SIZES = (10, 1_000, 10_000, 100_000)
+
+
+class Setup:
+    """The corpus's indexes, vectors and queries."""
+
+    def __init__(self, n_docs: int, n_queries: int, vector_dtype: str) -> None:
+        began = time.perf_counter()
+        self.corpus = generate(CorpusSpec(n_docs))
+        self.bm25: BM25Index = bm25_index(self.corpus)
+        self.metadata: MetadataIndex = metadata_index(self.corpus)
+        self.vectors = VectorStore.build(random_unit_vectors(n_docs, DIM, seed=3),
+                                         vector_dtype)  # type: ignore[arg-type]
+        self.tokens = corpus_queries(self.corpus, n_queries, seed=1)
+        self.texts = [" ".join(t) for t in self.tokens]
+        self.query_vectors = random_unit_vectors(n_queries, DIM, seed=4)
+        self.config = RetrieverConfig()
+        self.setup_s = time.perf_counter() - began
+
+    def fresh_memo(self) -> FilterMemo:
+        return FilterMemo(self.metadata.kinds, self.config.limits)
+
+
+def selective_filters(setup: Setup) -> dict[str, dict[str, Any]]:
+    """'1%': the category AND year pair allowing closest to 1%; '14%': the year range closest
+    to 14%; 'IN n': n article ids drawn without replacement (seeded)."""
+    corpus, n = setup.corpus, setup.corpus.n_docs
+    from indexes.synthetic_corpus import CATEGORIES
+
+    pairs = [(abs(np.count_nonzero((corpus.category == c) & (corpus.year == y)) / n - 0.01), c,
+              int(y)) for c in range(len(CATEGORIES)) for y in np.unique(corpus.year)]
+    _, cat, year = min(pairs)
+    years = [(abs(np.count_nonzero(corpus.year >= y) / n - 0.14), int(y))
+             for y in np.unique(corpus.year)]
+    rng = np.random.default_rng(9)
+    cases: dict[str, dict[str, Any]] = {
+        "1%": {"category": CATEGORIES[cat], "year": year},
+        "14%": {"year": {"gte": min(years)[1]}},
+    }
+    for size in IN_SIZES:
+        picks = rng.choice(corpus.n_articles, size=min(size, corpus.n_articles), replace=False)
+        cases[f"IN {size:,}"] = {"article": {"in": [article_id(int(a)) for a in picks]}}
+    return cases
+
+
+def search_runner(setup: Setup, spec: dict[str, Any] | None, exhaustive: bool = False
+                  ) -> tuple[Callable[[int], Any], dict[str, list[float]]]:
+    """One query of the search path; also records its stage times (ms)."""
+    memo, config, clock = setup.fresh_memo(), setup.config, time.perf_counter
+    stages: dict[str, list[float]] = {"validate+mask": [], "bm25": [], "rerank+fuse": []}
+    index = setup.bm25
+
+    def run(i: int) -> Any:
+        t0 = clock()
+        request = validate(setup.texts[i], spec, None, None, config, memo)
+        mask = None if request.filter is None else evaluate_counted(request.filter,
+                                                                     setup.metadata)[0]
+        t1 = clock()
+        if exhaustive and mask is not None:
+            ids, weights = index.query_terms(setup.tokens[i])
+            rows, bm25 = top_rows(index.indptr, index.rows, index.impacts, ids, weights, mask,
+                                  True, request.candidates, index._buffer())
+        else:
+            rows, bm25 = index.top_candidates(setup.tokens[i], request.candidates, mask)
+        t2 = clock()
+        cosine = setup.vectors.scores(setup.query_vectors[i], rows)
+        order = top_k_order(fuse(bm25, cosine, config), request.k)
+        t3 = clock()
+        for name, value in zip(stages, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+            stages[name].append(value * 1e3)
+        return rows[order]
+
+    return run, stages
+
+
+def search_cases(setup: Setup, filters: dict[str, dict[str, Any]], warmup: int
+                 ) -> list[dict[str, Any]]:
+    runners, stage_log = {}, {}
+    cases: dict[str, tuple[dict[str, Any] | None, bool]] = {"no filter": (None, False)}
+    cases.update({name: (spec, False) for name, spec in filters.items()})
+    cases["1%, exhaustive kernel"] = (filters["1%"], True)
+    for name, (spec, exhaustive) in cases.items():
+        runners[name], stage_log[name] = search_runner(setup, spec, exhaustive)
+    items = list(range(warmup, len(setup.tokens)))
+    samples = measure_side_by_side(runners, items, list(range(warmup)), chunk=50)
+    rows = []
+    for name, (spec, _) in cases.items():
+        allowed = setup.metadata.n_docs if spec is None else evaluate_counted(
+            setup.fresh_memo().parse(spec)[0], setup.metadata)[1]  # type: ignore[arg-type]
+        stages = {s: summarize(v[warmup:]) for s, v in stage_log[name].items()}
+        rows.append({"case": name, "allowed": allowed, "e2e": samples[name].summary(),
+                     "stages": stages})
+    return rows
+
+
+def validate_mask_runs(setup: Setup, spec: dict[str, Any], repeats: int
+                       ) -> dict[str, dict[str, float]]:
+    """validate + mask for one IN filter: first sight, repeat from fresh JSON, same object."""
+    config, text, clock = setup.config, setup.texts[0], time.perf_counter
+
+    def timed(filters: Any, memo: FilterMemo) -> float:
+        began = clock()
+        request = validate(text, filters, None, None, config, memo)
+        assert request.filter is not None
+        evaluate_counted(request.filter, setup.metadata)
+        return (clock() - began) * 1e3
+
+    payload = json.dumps(spec)
+    first, fresh, same = [], [], []
+    for _ in range(repeats):
+        decoded = json.loads(payload)  # a new request: new list, new strings (not timed)
+        setup.metadata.masks.clear()
+        first.append(timed(decoded, setup.fresh_memo()))
+    memo = setup.fresh_memo()
+    timed(spec, memo)
+    for _ in range(repeats):
+        fresh.append(timed(json.loads(payload), memo))
+        same.append(timed(spec, memo))
+    named = NamedFilters(max_in_values=config.limits.max_in_values)
+    bound = named.register("user-42", spec, None, setup.metadata)  # at registration / swap
+    lookups = []
+    for _ in range(repeats):
+        began = clock()
+        bound.get("user-42")
+        lookups.append((clock() - began) * 1e3)
+    skip = max(1, repeats // 10)
+    return {"named (mask bound per build)": summarize(lookups[skip:]),
+            "first sight (parse + mask)": summarize(first[skip:]),
+            "repeat, fresh JSON": summarize(fresh[skip:]),
+            "repeat, same object": summarize(same[skip:])}
+
+
+def render(n_docs: int, setup: Setup, rows: list[dict[str, Any]],
+           in_runs: dict[str, dict[str, float]], rss: dict[str, float]) -> str:
+    lines = [f"## Filters at access-control scale: {n_docs:,} realistic passages",
+             "", f"{setup.bm25.rows.shape[0]:,} postings; vectors {setup.vectors.dtype} "
+             f"(dim {DIM}); RSS {rss['rss']:.0f} MB (peak {rss['peak']:.0f} MB); "
+             f"setup {setup.setup_s:.0f} s. Shared machine: other jobs used the CPUs.", ""]
+    table = []
+    for row in rows:
+        stages = row["stages"]
+        table.append([row["case"], f"{row['allowed'] / n_docs:.2%}",
+                      percentile_cells(row["e2e"]),
+                      *(f"{stages[s]['p50']:.3f}" for s in ("validate+mask", "bm25",
+                                                             "rerank+fuse"))])
+    lines.append(markdown_table(["case", "allowed", "p50 / p95 / p99 ms",
+                                 "validate+mask p50", "bm25 p50", "rerank+fuse p50"], table))
+    lines += ["", "validate + mask, 10,000 IN values:", ""]
+    lines.append(markdown_table(["run", "p50 / p95 / p99 ms"],
+                                [[name, percentile_cells(s)] for name, s in in_runs.items()]))
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p.add_argument("--queries", type=int, default=1000, help="measured queries per case")
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--vectors", choices=["float32", "float16", "int8"], default="float32")
+    p.add_argument("--in-repeats", type=int, default=200)
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup = Setup(args.docs, args.queries + args.warmup, args.vectors)
+    rss = memory_mb()
+    filters = selective_filters(setup)
+    with single_thread():
+        rows = search_cases(setup, filters, args.warmup)
+        in_runs = validate_mask_runs(setup, filters["IN 10,000"], args.in_repeats)
+    results = {"n_docs": args.docs, "rss_mb": rss, "cases": rows, "in_10000": in_runs,
+               "postings": int(setup.bm25.rows.shape[0])}
+    publish_report("filters", args, results, render(args.docs, setup, rows, in_runs, rss))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Named filters: a filter registered once (per tenant, per user group) and referred to by name;
+its mask is computed once per build, when the build is bound, never on a request.
+
+``NamedFilters`` holds the registered specs (build-independent); ``bind`` evaluates all of them
+against one build's metadata and returns a ``BoundFilters``, an immutable name -> (filter,
+canonical key, read-only mask, allowed count) table for that build. A serving layer binds the
+next build before swapping it in, so the first request after a swap finds its masks ready.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from indexes.metadata import MetadataIndex
+from retrieval.errors import InvalidQueryError
+from retrieval.filters.evaluate import evaluate_counted
+from retrieval.filters.nodes import Filter, Mask, canonical
+from retrieval.filters.parse import parse_filter
+
+
+class UnknownNamedFilterError(InvalidQueryError):
+    """A search referred to a filter name that was never registered."""
+
+
+@dataclass(frozen=True)
+class NamedMask:
+    filter: Filter | None  # None: the spec was empty (allows everything)
+    key: str  # canonical form: part of result-cache keys, like an inline filter's
+    mask: Mask | None
+    allowed: int
+
+
+@dataclass(frozen=True)
+class BoundFilters:
+    """The named filters of one build."""
+
+    entries: Mapping[str, NamedMask]
+    n_docs: int
+
+    def get(self, name: str) -> NamedMask:
+        entry = self.entries.get(name)
+        if entry is None:
+            known = ", ".join(sorted(self.entries)[:20]) or "(none registered)"
+            raise UnknownNamedFilterError(f"no filter named {name!r}; register it first "
+                                          f"(registered: {known})")
+        return entry
+
+
+class NamedFilters:
+    """Registered filter specs by name; ``bind`` computes their masks for a build.
+
+    ``max_clauses`` / ``max_in_values`` are the limits specs are parsed with (a named filter
+    is validated like an inline one, when it is registered and again for each build, since a
+    new build may lack a field).
+    """
+
+    def __init__(self, max_clauses: int = 64, max_in_values: int = 100_000) -> None:
+        self._specs: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.max_clauses, self.max_in_values = max_clauses, max_in_values
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._specs)
+
+    def register(self, name: str, spec: Any, bound: BoundFilters | None,
+                 metadata: MetadataIndex) -> BoundFilters:
+        """Add or replace ``name`` (validated against ``metadata``, the live build) and return
+        ``bound`` with only that entry recomputed. Raises InvalidQueryError for a bad spec
+        (nothing is registered then)."""
+        if not isinstance(name, str) or not name:
+            raise InvalidQueryError(f"a filter name is a non-empty string, not {name!r}")
+        entry = self._evaluate(spec, metadata)
+        with self._lock:
+            self._specs[name] = spec
+        entries = dict(bound.entries) if bound is not None else {}
+        entries[name] = entry
+        return BoundFilters(entries, metadata.n_docs)
+
+    def unregister(self, name: str, bound: BoundFilters) -> BoundFilters:
+        with self._lock:
+            self._specs.pop(name, None)
+        return BoundFilters({k: v for k, v in bound.entries.items() if k != name}, bound.n_docs)
+
+    def bind(self, metadata: MetadataIndex) -> BoundFilters:
+        """Every registered filter's mask for the build of ``metadata`` (call before the swap).
+
+        A spec the new build rejects (a field it lacks) raises: the swap should not go ahead
+        with a named filter that can no longer be served.
+        """
+        with self._lock:
+            specs = dict(self._specs)
+        return BoundFilters({name: self._evaluate(spec, metadata) for name, spec in specs.items()},
+                            metadata.n_docs)
+
+    def _evaluate(self, spec: Any, metadata: MetadataIndex) -> NamedMask:
+        parsed = parse_filter(spec, metadata.kinds, max_clauses=self.max_clauses,
+                              max_in_values=self.max_in_values)
+        if parsed is None:
+            return NamedMask(None, "", None, metadata.n_docs)
+        mask, allowed = evaluate_counted(parsed, metadata)
+        return NamedMask(parsed, canonical(parsed), mask, allowed)
