@@ -20,6 +20,7 @@ from indexes.synthetic import with_demo_metadata
 from retrieval.config import RetrieverConfig
 from retrieval.features.cli import add_features_parser
 from retrieval.retriever import Retriever
+from retrieval.service.cli import add_serve_parser
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -130,6 +131,7 @@ def parser() -> argparse.ArgumentParser:
     search.set_defaults(func=_search)
 
     add_features_parser(sub)
+    add_serve_parser(sub)
 
     demo = sub.add_parser("demo", help="build an index, run queries, print p50/p95/p99")
     demo.add_argument("--data", default=None, help="BEIR folder (default: ../shared/data/scifact)")
