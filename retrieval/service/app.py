@@ -1,9 +1,12 @@
-"""The ASGI app: one ``Retriever`` per worker behind FastAPI; no search logic of its own.
+"""The ASGI app: one ``Retriever`` per worker behind Starlette; no search logic of its own.
 
-Search bodies are validated by strict pydantic models (unknown fields and wrong types are
-422), results are the library's ``SearchResult`` serialized once by pydantic (the endpoint
-returns the bytes, so FastAPI does not validate the result a second time), and every error is
-``{"error": {"type", "message"}}`` with the status from ``retrieval.service.errors``.
+Starlette rather than FastAPI: the same endpoint (strict body validation, a prepared result)
+measured 3x less framework time per request (``python -m benchmarks.http``), which matters
+next to a cache hit of tens of microseconds. The OpenAPI document is still generated from the
+pydantic models (``retrieval.service.openapi``). Bodies are validated by strict models
+(unknown fields and wrong types are 422), results are the library's ``SearchResult``
+serialized once by pydantic, and every error is ``{"error": {"type", "message"}}`` with the
+status from ``retrieval.service.errors``.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
-from retrieval.models import SearchResult
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.cli import SPEC_ENV
 from retrieval.service.errors import (
@@ -38,33 +42,26 @@ from retrieval.service.errors import (
 )
 from retrieval.service.guard import Guard
 from retrieval.service.metrics import ServiceMetrics
-from retrieval.service.schemas import (
-    BatchBody,
-    BatchResult,
-    ErrorBody,
-    Health,
-    IndexInfo,
-    SearchBody,
-)
+from retrieval.service.openapi import openapi_document
+from retrieval.service.schemas import BatchBody, Health, IndexInfo, SearchBody
 from retrieval.service.settings import ServeConfig
 from retrieval.service.state import Loader, ServiceState, describe_index
 
 log = logging.getLogger("retrieval.service")
 JSON = "application/json"
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody} for status in (400, 401, 413, 422, 503)}
 METRICS_SYNC_SECONDS = 1.0
+Body = TypeVar("Body", bound=BaseModel)
 
 
 def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | None = None,
-               loader: Loader | None = None) -> FastAPI:
+               loader: Loader | None = None) -> Starlette:
     """The service for ``index_root``; the build loads in the background once it starts."""
     settings = config.server
     state = ServiceState(Path(index_root), config.retriever, loader)
     metrics = ServiceMetrics()
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
         state.start_loading()
         state.install_drain_handler(settings.drain_seconds)
         syncing = asyncio.create_task(_sync_metrics(state, metrics))
@@ -77,19 +74,17 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
             await asyncio.to_thread(state.close)
             metrics.process_exited()
 
-    app = FastAPI(title="retrieval", version="1", lifespan=lifespan,
-                  description="Hybrid BM25 + vector retrieval over a memory-mapped build.")
+    routes = _search_routes(state, metrics, config) + _operator_routes(state, metrics)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        RetrievalError: _retrieval_error, HTTPException: _http_error, Exception: _unexpected})
     app.state.service = state
-    _add_error_handlers(app)
-    _add_search_routes(app, state, metrics, config)
-    _add_operator_routes(app, state, metrics)
     app.add_middleware(Guard, keys=keys if keys is not None else load_api_keys(settings),
                        metrics=metrics, max_body_bytes=settings.max_body_bytes,
                        metrics_auth=settings.metrics_auth)
     return app
 
 
-def app_from_env() -> FastAPI:
+def app_from_env() -> Starlette:
     """uvicorn's factory in each worker process (``retrieval serve`` sets the spec)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -97,17 +92,47 @@ def app_from_env() -> FastAPI:
     return create_app(spec["index_root"], ServeConfig.model_validate(spec["config"]))
 
 
-def _json(model: Any, status: int = 200) -> Response:
+async def parse_body(request: Request, model: type[Body]) -> Body:
+    """The JSON body as ``model``: 400 when it is not JSON, 422 when its fields are wrong."""
+    kind = request.headers.get("content-type", JSON).split(";")[0].strip().lower()
+    if kind != JSON and not kind.endswith("+json"):
+        raise MalformedRequestError(f"the body must be a JSON object sent with Content-Type: "
+                                    f"{JSON} (got {kind!r})")
+    try:
+        return model.model_validate_json(await request.body())
+    except ValidationError as exc:
+        raise describe_validation(exc.errors()) from None
+
+
+def describe_validation(errors: Any) -> RetrievalError:
+    """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422."""
+    for item in errors:
+        if item.get("type") == "json_invalid":
+            where = item.get("ctx", {}).get("error", "")
+            return MalformedRequestError(f"request body is not valid JSON ({where}); send a "
+                                         f"JSON object with Content-Type: {JSON}")
+    parts = []
+    for item in errors:
+        field = ".".join(str(p) for p in item.get("loc", ())) or "body"
+        if item.get("type") == "extra_forbidden":
+            parts.append(f"unknown field {field!r}")
+        elif item.get("type") == "missing":
+            parts.append(f"{field} is required")
+        else:
+            parts.append(f"{field}: {item.get('msg')}")
+    return RequestFieldError("invalid request: " + "; ".join(parts[:10]))
+
+
+def _json(model: BaseModel, status: int = 200) -> Response:
     return Response(model.model_dump_json(), status_code=status, media_type=JSON)
 
 
-def _add_search_routes(app: FastAPI, state: ServiceState, metrics: ServiceMetrics,
-                       config: ServeConfig) -> None:
+def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig
+                   ) -> list[Route]:
     settings = config.server
 
-    @app.post("/v1/search", response_model=SearchResult, responses=ERRORS)
-    async def search(body: SearchBody) -> Response:
-        """``Retriever.search``: the best k passages, every score, stage timings, build id."""
+    async def search(request: Request) -> Response:
+        body = await parse_body(request, SearchBody)
         result = await state.retriever().asearch(body.query, body.filters, body.k,
                                                  candidates=body.candidates)
         metrics.observe_result(result)
@@ -116,9 +141,8 @@ def _add_search_routes(app: FastAPI, state: ServiceState, metrics: ServiceMetric
                      result.timings.get("total", 0.0))
         return _json(result)
 
-    @app.post("/v1/search/batch", response_model=BatchResult, responses=ERRORS)
-    async def search_batch(body: BatchBody) -> Response:
-        """``Retriever.search_batch``: many queries, same filters, one encoder call."""
+    async def search_batch(request: Request) -> Response:
+        body = await parse_body(request, BatchBody)
         if len(body.queries) > settings.max_batch_queries:
             raise LimitExceededError(
                 f"batch has {len(body.queries)} queries, more than the limit "
@@ -130,32 +154,35 @@ def _add_search_routes(app: FastAPI, state: ServiceState, metrics: ServiceMetric
         payload = ",".join(r.model_dump_json() for r in results)
         return Response('{"results":[' + payload + "]}", media_type=JSON)
 
+    return [Route("/v1/search", search, methods=["POST"]),
+            Route("/v1/search/batch", search_batch, methods=["POST"])]
 
-def _add_operator_routes(app: FastAPI, state: ServiceState, metrics: ServiceMetrics) -> None:
-    @app.get("/v1/index", response_model=IndexInfo, responses=ERRORS)
-    async def index_info() -> IndexInfo:
-        """The live build: id, documents, creation time, encoder, metadata fields."""
-        return IndexInfo(**describe_index(state.retriever()))
 
-    @app.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
-        """The process is alive (it may still be loading)."""
-        return Health(status="alive")
+def _operator_routes(state: ServiceState, metrics: ServiceMetrics) -> list[Route]:
+    document = json.dumps(openapi_document())
 
-    @app.get("/readyz", response_model=Health, responses={503: {"model": ErrorBody}})
-    async def readyz() -> Response:
-        """200 once a verified build is loaded and the encoder warmed; 503 while loading or
-        draining."""
+    async def index_info(_: Request) -> Response:
+        return _json(IndexInfo(**describe_index(state.retriever())))
+
+    async def healthz(_: Request) -> Response:
+        return _json(Health(status="alive"))
+
+    async def readyz(_: Request) -> Response:
         ready, reason = state.readiness()
         if not ready:
             return JSONResponse(error_body(ServiceUnavailableError(reason)), status_code=503)
         return _json(Health(status="ready", build_id=state.retriever().build_id))
 
-    @app.get("/metrics", response_class=Response)
-    async def prometheus_metrics() -> Response:
-        """Prometheus text format, merged over all worker processes."""
+    async def prometheus_metrics(_: Request) -> Response:
         _sync_once(state, metrics)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(_: Request) -> Response:
+        return Response(document, media_type=JSON)
+
+    return [Route("/v1/index", index_info), Route("/healthz", healthz),
+            Route("/readyz", readyz), Route("/metrics", prometheus_metrics),
+            Route("/openapi.json", openapi)]
 
 
 def _sync_once(state: ServiceState, metrics: ServiceMetrics) -> None:
@@ -176,50 +203,22 @@ async def _sync_metrics(state: ServiceState, metrics: ServiceMetrics) -> None:
         await asyncio.sleep(METRICS_SYNC_SECONDS)
 
 
-def _add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(RetrievalError)
-    async def retrieval_error(_: Request, exc: RetrievalError) -> JSONResponse:
-        return JSONResponse(error_body(exc), status_code=status_for(exc))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(_: Request, exc: RequestValidationError) -> JSONResponse:
-        error = describe_validation(exc.errors())
-        return JSONResponse(error_body(error), status_code=status_for(error))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        if exc.status_code in (404, 405):
-            error: RetrievalError = NotFoundError(
-                f"no route {request.method} {request.url.path}; see /openapi.json for the API")
-        else:
-            error = ServerError(str(exc.detail))
-        return JSONResponse(error_body(error), status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.error("unexpected error serving a request", exc_info=exc)
-        return JSONResponse(error_body(ServerError("internal error; the server log has the "
-                                                   "details")), status_code=500)
+async def _retrieval_error(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RetrievalError)
+    return JSONResponse(error_body(exc), status_code=status_for(exc))
 
 
-def describe_validation(errors: Any) -> RetrievalError:
-    """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422."""
-    for item in errors:
-        if item.get("type") == "json_invalid":
-            where = item.get("ctx", {}).get("error", "")
-            return MalformedRequestError(f"request body is not valid JSON ({where}); send a "
-                                         "JSON object with Content-Type: application/json")
-    parts = []
-    for item in errors:
-        if item.get("loc") == ("body",) and isinstance(item.get("input"), str | bytes):
-            return MalformedRequestError("the body must be a JSON object sent with "
-                                         "Content-Type: application/json")
-        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
-        field = ".".join(loc) or "body"
-        if item.get("type") == "extra_forbidden":
-            parts.append(f"unknown field {field!r}")
-        elif item.get("type") == "missing":
-            parts.append(f"{field} is required" if loc else "a JSON body is required")
-        else:
-            parts.append(f"{field}: {item.get('msg')}")
-    return RequestFieldError("invalid request: " + "; ".join(parts[:10]))
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):
+        error: RetrievalError = NotFoundError(
+            f"no route {request.method} {request.url.path}; see /openapi.json for the API")
+    else:
+        error = ServerError(str(exc.detail))
+    return JSONResponse(error_body(error), status_code=exc.status_code)
+
+
+async def _unexpected(_: Request, exc: Exception) -> Response:
+    log.error("unexpected error serving a request", exc_info=exc)
+    return JSONResponse(error_body(ServerError("internal error; the server log has the "
+                                               "details")), status_code=500)

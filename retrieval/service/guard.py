@@ -26,7 +26,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("retrieval.service")
 
 ROUTES = frozenset({"/v1/search", "/v1/search/batch", "/v1/index", "/healthz", "/readyz",
-                    "/metrics", "/openapi.json", "/docs"})
+                    "/metrics", "/openapi.json"})
 OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
 
 
