@@ -90,7 +90,7 @@ class ServiceState:
 
     def close(self) -> None:
         if self._thread is not None:
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=1.0)  # a load still running is a daemon: exit anyway
         if self._retriever is not None:
             self._retriever.flush_cache_writes(2.0)
             self._retriever.close()
