@@ -42,8 +42,10 @@ from benchmarks.common import (
     publish_report,
 )
 from benchmarks.http_load import closed_loop_threads, httpx_load, wrk_load
-from indexes.corpus import read_qrels, read_queries
+from indexes.build import BuildConfig, build_index
+from indexes.corpus import read_corpus, read_qrels, read_queries
 from indexes.encoders import SentenceTransformerEncoder
+from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever, RetrieverConfig
 
 MODES = {"hits": {}, "misses": {"cache": {"backend": "none"}}}
@@ -55,6 +57,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--work", type=Path, default=REPO / "build" / "bench-http")
+    parser.add_argument("--reuse-from", type=Path, default=REPO / "build" / "test-indexes" /
+                        "scifact", help="an index of the same corpus whose vectors to reuse")
     parser.add_argument("--seconds", type=float, default=3.0, help="measured time per cell")
     parser.add_argument("--warmup-seconds", type=float, default=1.0)
     parser.add_argument("--concurrency", default="1,4,16,64")
@@ -301,6 +305,16 @@ def verdicts(results: dict[str, Any], workers: Sequence[int]) -> list[str]:
     return found
 
 
+def index_root(args: argparse.Namespace) -> Path:
+    """The dataset's index under ``--work``, built once (vectors reused when possible)."""
+    root = args.work / args.data.name
+    if not (root / "CURRENT").is_file():
+        reuse = str(args.reuse_from) if (args.reuse_from / "CURRENT").is_file() else None
+        build_index(with_demo_metadata(read_corpus(args.data)), root,
+                    encoder=SentenceTransformerEncoder(), config=BuildConfig(reuse_from=reuse))
+    return root
+
+
 def scifact_queries(data: Path) -> dict[str, list[str]]:
     qrels = read_qrels(data / "qrels" / "test.tsv")
     texts = [t for q, t in read_queries(data / "queries.jsonl").items() if q in qrels]
@@ -310,14 +324,12 @@ def scifact_queries(data: Path) -> dict[str, list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from benchmarks.throughput import index_root
-
     levels = [int(c) for c in args.concurrency.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     generator = args.generator
     if generator == "auto":
         generator = "wrk" if shutil.which("wrk") else "httpx"
-    root = index_root(args.data, args.work, "float32", SentenceTransformerEncoder())
+    root = index_root(args)
     queries = scifact_queries(args.data)
     probe = Retriever.load(root, RetrieverConfig())
     canned = probe.search(queries["hits"][0], k=10).model_dump_json().encode()

@@ -124,7 +124,8 @@ def describe_validation(errors: Any) -> RetrievalError:
 
 
 def _json(model: BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(), status_code=status, media_type=JSON)
+    return Response(model.model_dump_json(exclude_none=isinstance(model, Health)),
+                    status_code=status, media_type=JSON)
 
 
 def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig
