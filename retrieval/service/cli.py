@@ -27,6 +27,7 @@ from retrieval.service.settings import ServeConfig, load_serve_config
 
 SPEC_ENV = "RETRIEVAL_SERVE_SPEC"  # the resolved config, for the worker processes
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+APP = "retrieval.service.app:app_from_env"
 
 
 def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -99,9 +100,15 @@ def run_serve(args: argparse.Namespace) -> int:
     # uvicorn re-raises SIGTERM after a graceful shutdown; with this handler in place that
     # returns here (and the metrics directory is cleaned up) instead of killing the process.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    options = uvicorn_options(config, args.log_level)
     with metrics_directory():
-        uvicorn.run("retrieval.service.app:app_from_env", factory=True,
-                    **uvicorn_options(config, args.log_level))
+        if config.server.workers == 1:
+            uvicorn.run(APP, factory=True, **options)
+        else:
+            from retrieval.service.workers import run_forked_workers
+
+            run_forked_workers(uvicorn.Config(APP, factory=True, **options),
+                               config.server.workers)
     return 0
 
 
