@@ -205,9 +205,9 @@ def memory_of(pid: int) -> dict[str, Any]:
 
 
 def _is_worker(pid: int) -> bool:
-    """uvicorn's workers are spawned processes (not the resource tracker)."""
+    """Workers are the server's children, forked (or spawned), not a resource tracker."""
     try:
-        return b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
