@@ -30,7 +30,6 @@ from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
 from retrieval.service.auth import ApiKeys, load_api_keys
-from retrieval.service.cli import SPEC_ENV
 from retrieval.service.errors import (
     MalformedRequestError,
     NotFoundError,
@@ -44,7 +43,7 @@ from retrieval.service.guard import Guard
 from retrieval.service.metrics import ServiceMetrics
 from retrieval.service.openapi import openapi_document
 from retrieval.service.schemas import BatchBody, Health, IndexInfo, SearchBody
-from retrieval.service.settings import ServeConfig
+from retrieval.service.settings import SPEC_ENV, ServeConfig
 from retrieval.service.state import Loader, ServiceState, describe_index
 
 log = logging.getLogger("retrieval.service")

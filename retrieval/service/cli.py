@@ -23,9 +23,8 @@ from typing import Any
 from indexes.errors import RetrievalError
 from indexes.manifest import read_manifest, resolve_build_dir
 from retrieval.service.auth import load_api_keys
-from retrieval.service.settings import ServeConfig, load_serve_config
+from retrieval.service.settings import SPEC_ENV, ServeConfig, load_serve_config
 
-SPEC_ENV = "RETRIEVAL_SERVE_SPEC"  # the resolved config, for the worker processes
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 APP = "retrieval.service.app:app_from_env"
 

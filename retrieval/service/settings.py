@@ -23,6 +23,7 @@ from retrieval.service.errors import ServiceConfigError
 
 ENV_PREFIX = "RETRIEVAL_"
 ENV_SEPARATOR = "__"
+SPEC_ENV = "RETRIEVAL_SERVE_SPEC"  # the resolved config, handed to the worker processes
 
 
 class ServerSettings(BaseModel):
