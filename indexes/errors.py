@@ -15,7 +15,10 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FilterTypeError           filter value has the wrong type for its field
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
+    │   │   └── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
     │   ├── UnknownNamedFilterError   (retrieval.filters) no filter is registered by that name
+    │   ├── MalformedRequestError     (retrieval.service) 400: the HTTP body is not JSON
+    │   ├── RequestFieldError         (retrieval.service) 422: unknown, missing or mistyped field
     │   ├── FeatureRequestError       (retrieval.features) bad feature-read input
     │   └── UnsupportedFilterError    (retrieval.integrations) a framework filter we cannot
     │                                 express exactly (also an IntegrationError)
@@ -24,7 +27,8 @@ it); ``from retrieval import ...`` gives every one of them::
     │   │                             credentials); ``key`` names it
     │   ├── CacheConfigError          (retrieval.cache) a cache setting
     │   ├── FeatureConfigError        (retrieval.features) a view, store or weights setting
-    │   └── GateConfigError           (retrieval.publishing) a gate, canary or labeled-log file
+    │   ├── GateConfigError           (retrieval.publishing) a gate, canary or labeled-log file
+    │   └── ServiceConfigError        (retrieval.service) a serve config file or override
     ├── PublishError                  (indexes.publish) a publish or rollback cannot be done
     │   ├── UnknownBuildError         the build id names no build under the root
     │   └── NoRollbackTargetError     the flip history names no previously live build
@@ -39,6 +43,10 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FeatureSourceError        an offline source cannot be read at all
     │   ├── FeatureStoreError         the store failed during materialization or administration
     │   └── FeatureRequestError       (also an InvalidQueryError)
+    ├── AuthenticationError           (retrieval.service) 401: missing or wrong API key
+    ├── NotFoundError                 (retrieval.service) 404 / 405: no such route or method
+    ├── ServiceUnavailableError       (retrieval.service) 503: loading, draining, no usable build
+    ├── ServerError                   (retrieval.service) 500: a bug; never a traceback to clients
     └── IntegrationError              (retrieval.integrations) a framework adapter cannot be used
         ├── MissingExtraError         the framework's extra is not installed (also ImportError)
         ├── NotASearchBackendError    the wrapped object lacks the search methods (also TypeError)

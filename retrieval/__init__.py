@@ -47,10 +47,21 @@ from retrieval.integrations.errors import (
 from retrieval.models import CacheInfo, Hit, SearchResult
 from retrieval.publishing.config import GateConfigError
 from retrieval.retriever import Retriever
+from retrieval.service.errors import (
+    AuthenticationError,
+    MalformedRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestFieldError,
+    ServerError,
+    ServiceConfigError,
+    ServiceUnavailableError,
+)
 from retrieval.tracing import TracingConfig
 
 __all__ = [
     "ArtifactError",
+    "AuthenticationError",
     "BatchingConfig",
     "CacheConfig",
     "CacheConfigError",
@@ -78,17 +89,24 @@ __all__ = [
     "LimitExceededError",
     "Limits",
     "MalformedFilterError",
+    "MalformedRequestError",
     "MissingArtifactError",
     "MissingExtraError",
     "NoRollbackTargetError",
     "NotASearchBackendError",
+    "NotFoundError",
     "OverloadedError",
+    "PayloadTooLargeError",
     "PublishError",
     "RecencyWeight",
+    "RequestFieldError",
     "RetrievalError",
     "Retriever",
     "RetrieverConfig",
     "SearchResult",
+    "ServerError",
+    "ServiceConfigError",
+    "ServiceUnavailableError",
     "TracingConfig",
     "UnknownBuildError",
     "UnknownFieldError",

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable
 
 from indexes.errors import RetrievalError
-from retrieval.cli import admin, build, demo, describe, features, publish, search
+from retrieval.cli import admin, build, demo, describe, features, publish, search, serve
 from retrieval.cli.common import Subparsers
 
 # Each entry adds one subcommand (or a small group) to the root parser, in --help order.
@@ -20,6 +20,7 @@ COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
     search.register,
     features.register,
     publish.register,
+    serve.register,
     demo.register,
 )
 

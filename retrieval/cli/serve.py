@@ -1,0 +1,110 @@
+"""``retrieval serve INDEX_ROOT``: the HTTP service on uvicorn, N worker processes.
+
+Every worker memory-maps the same build files (the page cache holds one copy) and runs its
+own reloader when ``retriever.reload_interval_seconds`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import ssl
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from indexes.manifest import read_manifest, resolve_build_dir
+from retrieval.service.auth import load_api_keys
+from retrieval.service.settings import SPEC_ENV, ServeConfig, load_serve_config
+
+METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+APP = "retrieval.service.app:app_from_env"
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``serve`` to an ``add_subparsers()`` object; returns the parser."""
+    serve = subparsers.add_parser(
+        "serve", help="serve an index over HTTP (search, readiness, Prometheus metrics)")
+    serve.add_argument("index", help="index root (builds/ and CURRENT) or a build directory")
+    serve.add_argument("--config", default=None,
+                       help="TOML or JSON file with [server] and [retriever] tables")
+    serve.add_argument("--host", default=None, help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8080)")
+    serve.add_argument("--workers", type=int, default=None, help="worker processes (default 1)")
+    serve.add_argument("--log-level", default="info",
+                       choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=run_serve)
+    return serve
+
+
+@contextmanager
+def metrics_directory() -> Iterator[str]:
+    """The shared directory of multiprocess metrics: the operator's (emptied) or a temp one."""
+    given = os.environ.get(METRICS_ENV)
+    if given:
+        path = Path(given)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):  # samples of an earlier run would be merged in
+            stale.unlink()
+        yield str(path)
+        return
+    created = tempfile.mkdtemp(prefix="retrieval-metrics-")
+    os.environ[METRICS_ENV] = created
+    try:
+        yield created
+    finally:
+        shutil.rmtree(created, ignore_errors=True)
+
+
+def uvicorn_options(config: ServeConfig, log_level: str) -> dict[str, Any]:
+    server = config.server
+    options: dict[str, Any] = {
+        "host": server.host, "port": server.port, "workers": server.workers,
+        "log_level": log_level, "access_log": server.access_log,
+        "timeout_graceful_shutdown": max(server.grace_period_seconds - server.drain_seconds,
+                                         0.1),
+        "server_header": False,
+    }
+    if server.ssl_certfile:
+        options.update(ssl_certfile=server.ssl_certfile, ssl_keyfile=server.ssl_keyfile,
+                       ssl_keyfile_password=server.ssl_keyfile_password)
+    if server.ssl_ca_certs:  # a CA bundle means: require client certificates (mutual TLS)
+        options.update(ssl_ca_certs=server.ssl_ca_certs, ssl_cert_reqs=ssl.CERT_REQUIRED)
+    return options
+
+
+def check_before_start(index: Path, config: ServeConfig) -> None:
+    """Fail before forking workers: the index root has a readable build, keys are readable."""
+    read_manifest(resolve_build_dir(index))
+    load_api_keys(config.server)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    config = load_serve_config(args.config, host=args.host, port=args.port,
+                               workers=args.workers)
+    index = Path(args.index).resolve()
+    check_before_start(index, config)
+    os.environ[SPEC_ENV] = json.dumps({"index_root": str(index),
+                                       "config": config.model_dump(mode="json")})
+    # uvicorn re-raises SIGTERM after a graceful shutdown; with this handler in place that
+    # returns here (and the metrics directory is cleaned up) instead of killing the process.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    options = uvicorn_options(config, args.log_level)
+    with metrics_directory():
+        if config.server.workers == 1:
+            uvicorn.run(APP, factory=True, **options)
+        else:
+            from retrieval.service.workers import run_forked_workers
+
+            run_forked_workers(uvicorn.Config(APP, factory=True, **options),
+                               config.server.workers)
+    return 0

@@ -1,0 +1,177 @@
+"""``RemoteRetriever``: the ``Retriever`` search API over HTTP (``retrieval serve``).
+
+Same ``search`` / ``search_batch`` / ``asearch`` / ``asearch_batch`` signatures and the same
+``SearchResult`` models; an error body from the server is raised as the same typed error class
+(``LimitExceededError``, ``UnknownFieldError``, ...), so calling code does not change when the
+retriever moves to its own tier. Connections are pooled (one sync and one async httpx client,
+created on first use). Needs the ``service`` extra (httpx).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+from pydantic import TypeAdapter
+
+import retrieval.errors as library_errors
+import retrieval.service.errors as service_errors
+from indexes.errors import RetrievalError
+from retrieval.models import SearchResult
+from retrieval.service.errors import ServerError, ServiceUnavailableError
+
+Filters = dict[str, Any] | str | None
+
+
+def _error_classes() -> dict[str, type[RetrievalError]]:
+    found: dict[str, type[RetrievalError]] = {}
+    for module in (library_errors, service_errors):
+        for name in dir(module):
+            value = getattr(module, name)
+            if isinstance(value, type) and issubclass(value, RetrievalError):
+                found[name] = value
+    return found
+
+
+ERROR_CLASSES = _error_classes()
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """Re-raise a non-2xx response as the error class the server named."""
+    if response.status_code < 400:
+        return
+    try:
+        detail = response.json()["error"]
+        name, message = str(detail["type"]), str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        name, message = "", f"HTTP {response.status_code}: {response.text[:200]}"
+    kind = ERROR_CLASSES.get(name)
+    if kind is None:
+        kind = ServiceUnavailableError if response.status_code in (502, 503, 504) \
+            else ServerError
+    error = kind(message)
+    error.status_code = response.status_code  # type: ignore[attr-defined]
+    raise error
+
+
+def _no_vectors(query_vector: Any) -> None:
+    if query_vector is not None:
+        raise library_errors.InvalidQueryError(
+            "RemoteRetriever does not send query vectors; pass the query text")
+
+
+class RemoteRetriever:
+    """A client of ``retrieval serve`` with the search methods of ``Retriever``."""
+
+    def __init__(self, url: str, api_key: str | None = None, *, timeout: float = 10.0,
+                 max_connections: int = 64, verify: bool | str = True) -> None:
+        self.url = url.rstrip("/")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._options: dict[str, Any] = {
+            "base_url": self.url, "headers": headers, "timeout": httpx.Timeout(timeout),
+            "limits": httpx.Limits(max_connections=max_connections,
+                                   max_keepalive_connections=max_connections),
+            "verify": verify,
+        }
+        self._client: httpx.Client | None = None
+        self._aclient: httpx.AsyncClient | None = None
+
+    # -- sync ---------------------------------------------------------------------------------
+
+    def search(self, query: str, filters: Filters = None, k: int | None = None, *,
+               candidates: int | None = None, query_vector: np.ndarray | None = None
+               ) -> SearchResult:
+        """``Retriever.search`` on the server."""
+        _no_vectors(query_vector)
+        body = _body(query=query, filters=filters, k=k, candidates=candidates)
+        return SearchResult.model_validate_json(self._post("/v1/search", body))
+
+    def search_batch(self, queries: Sequence[str], filters: Filters = None,
+                     k: int | None = None, *, candidates: int | None = None,
+                     query_vectors: np.ndarray | None = None) -> list[SearchResult]:
+        """``Retriever.search_batch`` on the server (one request)."""
+        _no_vectors(query_vectors)
+        body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates)
+        return _batch(self._post("/v1/search/batch", body))
+
+    def index_info(self) -> dict[str, Any]:
+        response = self._sync().get("/v1/index")
+        raise_for_error(response)
+        return dict(response.json())
+
+    def _sync(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(**self._options)
+        return self._client
+
+    def _post(self, path: str, body: dict[str, Any]) -> bytes:
+        try:
+            response = self._sync().post(path, json=body)
+        except httpx.TransportError as exc:
+            raise ServiceUnavailableError(f"cannot reach {self.url}{path}: {exc!r}") from exc
+        raise_for_error(response)
+        return response.content
+
+    # -- async --------------------------------------------------------------------------------
+
+    async def asearch(self, query: str, filters: Filters = None, k: int | None = None,
+                      **options: Any) -> SearchResult:
+        """``search`` for asyncio apps (its own pooled async client)."""
+        _no_vectors(options.pop("query_vector", None))
+        body = _body(query=query, filters=filters, k=k, **options)
+        return SearchResult.model_validate_json(await self._apost("/v1/search", body))
+
+    async def asearch_batch(self, queries: Sequence[str], filters: Filters = None,
+                            k: int | None = None, **options: Any) -> list[SearchResult]:
+        _no_vectors(options.pop("query_vectors", None))
+        body = _body(queries=list(queries), filters=filters, k=k, **options)
+        return _batch(await self._apost("/v1/search/batch", body))
+
+    async def _apost(self, path: str, body: dict[str, Any]) -> bytes:
+        if self._aclient is None:
+            self._aclient = httpx.AsyncClient(**self._options)
+        try:
+            response = await self._aclient.post(path, json=body)
+        except httpx.TransportError as exc:
+            raise ServiceUnavailableError(f"cannot reach {self.url}{path}: {exc!r}") from exc
+        raise_for_error(response)
+        return response.content
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+        self.close()
+
+    def __enter__(self) -> RemoteRetriever:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> RemoteRetriever:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    """Only the arguments given: the server applies its own defaults to the rest."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+_BATCH = TypeAdapter(dict[str, list[SearchResult]])
+
+
+def _batch(payload: bytes) -> list[SearchResult]:
+    return _BATCH.validate_json(payload)["results"]

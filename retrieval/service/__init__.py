@@ -1,0 +1,28 @@
+"""The HTTP service (``retrieval serve``). The app itself is ``retrieval.service.app`` and
+needs the ``service`` extra; this package's top level imports no web framework."""
+
+from retrieval.service.errors import (
+    AuthenticationError,
+    MalformedRequestError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestFieldError,
+    ServerError,
+    ServiceConfigError,
+    ServiceUnavailableError,
+)
+from retrieval.service.settings import ServeConfig, ServerSettings, load_serve_config
+
+__all__ = [
+    "AuthenticationError",
+    "MalformedRequestError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "RequestFieldError",
+    "ServeConfig",
+    "ServerError",
+    "ServerSettings",
+    "ServiceConfigError",
+    "ServiceUnavailableError",
+    "load_serve_config",
+]

@@ -1,0 +1,90 @@
+"""Errors of the HTTP service and their status codes (no web framework imported here).
+
+The service adds a few errors of its own to the library's tree, so a remote caller catches
+the same classes an in-process caller does::
+
+    RetrievalError
+    ├── ConfigError
+    │   └── ServiceConfigError        a config file or RETRIEVAL_* override is wrong (start-up)
+    ├── AuthenticationError           401: missing or wrong API key
+    ├── NotFoundError                 404: unknown route (or 405: wrong method)
+    ├── ServiceUnavailableError       503: loading, draining, or no usable build
+    ├── ServerError                   500: a bug; the body never carries a traceback
+    └── InvalidQueryError
+        ├── MalformedRequestError     400: the body is not JSON
+        ├── RequestFieldError         422: unknown field, missing field, wrong type
+        └── LimitExceededError
+            └── PayloadTooLargeError  413: the body exceeds server.max_body_bytes
+"""
+
+from __future__ import annotations
+
+from retrieval.errors import (
+    ArtifactError,
+    ConfigError,
+    EncoderMismatchError,
+    InvalidQueryError,
+    LimitExceededError,
+    RetrievalError,
+)
+
+
+class ServiceConfigError(ConfigError):
+    """The service configuration is invalid; the message names the key and the source."""
+
+
+class AuthenticationError(RetrievalError):
+    """The request carries no API key, or one the server does not know."""
+
+
+class NotFoundError(RetrievalError):
+    """No such route (or the method is not allowed on it)."""
+
+
+class ServiceUnavailableError(RetrievalError):
+    """The server cannot answer now: loading its build, draining, or its build is unusable."""
+
+
+class ServerError(RetrievalError):
+    """An unexpected failure inside the server (logged there with its traceback)."""
+
+
+class MalformedRequestError(InvalidQueryError):
+    """The request body is not valid JSON."""
+
+
+class RequestFieldError(InvalidQueryError):
+    """The request body has an unknown field, lacks a required one, or has a wrong type."""
+
+
+class PayloadTooLargeError(LimitExceededError):
+    """The request body is larger than the server accepts."""
+
+
+# Most specific first: the first class an error is an instance of gives its status.
+STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
+    (PayloadTooLargeError, 413),
+    (RequestFieldError, 422),
+    (LimitExceededError, 413),
+    (InvalidQueryError, 400),
+    (AuthenticationError, 401),
+    (NotFoundError, 404),
+    (ServerError, 500),
+    (ArtifactError, 503),
+    (EncoderMismatchError, 503),
+    (ServiceUnavailableError, 503),
+)
+
+
+def status_for(error: RetrievalError) -> int:
+    """The HTTP status of a library or service error; other RetrievalErrors are 503 (the
+    server cannot serve that request with what it has loaded, e.g. a dead feature store)."""
+    for kind, status in STATUS_BY_ERROR:
+        if isinstance(error, kind):
+            return status
+    return 503
+
+
+def error_body(error: BaseException, type_name: str | None = None) -> dict[str, dict[str, str]]:
+    """``{"error": {"type", "message"}}``: the class name a client maps back to the class."""
+    return {"error": {"type": type_name or type(error).__name__, "message": str(error)}}

@@ -1,0 +1,130 @@
+"""The outermost ASGI layer: route labels, metrics, API keys and the body-size limit.
+
+Plain ASGI rather than a ``BaseHTTPMiddleware``: it adds no task or stream per request (the
+hit path is tens of microseconds), and it sees every response, including 401, 404 and 413,
+so ``retrieval_http_requests_total`` counts what clients actually got.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from retrieval.service.auth import ApiKeys
+from retrieval.service.errors import AuthenticationError, PayloadTooLargeError, error_body
+from retrieval.service.metrics import ServiceMetrics
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger("retrieval.service")
+
+ROUTES = frozenset({"/v1/search", "/v1/search/batch", "/v1/index", "/healthz", "/readyz",
+                    "/metrics", "/openapi.json"})
+OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any],
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class Guard:
+    """Authenticates, bounds the body, and records route/method/status/duration."""
+
+    def __init__(self, app: ASGIApp, *, keys: ApiKeys, metrics: ServiceMetrics,
+                 max_body_bytes: int, metrics_auth: bool) -> None:
+        self.app = app
+        self.keys = keys
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.open_routes = OPEN_ROUTES if metrics_auth else OPEN_ROUTES | {"/metrics"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path = scope["path"]
+        route = path if path in ROUTES else "other"
+        status = [500]
+
+        async def send_recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, send_recording, route)
+        finally:
+            self.metrics.observe_request(route, scope["method"], status[0],
+                                         time.perf_counter() - started)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
+        if self.keys.enabled and route not in self.open_routes:
+            if not self.keys.accepts(_header(scope, b"authorization")):
+                denied = AuthenticationError(
+                    "missing or unknown API key; send 'Authorization: Bearer <key>'")
+                await send_json(send, 401, error_body(denied),
+                                [(b"www-authenticate", b'Bearer realm="retrieval"')])
+                return
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            body = await self._read_body(scope, receive)
+            if body is None:
+                error = PayloadTooLargeError(
+                    f"request body exceeds {self.max_body_bytes} bytes; send less (e.g. split "
+                    "the batch) or raise server.max_body_bytes")
+                await send_json(send, 413, error_body(error), [(b"connection", b"close")])
+                return
+            receive = _replay(body, receive)
+        await self.app(scope, receive, send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it is known to exceed the limit."""
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _replay(body: bytes, downstream: Receive) -> Receive:
+    """The buffered body once, then the real channel (which reports the disconnect)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await downstream()
+
+    return receive

@@ -1,0 +1,71 @@
+"""Request and response bodies of the HTTP API (results are the library's own models)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from retrieval.models import SearchResult
+
+Filters = dict[str, Any] | str | None
+FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
+                '("year >= 2010 AND department = \\"cardiology\\"")')
+
+
+class SearchBody(BaseModel):
+    """``POST /v1/search``: the arguments of ``Retriever.search``. Types are strict."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str
+    filters: Filters = Field(None, description=FILTERS_HELP)
+    k: int | None = Field(None, description="hits to return (default: the server's default_k)")
+    candidates: int | None = Field(None, description="BM25 candidates to re-rank")
+
+
+class BatchBody(BaseModel):
+    """``POST /v1/search/batch``: ``Retriever.search_batch`` (same filters for every query)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    queries: list[str]
+    filters: Filters = Field(None, description=FILTERS_HELP)
+    k: int | None = None
+    candidates: int | None = None
+
+
+class BatchResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    results: list[SearchResult]
+
+
+class IndexInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    build_id: str
+    documents: int
+    created_at: str
+    encoder: dict[str, Any]
+    metadata_fields: dict[str, str] = Field(description="field name -> kind")
+
+
+class ErrorDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(description="error class name, e.g. LimitExceededError")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorDetail
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: str
+    build_id: str | None = None

@@ -1,0 +1,161 @@
+"""Service configuration: one TOML or JSON file, ``RETRIEVAL_*`` overrides, strict keys.
+
+The file holds two tables, ``[server]`` (these settings) and ``[retriever]`` (the library's
+``RetrieverConfig``). An environment variable ``RETRIEVAL_<SECTION>__<KEY>[__<SUBKEY>...]``
+overrides one value (JSON-parsed when it parses, else taken as a string), e.g.
+``RETRIEVAL_SERVER__PORT=9000`` or ``RETRIEVAL_RETRIEVER__CACHE__BACKEND=none``. An unknown key,
+in the file or in an override, stops start-up with a message naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from retrieval.config import RetrieverConfig
+from retrieval.errors import ConfigError
+from retrieval.service.errors import ServiceConfigError
+
+ENV_PREFIX = "RETRIEVAL_"
+ENV_SEPARATOR = "__"
+SPEC_ENV = "RETRIEVAL_SERVE_SPEC"  # the resolved config, handed to the worker processes
+
+
+class ServerSettings(BaseModel):
+    """How the HTTP server listens, authenticates, limits and shuts down."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
+    port: int = Field(8080, ge=0, le=65535)
+    workers: int = Field(1, ge=1, le=64, description="processes sharing the mmapped build")
+    api_keys_file: str | None = Field(None, description="file with one bearer token per line")
+    api_keys_env: str | None = Field(
+        None, description="environment variable holding comma-separated bearer tokens")
+    metrics_auth: bool = Field(True, description="/metrics needs an API key when keys are set")
+    max_body_bytes: int = Field(1_048_576, ge=64, description="larger bodies get 413")
+    max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
+    drain_seconds: float = Field(
+        2.0, ge=0, description="after SIGTERM: keep serving with /readyz 503 this long, so load "
+        "balancers stop sending, then stop accepting and finish what was accepted")
+    grace_period_seconds: float = Field(30.0, gt=0, description="SIGTERM to exit, at most")
+    log_query_text: bool = Field(False, description="query text in logs (off: it may be "
+                                 "personal data)")
+    access_log: bool = Field(False, description="uvicorn's per-request access log")
+    ssl_certfile: str | None = Field(None, description="PEM certificate chain: serve HTTPS")
+    ssl_keyfile: str | None = None
+    ssl_keyfile_password: str | None = None
+    ssl_ca_certs: str | None = Field(None, description="CA bundle to verify client certs")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServerSettings:
+        if self.drain_seconds >= self.grace_period_seconds:
+            raise ValueError(f"drain_seconds={self.drain_seconds} must be less than "
+                             f"grace_period_seconds={self.grace_period_seconds}")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("set both ssl_certfile and ssl_keyfile (or neither)")
+        return self
+
+
+class ServeConfig(BaseModel):
+    """Everything ``retrieval serve`` needs besides the index root."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
+    retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)  # type: ignore[arg-type]
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The raw tables of a ``.toml`` or ``.json`` file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServiceConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        elif path.suffix.lower() == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise ServiceConfigError(f"config file {path} must end in .toml or .json")
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ServiceConfigError(f"config file {path} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ServiceConfigError(f"config file {path} must hold a table/object at the top")
+    return data
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[list[str], Any]]:
+    """``{variable: (key path, value)}`` for every ``RETRIEVAL_<SECTION>__<KEY>`` variable.
+
+    Variables without the ``__`` separator (``RETRIEVAL_DATA``) are not config overrides.
+    """
+    found = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or ENV_SEPARATOR not in name:
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX):].split(ENV_SEPARATOR)]
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        found[name] = (path, value)
+    return found
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: Any, source: str) -> None:
+    node = data
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ServiceConfigError(f"{source}: {'.'.join(path)} goes through {part!r}, "
+                                     "which is not a table")
+        node = child
+    node[path[-1]] = value
+
+
+def _describe(error: ValidationError, sources: Mapping[str, str]) -> str:
+    lines = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"])
+        where = next((source for name, source in sources.items()
+                      if name == key.lower() or name.startswith(key.lower() + ".")),
+                     "the config file")
+        nested = item.get("ctx", {}).get("error")
+        if isinstance(nested, ConfigError) and nested.key:
+            # The library's config raised its own error: name the key from the file's top.
+            key = f"{key}.{nested.key}"
+            kind = "unknown key" if "unknown key" in str(nested) else "invalid key"
+            lines.append(f"{kind} {key!r} in {where}: {nested}")
+        elif item["type"] == "extra_forbidden":
+            lines.append(f"unknown key {key!r} in {where}")
+        else:
+            lines.append(f"{key} ({where}): {item['msg']}")
+    return "invalid service config: " + "; ".join(lines)
+
+
+def load_serve_config(path: str | Path | None = None,
+                      environ: Mapping[str, str] | None = None,
+                      **cli: Any) -> ServeConfig:
+    """File (optional) < ``RETRIEVAL_*`` variables < command-line values (``host=...``)."""
+    data = read_config_file(path) if path is not None else {}
+    sources: dict[str, str] = {}
+    for name, (keys, value) in env_overrides(os.environ if environ is None else environ).items():
+        _set_path(data, keys, value, name)
+        sources[".".join(keys)] = f"environment variable {name}"
+    for key, value in cli.items():
+        if value is not None:
+            _set_path(data, ["server", key], value, f"--{key}")
+            sources[f"server.{key}"] = f"--{key}"
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ServiceConfigError(_describe(exc, sources)) from exc

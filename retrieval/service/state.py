@@ -1,0 +1,139 @@
+"""A worker's life: load the build in the background, be ready, drain on SIGTERM.
+
+The server accepts connections at once (``/healthz`` answers while the build loads); the
+retriever is loaded, verified and warmed on a thread, and only then is ``/readyz`` 200.
+SIGTERM turns ``/readyz`` to 503 and keeps serving for ``drain_seconds`` (so load balancers
+stop sending), then hands the signal to uvicorn, which stops accepting connections and waits
+for accepted requests up to the rest of the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from indexes.errors import RetrievalError
+from retrieval.config import RetrieverConfig
+from retrieval.retriever import Retriever
+from retrieval.service.errors import ServiceUnavailableError
+
+log = logging.getLogger("retrieval.service")
+
+Loader = Callable[[], Retriever]
+
+
+class ServiceState:
+    """Readiness, draining and the one retriever of this worker process."""
+
+    def __init__(self, index_root: Path, config: RetrieverConfig,
+                 loader: Loader | None = None) -> None:
+        self.index_root = index_root
+        self._loader = loader or (lambda: Retriever.load(index_root, config))
+        self._retriever: Retriever | None = None
+        self.load_error: str | None = None
+        self.draining = threading.Event()
+        self._loaded = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def start_loading(self) -> None:
+        self._thread = threading.Thread(target=self._load, name="retriever-load", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            retriever = self._loader()
+        except RetrievalError as exc:
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("cannot load the index under %s: %s", self.index_root, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 (reported by /readyz; the worker stays up)
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.exception("unexpected error loading the index under %s", self.index_root)
+            return
+        self._retriever = retriever
+        self._loaded.set()
+        log.info("ready: serving build %s", retriever.build_id)
+
+    def wait_loaded(self, timeout: float) -> bool:
+        return self._loaded.wait(timeout)
+
+    @property
+    def ready(self) -> bool:
+        return self._retriever is not None and not self.draining.is_set()
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, reason) for ``/readyz``."""
+        if self.draining.is_set():
+            return False, "draining: the server is shutting down"
+        if self._retriever is not None:
+            return True, "ready"
+        if self.load_error is not None:
+            return False, f"the index could not be loaded: {self.load_error}"
+        return False, "loading: the build is being verified and the encoder warmed"
+
+    def retriever(self) -> Retriever:
+        """The live retriever, or ServiceUnavailableError while loading (or after a failure).
+
+        Draining does not refuse requests: those that still arrive in the drain window are
+        served; readiness is what tells balancers to stop sending.
+        """
+        if self._retriever is None:
+            raise ServiceUnavailableError(self.readiness()[1])
+        return self._retriever
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)  # a load still running is a daemon: exit anyway
+        if self._retriever is not None:
+            self._retriever.flush_cache_writes(2.0)
+            self._retriever.close()
+
+    # -- draining ---------------------------------------------------------------------------
+
+    def install_drain_handler(self, drain_seconds: float) -> None:
+        """Wrap the server's SIGTERM handler: first drain, then let the server shut down.
+
+        Called from the lifespan (main thread, after uvicorn installed its handlers). A
+        second SIGTERM skips the rest of the drain window.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        server_handler = signal.getsignal(signal.SIGTERM)
+        if not callable(server_handler):
+            return
+
+        def shut_down(sig: int, frame: FrameType | None) -> None:
+            server_handler(sig, frame)
+
+        def on_sigterm(sig: int, frame: FrameType | None) -> None:
+            if self.draining.is_set():
+                shut_down(sig, frame)
+                return
+            self.draining.set()
+            log.info("SIGTERM: draining for %.1f s, then finishing accepted requests",
+                     drain_seconds)
+            timer = threading.Timer(drain_seconds, shut_down, args=(sig, frame))
+            timer.daemon = True
+            timer.start()
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def describe_index(retriever: Retriever) -> dict[str, Any]:
+    """``GET /v1/index``: what the live build is, from its manifest."""
+    snapshot = retriever.snapshot
+    manifest = snapshot.manifest
+    return {
+        "build_id": snapshot.build_id,
+        "documents": manifest.n_docs,
+        "created_at": manifest.created_at,
+        "encoder": manifest.encoder.model_dump(mode="json"),
+        "metadata_fields": dict(snapshot.metadata.kinds),
+    }

@@ -1,0 +1,85 @@
+"""Worker processes forked from one parent that has already imported the serving stack.
+
+uvicorn's own ``--workers`` spawns fresh interpreters, so every worker re-imports numpy, numba
+(with LLVM), faiss, pyarrow and onnxruntime into private memory: about 160 MB each, measured.
+Here the parent imports them once, binds the socket, then forks: the workers share those
+pages copy-on-write, and each still loads its own retriever (its threads, its encoder session
+and its memory map of the build) after the fork, where threads are safe to start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger("retrieval.service")
+RESTART_PAUSE_SECONDS = 1.0
+
+
+def preload() -> None:
+    """Import what every worker needs (no threads may be running when the parent forks)."""
+    import indexes.onnx_encoder  # noqa: F401
+    import retrieval.service.app  # noqa: F401
+
+    if threading.active_count() > 1:
+        log.warning("threads running before fork: %s", threading.enumerate())
+
+
+def run_forked_workers(config: Any, workers: int) -> None:
+    """Serve ``config`` (a ``uvicorn.Config``) with ``workers`` forked processes.
+
+    SIGTERM / SIGINT are forwarded to every worker (each drains, see ``state``); the parent
+    returns once all have exited. A worker that dies unexpectedly is replaced.
+    """
+    import uvicorn
+
+    preload()
+    sock = config.bind_socket()
+    children: set[int] = set()
+    stopping = threading.Event()
+
+    def spawn() -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            # uvicorn re-raises the signal after its graceful shutdown: make that a no-op
+            # here, not the parent's forwarding handler (which would signal the siblings).
+            signal.signal(signal.SIGTERM, lambda signum, frame: None)
+            signal.signal(signal.SIGINT, lambda signum, frame: None)
+            code = 0
+            try:
+                uvicorn.Server(config).run(sockets=[sock])
+            except BaseException:  # noqa: BLE001 (logged; the parent sees the exit code)
+                log.exception("worker failed")
+                code = 3
+            os._exit(code)
+        children.add(pid)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+        for pid in list(children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for _ in range(workers):
+        spawn()
+    log.info("serving with %d forked workers: %s", workers, sorted(children))
+    while children:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        children.discard(pid)
+        if not stopping.is_set():
+            log.error("worker %d exited (status %d); starting a replacement", pid, status)
+            time.sleep(RESTART_PAUSE_SECONDS)
+            spawn()
+    sock.close()

@@ -1,0 +1,402 @@
+"""``retrieval serve`` as a real server process (2 workers) on a free 127.0.0.1 port, over TCP.
+
+One server for the module, stopped by the last test (SIGTERM during load). It serves a copy of
+the SciFact index in a temporary root, so publishing a build there touches nothing shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from indexes.corpus import read_corpus
+from indexes.synthetic import with_demo_metadata
+from retrieval import LimitExceededError, Retriever, RetrieverConfig, UnknownFieldError
+from retrieval.client import RemoteRetriever
+from retrieval.service import AuthenticationError
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "test-key-0123456789"
+CONFIG = """
+[server]
+workers = 2
+api_keys_env = "SERVICE_TEST_KEYS"
+drain_seconds = 1.5
+grace_period_seconds = 20.0
+max_batch_queries = 128
+[retriever]
+reload_interval_seconds = 0.25
+"""
+MAX_BODY = 65_536  # set through RETRIEVAL_SERVER__MAX_BODY_BYTES, so overrides are exercised
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    root: Path
+    docs: list[Any]
+    queries: list[str]
+
+    def client(self, key: str | None = KEY) -> httpx.Client:
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        with self.client() as client:
+            text = client.get("/metrics").text
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    def failure(self, message: str) -> str:
+        return f"{message}; server log:\n{self.log.read_text()[-4000:]}"
+
+
+def wait_until(check: Callable[[], bool], timeout: float, server: Server, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except httpx.HTTPError:
+            pass
+        assert server.process.poll() is None, server.failure("server exited")
+        time.sleep(0.2)
+    pytest.fail(server.failure(f"timed out waiting for {what}"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, dataset: Any, beir_index: Any,
+           build_subset: Any) -> Iterator[Server]:
+    _, queries, _ = beir_index("scifact")
+    base = tmp_path_factory.mktemp("served")
+    docs = list(with_demo_metadata(read_corpus(dataset("scifact"))))
+    build_subset(docs, base / "index")
+    (base / "serve.toml").write_text(CONFIG)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
+           "SERVICE_TEST_KEYS": f"{KEY},second-key", "RETRIEVAL_SERVER__MAX_BODY_BYTES":
+           str(MAX_BODY), "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics")}
+    log = base / "server.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "retrieval", "serve", str(base / "index"), "--config",
+             str(base / "serve.toml"), "--port", str(port), "--log-level", "warning"],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    server = Server(f"http://127.0.0.1:{port}", process, log, base / "index", docs,
+                    list(queries.values()))
+    try:
+        ready = ("retrieval_ready_workers", ())
+        wait_until(lambda: server.metrics().get(ready) == 2.0, 300, server, "2 ready workers")
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+def test_http_results_equal_in_process_results_for_every_scifact_test_query(served: Server
+                                                                            ) -> None:
+    local = Retriever.load(served.root, RetrieverConfig())
+    try:
+        with served.client() as client:
+            for start in range(0, len(served.queries), 100):
+                chunk = served.queries[start:start + 100]
+                response = client.post("/v1/search/batch", json={"queries": chunk, "k": 10})
+                assert response.status_code == 200, response.text
+                remote = response.json()["results"]
+                expected = local.search_batch(chunk, k=10)
+                for got, want in zip(remote, expected, strict=True):
+                    assert got["build_id"] == want.build_id
+                    assert [h["doc_id"] for h in got["hits"]] == [h.doc_id for h in want.hits]
+                    assert [h["score"] for h in got["hits"]] == pytest.approx(
+                        [h.score for h in want.hits], rel=1e-6, abs=1e-7)
+        with RemoteRetriever(served.url, api_key=KEY) as remote_retriever:
+            # A query of no batch: INT8 query vectors depend on the batch they were encoded
+            # in, and either worker may hold the batch's embedding in its cache.
+            query = "do statins lower the risk of heart attacks in older patients"
+            one = remote_retriever.search(query, filters="year >= 2000", k=5)
+            want_one = local.search(query, filters="year >= 2000", k=5)
+            assert [h.doc_id for h in one.hits] == [h.doc_id for h in want_one.hits]
+            assert one.hits[0].bm25_score == pytest.approx(want_one.hits[0].bm25_score)
+    finally:
+        local.close()
+
+
+def test_remote_retriever_async_and_typed_errors(served: Server) -> None:
+    async def run() -> None:
+        async with RemoteRetriever(served.url, api_key=KEY) as remote:
+            single = await remote.asearch(served.queries[1], k=3)
+            batch = await remote.asearch_batch(served.queries[:4], {"year": {"gte": 1990}}, 2)
+            assert len(single.hits) == 3 and [len(r.hits) for r in batch] == [2] * 4
+            with pytest.raises(UnknownFieldError, match="colour"):
+                await remote.asearch("x", filters={"colour": "red"})
+
+    asyncio.run(run())
+    with RemoteRetriever(served.url, api_key=KEY) as remote:
+        with pytest.raises(LimitExceededError, match="max_k"):
+            remote.search("statins", k=10**6)
+        assert remote.index_info()["documents"] == len(served.docs)
+    with RemoteRetriever(served.url, api_key="wrong") as remote, \
+            pytest.raises(AuthenticationError):
+        remote.search("statins")
+
+
+def test_open_operator_routes_and_openapi(served: Server) -> None:
+    with served.client(key=None) as anonymous, served.client() as client:
+        assert anonymous.get("/healthz").json() == {"status": "alive"}
+        ready = anonymous.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert anonymous.get("/metrics").status_code == 401  # metrics_auth defaults on
+        info = client.get("/v1/index").json()
+        assert info["documents"] == len(served.docs)
+        assert {"department", "doc_type", "year"} <= set(info["metadata_fields"])
+        schema = client.get("/openapi.json").json()
+        assert {"/v1/search", "/v1/search/batch", "/v1/index"} <= set(schema["paths"])
+        assert {"SearchResult", "Hit", "SearchBody"} <= set(schema["components"]["schemas"])
+
+
+# -- hostile input ----------------------------------------------------------------------------
+
+
+def nested_filter(depth: int) -> dict[str, Any]:
+    spec: dict[str, Any] = {"year": {"gte": 2000}}
+    for _ in range(depth):
+        spec = {"$and": [spec]}
+    return spec
+
+
+JSON = {"content-type": "application/json"}
+HOSTILE = [
+    # (name, method, path, request options, auth, status, error type)
+    ("bad JSON", "POST", "/v1/search", {"content": b'{"query": ', "headers": JSON}, True,
+     400, "MalformedRequestError"),
+    ("not JSON content type", "POST", "/v1/search",
+     {"content": b'{"query": "x"}', "headers": {"content-type": "text/plain"}}, True, 400,
+     "MalformedRequestError"),
+    ("empty body", "POST", "/v1/search", {"headers": JSON}, True, 400,
+     "MalformedRequestError"),
+    ("JSON array body", "POST", "/v1/search", {"json": ["x"]}, True, 422, "RequestFieldError"),
+    ("huge body", "POST", "/v1/search", {"json": {"query": "x" * (MAX_BODY + 1)}}, True, 413,
+     "PayloadTooLargeError"),
+    ("huge k", "POST", "/v1/search", {"json": {"query": "x", "k": 10**12}}, True, 413,
+     "LimitExceededError"),
+    ("k zero", "POST", "/v1/search", {"json": {"query": "x", "k": 0}}, True, 400,
+     "InvalidQueryError"),
+    ("k as string", "POST", "/v1/search", {"json": {"query": "x", "k": "5"}}, True, 422,
+     "RequestFieldError"),
+    ("query as number", "POST", "/v1/search", {"json": {"query": 5}}, True, 422,
+     "RequestFieldError"),
+    ("missing query", "POST", "/v1/search", {"json": {"k": 5}}, True, 422, "RequestFieldError"),
+    ("unknown field", "POST", "/v1/search", {"json": {"query": "x", "topk": 5}}, True, 422,
+     "RequestFieldError"),
+    ("blank query", "POST", "/v1/search", {"json": {"query": "   "}}, True, 400,
+     "InvalidQueryError"),
+    ("query over the length limit", "POST", "/v1/search", {"json": {"query": "x" * 5000}},
+     True, 413, "LimitExceededError"),
+    ("lone surrogate", "POST", "/v1/search",
+     {"content": b'{"query": "a\\ud800b"}', "headers": JSON}, True, 400,
+     "MalformedRequestError"),
+    ("filter nested past the limit", "POST", "/v1/search",
+     {"json": {"query": "x", "filters": nested_filter(40)}}, True, 413,
+     "LimitExceededError"),
+    ("JSON nested past the parser's limit", "POST", "/v1/search",
+     {"json": {"query": "x", "filters": nested_filter(400)}}, True, 400,
+     "MalformedRequestError"),
+    ("filter on unknown field", "POST", "/v1/search",
+     {"json": {"query": "x", "filters": {"colour": "red"}}}, True, 400, "UnknownFieldError"),
+    ("filter value of wrong type", "POST", "/v1/search",
+     {"json": {"query": "x", "filters": {"year": {"gte": "recent"}}}}, True, 400,
+     "FilterTypeError"),
+    ("DSL syntax error", "POST", "/v1/search",
+     {"json": {"query": "x", "filters": "year >> 3"}}, True, 400, "MalformedFilterError"),
+    ("batch over the query limit", "POST", "/v1/search/batch",
+     {"json": {"queries": ["x"] * 129}}, True, 413, "LimitExceededError"),
+    ("batch queries not a list", "POST", "/v1/search/batch", {"json": {"queries": "x"}}, True,
+     422, "RequestFieldError"),
+    ("missing API key", "POST", "/v1/search", {"json": {"query": "x"}}, None, 401,
+     "AuthenticationError"),
+    ("wrong API key", "POST", "/v1/search", {"json": {"query": "x"}}, "wrong", 401,
+     "AuthenticationError"),
+    ("key in another scheme", "GET", "/v1/index", {"headers": {"authorization": f"Basic {KEY}"}},
+     None, 401, "AuthenticationError"),
+    ("unknown route", "GET", "/v2/everything", {}, True, 404, "NotFoundError"),
+    ("wrong method", "GET", "/v1/search", {}, True, 405, "NotFoundError"),
+]
+
+
+@pytest.mark.parametrize(("name", "method", "path", "options", "auth", "status", "kind"),
+                         HOSTILE, ids=[case[0] for case in HOSTILE])
+def test_hostile_requests_get_a_typed_4xx(served: Server, name: str, method: str, path: str,
+                                          options: dict[str, Any], auth: Any, status: int,
+                                          kind: str) -> None:
+    with served.client(key=KEY if auth is True else auth) as client:
+        response = client.request(method, path, **options)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["type"] == kind and error["message"]
+    assert "Traceback" not in response.text
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+def test_metrics_parse_and_count_the_requests_sent(served: Server) -> None:
+    def requests(metrics: dict[Any, float], route: str, status: str) -> float:
+        key = ("retrieval_http_requests_total",
+               (("method", "POST"), ("route", route), ("status", status)))
+        return metrics.get(key, 0.0)
+
+    def lookups(metrics: dict[Any, float]) -> float:
+        return sum(v for (name, labels), v in metrics.items()
+                   if name == "retrieval_cache_lookups_total" and ("cache", "result") in labels)
+
+    before = served.metrics()
+    with served.client() as client:
+        for query in served.queries[:7]:
+            assert client.post("/v1/search", json={"query": query}).status_code == 200
+        for start in (10, 13, 16):
+            batch = {"queries": served.queries[start:start + 3]}
+            assert client.post("/v1/search/batch", json=batch).status_code == 200
+        for _ in range(2):
+            assert client.post("/v1/search", json={"k": 1}).status_code == 422
+    after = served.metrics()
+    assert requests(after, "/v1/search", "200") - requests(before, "/v1/search", "200") == 7
+    assert requests(after, "/v1/search", "422") - requests(before, "/v1/search", "422") == 2
+    assert (requests(after, "/v1/search/batch", "200")
+            - requests(before, "/v1/search/batch", "200")) == 3
+    assert lookups(after) - lookups(before) == 7 + 9
+    stages = {dict(labels)["stage"] for (name, labels) in after
+              if name == "retrieval_search_stage_duration_seconds_count"}
+    assert {"total", "bm25", "rerank", "hydrate"} <= stages
+    buckets = {dict(labels)["le"] for (name, labels) in after
+               if name == "retrieval_search_stage_duration_seconds_bucket"}
+    assert "0.0001" in buckets or "1e-04" in buckets
+    with served.client() as client:
+        build_id = client.get("/v1/index").json()["build_id"]
+    assert after[("retrieval_build_info", (("build_id", build_id),))] == 1.0
+
+
+# -- load: a publish, then SIGTERM ------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    started: float
+    ended: float
+    status: int | str
+    build_id: str | None
+
+
+def run_load(server: Server, connections: int, stop: threading.Event) -> list[Outcome]:
+    """Closed loop: each connection sends its next search when the previous one returns;
+    a connection stops at its first transport error (the server closed) or at ``stop``."""
+    outcomes: list[Outcome] = []
+
+    async def connection(client: httpx.AsyncClient, offset: int) -> None:
+        i = offset
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                response = await client.post("/v1/search", json={
+                    "query": server.queries[i % len(server.queries)], "k": 5})
+            except httpx.TransportError as exc:
+                outcomes.append(Outcome(started, time.monotonic(), type(exc).__name__, None))
+                return
+            body = response.json()
+            outcomes.append(Outcome(started, time.monotonic(), response.status_code,
+                                    body.get("build_id")))
+            i += connections
+
+    async def main() -> None:
+        limits = httpx.Limits(max_connections=connections)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60,
+                                     headers={"authorization": f"Bearer {KEY}"}) as client:
+            await asyncio.gather(*(connection(client, n) for n in range(connections)))
+
+    asyncio.run(main())
+    return outcomes
+
+
+def in_background(server: Server, stop: threading.Event) -> tuple[threading.Thread, list[Any]]:
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.extend(run_load(server, 16, stop)))
+    thread.start()
+    return thread, box
+
+
+def test_build_published_under_load_serves_on_without_errors(served: Server,
+                                                             build_subset: Any) -> None:
+    with served.client() as client:
+        old = client.get("/v1/index").json()["build_id"]
+    stop = threading.Event()
+    thread, outcomes = in_background(served, stop)
+    try:
+        time.sleep(1.0)
+        new = build_subset(served.docs[:-25], served.root).build_id  # publishes atomically
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                len(outcomes) > 64 and all(o.build_id == new for o in outcomes[-64:])):
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    assert new != old
+    assert [o for o in outcomes if o.status != 200] == []
+    assert {o.build_id for o in outcomes} == {old, new}
+    assert all(o.build_id == new for o in outcomes[-64:])
+    with served.client() as client:  # both workers moved (each answers some of these)
+        assert {client.get("/v1/index").json()["build_id"] for _ in range(8)} == {new}
+    reloads = served.metrics().get(("retrieval_reloads_total", (("outcome", "loaded"),)))
+    assert reloads is not None and reloads >= 1
+
+
+def test_sigterm_under_load_finishes_every_accepted_request(served: Server) -> None:
+    stop = threading.Event()
+    thread, outcomes = in_background(served, stop)
+    time.sleep(1.5)
+    signalled = time.monotonic()
+    served.process.send_signal(signal.SIGTERM)
+    saw_draining = False
+    with served.client(key=None) as anonymous:
+        while time.monotonic() - signalled < 1.5 and not saw_draining:
+            saw_draining = anonymous.get("/readyz").status_code == 503
+            time.sleep(0.05)
+    try:
+        code = served.process.wait(timeout=25)  # grace period 20 s
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    accepted = [o for o in outcomes if o.started < signalled]
+    assert len(accepted) >= 16
+    assert [o for o in accepted if o.status != 200] == []
+    assert saw_draining, "readiness never turned 503 while draining"
+    assert code == 0, served.failure(f"exit code {code}")

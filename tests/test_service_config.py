@@ -1,0 +1,141 @@
+"""Service settings, API keys and the import boundary: no server process needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from retrieval.cli import main as cli_main
+from retrieval.errors import InvalidQueryError, LimitExceededError, UnknownFieldError
+from retrieval.service import ServiceConfigError, load_serve_config
+from retrieval.service.auth import ApiKeys, load_api_keys
+from retrieval.service.errors import (
+    AuthenticationError,
+    PayloadTooLargeError,
+    RequestFieldError,
+    ServiceUnavailableError,
+    status_for,
+)
+from retrieval.service.settings import ServerSettings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_import_retrieval_pulls_in_no_service_dependency() -> None:
+    code = ("import sys, retrieval, retrieval.service, retrieval.cli; "
+            "print([m for m in ('fastapi', 'starlette', 'uvicorn', 'httpx', 'prometheus_client')"
+            " if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_toml_file_env_override_and_cli_values_layer(tmp_path: Path) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text('[server]\nport = 9000\nworkers = 2\n[retriever]\ncandidates = 200\n'
+                    '[retriever.cache]\nbackend = "none"\n')
+    env = {"RETRIEVAL_SERVER__MAX_BODY_BYTES": "4096", "RETRIEVAL_DATA": "/elsewhere",
+           "RETRIEVAL_RETRIEVER__LIMITS__MAX_K": "50"}
+    config = load_serve_config(path, env, workers=3, host=None)
+    assert (config.server.port, config.server.workers) == (9000, 3)
+    assert config.server.host == "127.0.0.1" and config.server.log_query_text is False
+    assert config.server.max_body_bytes == 4096
+    assert config.retriever.candidates == 200 and config.retriever.limits.max_k == 50
+    assert config.retriever.cache.backend == "none"
+
+
+def test_json_file_round_trips_through_the_worker_spec(tmp_path: Path) -> None:
+    path = tmp_path / "serve.json"
+    path.write_text(json.dumps({"retriever": {"reload_interval_seconds": 5}}))
+    config = load_serve_config(path, {})
+    again = type(config).model_validate(json.loads(json.dumps(config.model_dump(mode="json"))))
+    assert again == config
+
+
+@pytest.mark.parametrize(("text", "env", "named"), [
+    ('[server]\nprot = 1\n', {}, "server.prot"),
+    ('[retriever]\ncandidate = 1\n', {}, "retriever.candidate"),
+    ('[sever]\nport = 1\n', {}, "sever"),
+    ('', {"RETRIEVAL_SERVER__WORKRES": "2"}, "RETRIEVAL_SERVER__WORKRES"),
+    ('', {"RETRIEVAL_SERVR__PORT": "2"}, "RETRIEVAL_SERVR__PORT"),
+])
+def test_unknown_key_stops_start_up_naming_it(tmp_path: Path, text: str, env: dict[str, str],
+                                               named: str) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text(text)
+    with pytest.raises(ServiceConfigError, match="unknown key") as caught:
+        load_serve_config(path, env)
+    assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[server]\nport = 'x'\n", "server.port"),
+    ("[server]\ndrain_seconds = 40\n", "grace_period_seconds"),
+    ("[server]\nssl_certfile = 'cert.pem'\n", "ssl_keyfile"),
+    ("[server\n", "not valid"),
+])
+def test_invalid_values_are_typed_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text(text)
+    with pytest.raises(ServiceConfigError, match=message):
+        load_serve_config(path, {})
+
+
+def test_config_file_with_another_suffix_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text("server: {}\n")
+    with pytest.raises(ServiceConfigError, match=".toml or .json"):
+        load_serve_config(path, {})
+
+
+def test_serve_command_exits_2_naming_the_unknown_key(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "serve.toml"
+    path.write_text("[server]\nbind = '0.0.0.0'\n")
+    assert cli_main(["serve", str(tmp_path), "--config", str(path)]) == 2
+    assert "unknown key 'server.bind'" in capsys.readouterr().err
+
+
+def test_serve_command_refuses_a_root_without_a_build(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["serve", str(tmp_path / "missing")]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_api_keys_from_file_and_env(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("# operators\nalpha-key\n\n")
+    settings = ServerSettings(api_keys_file=str(keys_file), api_keys_env="SERVICE_KEYS")
+    keys = load_api_keys(settings, {"SERVICE_KEYS": "beta-key, gamma-key"})
+    assert keys.enabled
+    for good in ("Bearer alpha-key", "bearer gamma-key", "Bearer  beta-key "):
+        assert keys.accepts(good)
+    for bad in (None, "", "Bearer", "Bearer alpha", "Basic alpha-key", "alpha-key",
+                "Bearer alpha-key-2"):
+        assert not keys.accepts(bad)
+    assert not ApiKeys([]).enabled
+
+
+def test_configured_but_empty_key_sources_are_errors(tmp_path: Path) -> None:
+    empty = tmp_path / "keys"
+    empty.write_text("# nothing\n")
+    with pytest.raises(ServiceConfigError, match="holds no keys"):
+        load_api_keys(ServerSettings(api_keys_file=str(empty)), {})
+    with pytest.raises(ServiceConfigError, match="unset or empty"):
+        load_api_keys(ServerSettings(api_keys_env="NOPE"), {})
+    with pytest.raises(ServiceConfigError, match="cannot read"):
+        load_api_keys(ServerSettings(api_keys_file=str(tmp_path / "absent")), {})
+
+
+@pytest.mark.parametrize(("error", "status"), [
+    (UnknownFieldError("x"), 400), (InvalidQueryError("x"), 400),
+    (LimitExceededError("x"), 413), (PayloadTooLargeError("x"), 413),
+    (RequestFieldError("x"), 422), (AuthenticationError("x"), 401),
+    (ServiceUnavailableError("x"), 503),
+])
+def test_error_statuses(error: Exception, status: int) -> None:
+    assert status_for(error) == status  # type: ignore[arg-type]
