@@ -81,11 +81,12 @@ class RemoteRetriever:
     # -- sync ---------------------------------------------------------------------------------
 
     def search(self, query: str, filters: Filters = None, k: int | None = None, *,
-               candidates: int | None = None, query_vector: np.ndarray | None = None
-               ) -> SearchResult:
+               candidates: int | None = None, query_vector: np.ndarray | None = None,
+               deadline_ms: float | None = None) -> SearchResult:
         """``Retriever.search`` on the server."""
         _no_vectors(query_vector)
-        body = _body(query=query, filters=filters, k=k, candidates=candidates)
+        body = _body(query=query, filters=filters, k=k, candidates=candidates,
+                     deadline_ms=deadline_ms)
         return SearchResult.model_validate_json(self._post("/v1/search", body))
 
     def search_batch(self, queries: Sequence[str], filters: Filters = None,

@@ -165,6 +165,10 @@ def test_remote_retriever_async_and_typed_errors(served: Server) -> None:
         with pytest.raises(LimitExceededError, match="max_k"):
             remote.search("statins", k=10**6)
         assert remote.index_info()["documents"] == len(served.docs)
+        # A generous deadline is carried to the server and does not degrade the search.
+        timely = remote.search(served.queries[1], k=3, deadline_ms=60_000)
+        assert timely.degraded == [] and [h.doc_id for h in timely.hits] == \
+            [h.doc_id for h in remote.search(served.queries[1], k=3).hits]
     with RemoteRetriever(served.url, api_key="wrong") as remote, \
             pytest.raises(AuthenticationError):
         remote.search("statins")
@@ -236,6 +240,10 @@ HOSTILE = [
     ("filter value of wrong type", "POST", "/v1/search",
      {"json": {"query": "x", "filters": {"year": {"gte": "recent"}}}}, True, 400,
      "FilterTypeError"),
+    ("deadline not positive", "POST", "/v1/search",
+     {"json": {"query": "x", "deadline_ms": -1}}, True, 400, "InvalidQueryError"),
+    ("deadline of wrong type", "POST", "/v1/search",
+     {"json": {"query": "x", "deadline_ms": "soon"}}, True, 422, "RequestFieldError"),
     ("DSL syntax error", "POST", "/v1/search",
      {"json": {"query": "x", "filters": "year >> 3"}}, True, 400, "MalformedFilterError"),
     ("batch over the query limit", "POST", "/v1/search/batch",

@@ -134,7 +134,8 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
     async def search(request: Request) -> Response:
         body = await parse_body(request, SearchBody)
         result = await state.retriever().asearch(body.query, body.filters, body.k,
-                                                 candidates=body.candidates)
+                                                 candidates=body.candidates,
+                                                 deadline_ms=body.deadline_ms)
         metrics.observe_result(result)
         if settings.log_query_text:
             log.info("search %r: %d hits, %.3f ms", body.query, len(result.hits),

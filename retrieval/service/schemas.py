@@ -22,6 +22,9 @@ class SearchBody(BaseModel):
     filters: Filters = Field(None, description=FILTERS_HELP)
     k: int | None = Field(None, description="hits to return (default: the server's default_k)")
     candidates: int | None = Field(None, description="BM25 candidates to re-rank")
+    deadline_ms: float | None = Field(
+        None, description="budget for this search in ms (default: the server's deadline_ms); "
+                          "past it the search degrades (e.g. BM25 only) and says so in degraded")
 
 
 class BatchBody(BaseModel):
