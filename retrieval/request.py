@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from indexes.errors import InvalidQueryError, LimitExceededError
+from indexes.lru import LRU
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
 
@@ -67,8 +67,8 @@ class FilterMemo:
                  max_text: int = 4096) -> None:
         self.kinds = kinds
         self.limits = limits
-        self._size, self._max_text = size, max_text
-        self._entries: OrderedDict[tuple[bool, str], tuple[Filter | None, str]] = OrderedDict()
+        self._max_text = max_text
+        self._entries: LRU[tuple[bool, str], tuple[Filter | None, str]] = LRU(size)
         self._lock = threading.Lock()
 
     def parse(self, filters: Any) -> tuple[Filter | None, str]:
@@ -79,17 +79,14 @@ class FilterMemo:
         if key is not None:
             with self._lock:
                 found = self._entries.get(key)
-                if found is not None:
-                    self._entries.move_to_end(key)
-                    return found
+            if found is not None:
+                return found
         parsed = parse_filter(filters, self.kinds, max_clauses=self.limits.max_filter_clauses,
                               max_in_values=self.limits.max_in_values)
         entry = (parsed, canonical(parsed) if parsed is not None else "")
         if key is not None:
             with self._lock:
-                self._entries[key] = entry
-                while len(self._entries) > self._size:
-                    self._entries.popitem(last=False)
+                self._entries.put(key, entry)
         return entry
 
     def _memo_key(self, filters: Any) -> tuple[bool, str] | None:

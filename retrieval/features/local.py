@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from retrieval.cache.base import CacheCounters
-from retrieval.features.batch import FeatureBatch, check_entity_ids, unavailable_batch
+from retrieval.features.batch import (
+    FeatureBatch,
+    FeatureStatus,
+    check_entity_ids,
+    unavailable_batch,
+)
 from retrieval.features.errors import FeatureRequestError, FeatureStoreError
 from retrieval.features.local_files import (
     POINTER,
@@ -93,8 +98,8 @@ class LocalStore(OnlineStore):
         return batch
 
     def _count(self, batch: FeatureBatch) -> None:
-        missing = int(np.count_nonzero(batch.status == 2))
-        stale = int(np.count_nonzero(batch.status == 1))
+        missing = int(np.count_nonzero(batch.mask(FeatureStatus.MISSING)))
+        stale = int(np.count_nonzero(batch.mask(FeatureStatus.STALE)))
         self._counters.add(reads=1, entities=len(batch), missing=missing, stale=stale)
 
     def _live(self, view_name: str, view_dir: Path) -> LoadedSnapshot | None:

@@ -135,8 +135,8 @@ class RedisStore(OnlineStore):
         batch = self.link.call(lambda client: self._read(client, view_name, keys, ids, at),
                                lambda failure: self._failed_read(view_name, ids, failure))
         if batch.available:
-            missing = int(np.count_nonzero(batch.status == FeatureStatus.MISSING))
-            stale = int(np.count_nonzero(batch.status == FeatureStatus.STALE))
+            missing = int(np.count_nonzero(batch.mask(FeatureStatus.MISSING)))
+            stale = int(np.count_nonzero(batch.mask(FeatureStatus.STALE)))
             self._counters.add(reads=1, entities=len(ids), missing=missing, stale=stale)
         return batch
 

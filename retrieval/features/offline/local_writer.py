@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from indexes.storage import fsync_dir, fsync_write, mint_id
 from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
 from retrieval.features.local import LocalStore
@@ -34,7 +35,6 @@ from retrieval.features.local_files import (
 )
 from retrieval.features.offline.writer_base import (
     SnapshotWriter,
-    new_snapshot_id,
     snapshots_to_delete,
 )
 from retrieval.features.view import WIRE_DTYPES, FeatureView, SnapshotMeta
@@ -42,24 +42,9 @@ from retrieval.features.view import WIRE_DTYPES, FeatureView, SnapshotMeta
 logger = logging.getLogger(__name__)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
     """Replace ``path`` with ``payload``: readers see the old or the new file, never a mix."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{id(payload):x}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_write(path, json.dumps(payload).encode("utf-8"))
 
 
 def _save(path: Path, array: np.ndarray) -> None:
@@ -151,7 +136,7 @@ class LocalWriter(SnapshotWriter):
         self.view = view
         self.created_at = created_at
         self.has_event_time = has_event_time
-        self.snapshot_id = new_snapshot_id(created_at)
+        self.snapshot_id = mint_id(created_at)  # the same ids as index builds
         self.root = store.view_dir(view.name) / SNAPSHOTS
         self.tmp = self.root / f"{TMP_PREFIX}{self.snapshot_id}"
         try:

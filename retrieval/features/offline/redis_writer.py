@@ -17,11 +17,11 @@ import numpy as np
 import redis
 from redis.cluster import RedisCluster
 
+from indexes.storage import mint_id
 from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
 from retrieval.features.offline.writer_base import (
     SnapshotWriter,
-    new_snapshot_id,
     snapshots_to_delete,
 )
 from retrieval.features.redis_layout import (
@@ -62,7 +62,7 @@ class RedisWriter(SnapshotWriter):
         self.ttl_ms = ttl_ms
         self.chunk = chunk
         self.grace_seconds = grace_seconds
-        self.snapshot_id = new_snapshot_id(created_at)
+        self.snapshot_id = mint_id(created_at)  # the same ids as index builds
         self.fields = view.feature_names + ([EVENT_FIELD] if has_event_time else [])
         self.rows = 0
         self.published = False

@@ -12,18 +12,10 @@ grace period protects readers that looked up the pointer just before a flip.
 
 from __future__ import annotations
 
-import secrets
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
 from retrieval.features.batch import FeatureColumns
-
-
-def new_snapshot_id(created_at: float) -> str:
-    """Sortable, unique snapshot id: UTC start time plus 32 random bits."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created_at))
-    return f"{stamp}-{secrets.token_hex(4)}"
 
 
 def snapshots_to_delete(
