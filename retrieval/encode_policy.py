@@ -54,9 +54,8 @@ class StageOverlap:
     spare: always for an encoder that runs a lone query on fewer threads than there are
     cores, and otherwise only while other searches are in flight. An encoder spreading one
     query over every core gains nothing from the overlap, because BM25 then competes with it
-    (ONNX INT8 at 100k documents, five side-by-side runs: p50 up to 0.2 ms better overlapped,
-    p95 better sequential in four); under load the pool's one worker per core queues encodes
-    fairly instead of running one model per thread.
+    (measurements: benchmarks/README.md, "Parallel stages"); under load the pool's one worker
+    per core queues encodes fairly instead of running one model per thread.
     """
 
     def __init__(self, encoder: Encoder, config: RetrieverConfig) -> None:

@@ -246,12 +246,17 @@ class Retriever:
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:
-        """``search`` for asyncio apps: runs in the retriever's threads, never blocks the loop."""
+        """``search`` for asyncio apps, never blocking the loop: it runs in the running loop's
+        default executor (``loop.set_default_executor`` sizes it), so at most that many searches
+        run at once. Not in the retriever's encode pool: a search waiting there on an encode
+        queued behind other searches could wait forever."""
         call = functools.partial(self.search, query, filters, k, **options)
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def asearch_batch(self, queries: Sequence[str],
                             filters: dict[str, Any] | str | None = None, k: int | None = None,
                             **options: Any) -> list[SearchResult]:
+        """``search_batch`` for asyncio apps, in the running loop's default executor (as
+        ``asearch``)."""
         call = functools.partial(self.search_batch, queries, filters, k, **options)
         return await asyncio.get_running_loop().run_in_executor(None, call)
