@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.encoders import Encoder, takes_single_thread, usable_cores
+from indexes.cpu import usable_cores
+from indexes.encoders import Encoder, takes_single_thread
 
 
 class BatchingConfig(BaseModel):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from indexes.encoders import Encoder, parse_encoder_id, usable_cores
+from indexes.cpu import usable_cores
+from indexes.encoders import Encoder, parse_encoder_id
 from retrieval.config import RetrieverConfig
 from retrieval.errors import OverloadedError
 

@@ -27,16 +27,16 @@ from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.request import FilterMemo
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import Live, RequestPath
-from retrieval.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
 
 
-def default_encoder(snapshot: IndexSnapshot, config: RetrieverConfig) -> Encoder | None:
+def default_encoder(snapshot: LoadedBuild, config: RetrieverConfig) -> Encoder | None:
     """The encoder the build names; None for builds from precomputed (external) vectors."""
     info = snapshot.manifest.encoder
     if config.encoder_model_path is None and info.model != DEFAULT_MODEL:
@@ -48,7 +48,7 @@ def default_encoder(snapshot: IndexSnapshot, config: RetrieverConfig) -> Encoder
     return make_encoder(config.encoder_backend, config.encoder_model_path)
 
 
-def check_encoder(encoder: Encoder, snapshot: IndexSnapshot) -> None:
+def check_encoder(encoder: Encoder, snapshot: LoadedBuild) -> None:
     expected = snapshot.manifest.encoder
     compatible = compatible_query_encoder(encoder.encoder_id, expected.encoder_id)
     if not compatible or encoder.dim != expected.dim:
@@ -63,7 +63,7 @@ class Retriever:
     """Two-stage hybrid search over the live build. Thread-safe; one instance serves many."""
 
     def __init__(
-        self, snapshot: IndexSnapshot, config: RetrieverConfig, encoder: Encoder | None,
+        self, snapshot: LoadedBuild, config: RetrieverConfig, encoder: Encoder | None,
         cache: Cache | None = None, root: Path | None = None,
         feature_store: OnlineStore | None = None,
     ) -> None:
@@ -102,7 +102,7 @@ class Retriever:
         """
         if not isinstance(config, RetrieverConfig):
             config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
-        snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
+        snapshot = LoadedBuild.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
         if feature_store is None and config.feature_store is not None:
@@ -126,7 +126,7 @@ class Retriever:
         return self._live.snapshot.build_id
 
     @property
-    def snapshot(self) -> IndexSnapshot:
+    def snapshot(self) -> LoadedBuild:
         return self._live.snapshot
 
     def _check_dependencies(self) -> None:
@@ -160,7 +160,7 @@ class Retriever:
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
-            fresh = IndexSnapshot.load(self.root, verify=self.config.verify_checksums,
+            fresh = LoadedBuild.load(self.root, verify=self.config.verify_checksums,
                                        mmap=self.config.mmap)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)

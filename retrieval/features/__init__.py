@@ -9,7 +9,6 @@ half never imports the offline one.
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from retrieval.features.batch import FeatureBatch, FeatureColumns, FeatureStatus
 from retrieval.features.config import FeatureStoreConfig, make_store
 from retrieval.features.errors import (
     FeatureConfigError,
@@ -21,6 +20,7 @@ from retrieval.features.errors import (
 )
 from retrieval.features.local import LocalStore
 from retrieval.features.ranking import FeatureWeights, feature_adjustment, normalize, recency
+from retrieval.features.reads import FeatureBatch, FeatureColumns, FeatureStatus
 from retrieval.features.redis_store import RedisStore
 from retrieval.features.scoring import FeatureScores, score_features, snapshot_key
 from retrieval.features.store import OnlineStore

@@ -21,12 +21,6 @@ from typing import Any
 import numpy as np
 
 from retrieval.cache.base import CacheCounters
-from retrieval.features.batch import (
-    FeatureBatch,
-    FeatureStatus,
-    check_entity_ids,
-    unavailable_batch,
-)
 from retrieval.features.errors import FeatureRequestError, FeatureStoreError
 from retrieval.features.local_files import (
     POINTER,
@@ -35,6 +29,12 @@ from retrieval.features.local_files import (
     LoadedSnapshot,
     read_meta,
     read_pointer,
+)
+from retrieval.features.reads import (
+    FeatureBatch,
+    FeatureStatus,
+    check_entity_ids,
+    unavailable_batch,
 )
 from retrieval.features.store import (
     DEFAULT_GRACE_SECONDS,

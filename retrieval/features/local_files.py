@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from indexes.errors import CorruptArtifactError, FormatVersionError, MissingArtifactError
 from indexes.storage import np_load
-from retrieval.features.batch import FeatureBatch, assemble_batch
+from retrieval.features.reads import FeatureBatch, assemble_batch
 from retrieval.features.view import FORMAT_VERSION, WIRE_DTYPES, SnapshotMeta
 
 POINTER = "CURRENT"

@@ -14,8 +14,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from retrieval.features.batch import FeatureBatch, FeatureStatus
 from retrieval.features.errors import FeatureConfigError
+from retrieval.features.reads import FeatureBatch, FeatureStatus
 from retrieval.fusion import minmax
 
 Normalization = Literal["minmax", "none", "log1p+minmax"]

@@ -32,14 +32,14 @@ import numpy as np
 
 from retrieval.cache.base import CacheCounters
 from retrieval.cache.keys import validate_namespace
-from retrieval.features.batch import (
+from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
+from retrieval.features.reads import (
     FeatureBatch,
     FeatureStatus,
     assemble_batch,
     check_entity_ids,
     unavailable_batch,
 )
-from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
 from retrieval.features.redis_layout import (
     EVENT_FIELD,
     READ_SCRIPT,

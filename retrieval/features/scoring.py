@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from retrieval.features.batch import FeatureBatch
 from retrieval.features.ranking import FeatureWeights, feature_adjustment
+from retrieval.features.reads import FeatureBatch
 from retrieval.features.store import OnlineStore
 
 

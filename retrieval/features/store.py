@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from retrieval.features.batch import FeatureBatch
 from retrieval.features.errors import FeatureConfigError
+from retrieval.features.reads import FeatureBatch
 from retrieval.features.view import FeatureView
 
 DEFAULT_GRACE_SECONDS = 3600.0

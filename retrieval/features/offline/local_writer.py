@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from indexes.storage import fsync_dir, fsync_write, mint_id
-from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
 from retrieval.features.local import LocalStore
 from retrieval.features.local_files import (
@@ -37,6 +36,7 @@ from retrieval.features.offline.writer_base import (
     SnapshotWriter,
     snapshots_to_delete,
 )
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.view import WIRE_DTYPES, FeatureView, SnapshotMeta
 
 logger = logging.getLogger(__name__)

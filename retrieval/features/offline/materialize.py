@@ -17,11 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from tqdm import tqdm
 
-from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureConfigError, FeatureSourceError
 from retrieval.features.offline.convert import to_columns
 from retrieval.features.offline.sources import CallableSource, FeatureSource, open_source
 from retrieval.features.offline.writers import open_writer
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.store import OnlineStore
 from retrieval.features.view import FeatureView
 

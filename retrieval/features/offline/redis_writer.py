@@ -18,12 +18,12 @@ import redis
 from redis.cluster import RedisCluster
 
 from indexes.storage import mint_id
-from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
 from retrieval.features.offline.writer_base import (
     SnapshotWriter,
     snapshots_to_delete,
 )
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.redis_layout import (
     EVENT_FIELD,
     FLIP_SCRIPT,

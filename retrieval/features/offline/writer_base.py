@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
-from retrieval.features.batch import FeatureColumns
+from retrieval.features.reads import FeatureColumns
 
 
 def snapshots_to_delete(
