@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from indexes.encoders import usable_cores
+from indexes.cpu import usable_cores
 from retrieval.latency import summarize
 
 REPO = Path(__file__).resolve().parents[1]

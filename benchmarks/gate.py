@@ -40,8 +40,8 @@ from indexes.manifest import current_build_dir
 from indexes.publish import list_builds, publish_build
 from indexes.synthetic import with_demo_metadata
 from retrieval.latency import summarize
+from retrieval.loaded_build import LoadedBuild
 from retrieval.publishing import GateConfig, GateReport, check
-from retrieval.snapshot import IndexSnapshot
 
 
 def gate_root(source: Path, work: Path) -> tuple[Path, str]:
@@ -59,7 +59,7 @@ def gate_root(source: Path, work: Path) -> tuple[Path, str]:
 
 
 def nightly_candidate(root: Path, live_dir: Path) -> str:
-    snapshot = IndexSnapshot.load(live_dir)
+    snapshot = LoadedBuild.load(live_dir)
     n = len(snapshot.docs)
     rows = np.random.default_rng(3).permutation(n)
     dropped, retitled = set(rows[: n // 100].tolist()), set(rows[n // 100: n // 50].tolist())

@@ -28,8 +28,8 @@ from indexes.synthetic import (
     with_demo_metadata,
 )
 from retrieval import RetrieverConfig
+from retrieval.loaded_build import LoadedBuild
 from retrieval.retriever import default_encoder
-from retrieval.snapshot import IndexSnapshot
 
 TINY_DOCS = 1500
 
@@ -138,7 +138,7 @@ def beir_workload(args: argparse.Namespace) -> Workload:
 def log_workload(args: argparse.Namespace) -> Workload:
     lines = [json.loads(line) for line in args.queries_log.read_text().splitlines() if line.strip()]
     lines = lines[: args.queries]
-    snapshot = IndexSnapshot.load(args.index)
+    snapshot = LoadedBuild.load(args.index)
     encoder = default_encoder(snapshot, RetrieverConfig())
     if encoder is None:
         raise SystemExit(f"{args.index} was built from external vectors: no query encoder to "
@@ -183,7 +183,7 @@ def load_workload(args: argparse.Namespace) -> Workload:
     w = make(args)
     before = memory_mb()
     started = time.perf_counter()
-    w.snapshot = IndexSnapshot.load(w.root)
+    w.snapshot = LoadedBuild.load(w.root)
     w.snapshot_seconds = time.perf_counter() - started
     w.memory = {"before_snapshot_load": before, "after_snapshot_load": memory_mb()}
     return w

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import OrderedDict
 
 import numpy as np
 from numba import njit
 
+from indexes.lru import LRU
 from indexes.topk import compact, new_buffer, sorted_best
 
 # Relative cost of one galloping comparison against one exhaustive posting visit, measured on
@@ -156,9 +156,7 @@ class AllowedRowsMemo:
     remembered (their owner may change them)."""
 
     def __init__(self, size: int = 32) -> None:
-        self._size = size
-        self._entries: OrderedDict[int, tuple[weakref.ref, np.ndarray | None, int]] = \
-            OrderedDict()
+        self._entries: LRU[int, tuple[weakref.ref, np.ndarray | None, int]] = LRU(size)
         self._lock = threading.Lock()
 
     def rows(self, mask: np.ndarray, limit: int) -> np.ndarray | None:
@@ -167,7 +165,6 @@ class AllowedRowsMemo:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry[0]() is mask:
-                self._entries.move_to_end(key)
                 _, found, tried = entry
                 if found is not None or limit <= tried:
                     return found if found is None or found.shape[0] <= limit else None
@@ -175,7 +172,5 @@ class AllowedRowsMemo:
         result = found if ok else None
         if not mask.flags.writeable:
             with self._lock:
-                self._entries[key] = (weakref.ref(mask), result, limit)
-                while len(self._entries) > self._size:
-                    self._entries.popitem(last=False)
+                self._entries.put(key, (weakref.ref(mask), result, limit))
         return result

@@ -53,15 +53,6 @@ class Encoder(Protocol):
                ) -> np.ndarray: ...
 
 
-def usable_cores() -> int:
-    """Cores this process may run on: its CPU affinity (a container's cpuset), not the host's
-    count, so a service pinned to 2 of 64 cores sizes its threads for 2."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # no affinity API on this platform (macOS, Windows)
-        return max(1, os.cpu_count() or 1)
-
-
 def takes_single_thread(encoder: Encoder) -> bool:
     """Whether ``encoder.encode`` accepts ``single_thread=`` (OnnxEncoder does)."""
     try:

@@ -7,12 +7,13 @@ are read-only: a caller that wrote into one would silently change later results.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 
 import numpy as np
 import numpy.typing as npt
 from numba import njit
+
+from indexes.lru import LRU
 
 Mask = npt.NDArray[np.bool_]
 
@@ -30,18 +31,34 @@ class MaskCache:
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        self.max_bytes, self.max_entries = max_bytes, max_entries
-        self._entries: OrderedDict[Hashable, tuple[Mask, int | None]] = OrderedDict()
-        self._bytes = 0
+        self._entries: LRU[Hashable, tuple[Mask, int | None]] = LRU(
+            max_entries, max_bytes, lambda key, entry: entry[0].nbytes)
         self._lock = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self._entries.max_weight or 0)
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        """A new bound applies from the next ``put`` on."""
+        with self._lock:
+            self._entries.max_weight = value
+
+    @property
+    def max_entries(self) -> int:
+        return self._entries.max_entries
+
+    @max_entries.setter
+    def max_entries(self, value: int) -> None:
+        """A new bound applies from the next ``put`` on."""
+        with self._lock:
+            self._entries.max_entries = value
 
     def get(self, key: Hashable) -> tuple[Mask, int | None] | None:
         """(mask, allowed count if known) for ``key``, or None; a hit becomes most recent."""
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                self._entries.move_to_end(key)
-            return entry
+            return self._entries.get(key)
 
     def put(self, key: Hashable, mask: Mask, count: int | None = None) -> Mask:
         """Remember ``mask`` (made read-only) and optionally its count under ``key``."""
@@ -49,24 +66,16 @@ class MaskCache:
         if mask.nbytes > self.max_bytes:
             return mask
         with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self._bytes -= old[0].nbytes
-            self._entries[key] = (mask, count)
-            self._bytes += mask.nbytes
-            while self._bytes > self.max_bytes or len(self._entries) > self.max_entries:
-                _, (evicted, _) = self._entries.popitem(last=False)
-                self._bytes -= evicted.nbytes
+            self._entries.put(key, (mask, count))
         return mask
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._bytes = 0
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self._entries.weight
 
     def __len__(self) -> int:
         return len(self._entries)

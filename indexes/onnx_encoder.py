@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from indexes.cpu import usable_cores
 from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     default_model_path,
     model_name,
-    usable_cores,
 )
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
@@ -218,7 +218,7 @@ def fuse_attention(fp32_path: Path, model_dir: Path, out_path: Path) -> Path:
     return out_path
 
 
-def quantize_int8(fp32_path: str | Path, model_dir: str | Path, out_path: str | Path) -> Path:
+def quantize_model_int8(fp32_path: str | Path, model_dir: str | Path, out_path: str | Path) -> Path:
     """Attention fused (``fuse_attention``), then dynamic INT8 quantization (weights per
     channel, QInt8).
 
@@ -254,7 +254,7 @@ def ensure_onnx(model_dir: Path, quantized: bool, cache_dir: Path | None = None)
         return fp32
     int8 = cache / f"model-int8-v{INT8_FORMAT}.onnx"
     if not int8.is_file():
-        quantize_int8(fp32, model_dir, int8)
+        quantize_model_int8(fp32, model_dir, int8)
     return int8
 
 

@@ -21,22 +21,23 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.encoders import Encoder, takes_single_thread, usable_cores
+from indexes.cpu import usable_cores
+from indexes.encoders import Encoder, takes_single_thread
 
 
 class BatchingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # None = auto: on for the torch encoder (1.6x queries/s at 16 threads, 100k documents), off
-    # for ONNX INT8 (0.74-1.10x): unbatched queries already run one per core, and the encoder is
-    # only about half of a query's CPU there, so even ideal batching would cap near 1.3x.
+    # None = auto: on for an encoder that spreads one call over every core (torch), off for one
+    # that keeps a call to one thread (ONNX): unbatched queries already run one per core there,
+    # and batching speeds up only the encode. Measurements: benchmarks/README.md, "Dynamic
+    # batching".
     enabled: bool | None = None
     workers: int | None = Field(
         None, ge=1, le=64,
         description="concurrent encoder calls; None = auto: one per core for an encoder whose "
-                    "encode takes single_thread= (ONNX), else one (torch, 100k documents: "
-                    "158-168 queries/s at 16 threads with one worker against 150-152 with two; "
-                    "two were 2-11% ahead at 64)")
+                    "encode takes single_thread= (ONNX), else one, so that batches do not "
+                    "compete for the cores a torch call already uses")
     max_batch: int = Field(32, ge=1, le=1024)
     max_wait_ms: float = Field(0.0, ge=0.0, le=100.0,
                                description="extra wait for a fuller batch; 0 = only what queued")

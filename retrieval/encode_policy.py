@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from indexes.encoders import Encoder, parse_encoder_id, usable_cores
+from indexes.cpu import usable_cores
+from indexes.encoders import Encoder, parse_encoder_id
 from retrieval.config import RetrieverConfig
 from retrieval.errors import OverloadedError
 
@@ -54,9 +55,8 @@ class StageOverlap:
     spare: always for an encoder that runs a lone query on fewer threads than there are
     cores, and otherwise only while other searches are in flight. An encoder spreading one
     query over every core gains nothing from the overlap, because BM25 then competes with it
-    (ONNX INT8 at 100k documents, five side-by-side runs: p50 up to 0.2 ms better overlapped,
-    p95 better sequential in four); under load the pool's one worker per core queues encodes
-    fairly instead of running one model per thread.
+    (measurements: benchmarks/README.md, "Parallel stages"); under load the pool's one worker
+    per core queues encodes fairly instead of running one model per thread.
     """
 
     def __init__(self, encoder: Encoder, config: RetrieverConfig) -> None:

@@ -20,7 +20,7 @@ from indexes.errors import RetrievalError
 from retrieval.errors import ConfigError, closest
 from retrieval.features import FeatureStoreError, OnlineStore, normalize, recency, score_features
 from retrieval.features.ranking import FeatureWeights
-from retrieval.snapshot import IndexSnapshot
+from retrieval.loaded_build import LoadedBuild
 
 log = logging.getLogger(__name__)
 _WARN_EVERY = 60.0  # seconds between "store unreachable" warnings
@@ -180,7 +180,7 @@ class FeatureStage:
         """
         return self._key
 
-    def doc_ids(self, snapshot: IndexSnapshot) -> list[str]:
+    def doc_ids(self, snapshot: LoadedBuild) -> list[str]:
         """External ids by row, materialized once per build (feature reads are keyed by id)."""
         with self._lock:
             build, ids = self._ids
@@ -190,7 +190,7 @@ class FeatureStage:
                 self._ids = (snapshot.build_id, ids)
         return ids
 
-    def apply(self, snapshot: IndexSnapshot, rows: np.ndarray) -> FeatureOutcome:
+    def apply(self, snapshot: LoadedBuild, rows: np.ndarray) -> FeatureOutcome:
         """Adjustment and per-hit feature values for candidate ``rows`` (int, (n,))."""
         adjustment = np.zeros(rows.size, dtype=np.float64)
         per_hit: list[dict[str, float]] = [{} for _ in range(rows.size)]

@@ -27,7 +27,9 @@ class Hit(BaseModel):
     title: str = ""
     text: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    features: dict[str, float] = Field(default_factory=dict)
+    features: dict[str, bool | int | float] = Field(
+        default_factory=dict, description="feature values, typed as their view declares them "
+        "(int64 -> int, bool -> bool, float32/float64 -> float)")
 
 
 class CacheInfo(BaseModel):

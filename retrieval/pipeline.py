@@ -20,9 +20,9 @@ from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
 from retrieval.request import SearchRequest
-from retrieval.snapshot import IndexSnapshot
 from retrieval.timing import StageTimer
 
 
@@ -71,7 +71,7 @@ def timed_encode(encode: Callable[[list[str]], np.ndarray], text: str) -> tuple[
 
 
 def run_pipeline(
-    snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector, timer: StageTimer,
+    snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector, timer: StageTimer,
     config: RetrieverConfig, embed_status: CacheStatus | None = None,
     features: FeatureStage | None = None, deadline: Deadline = NO_DEADLINE,
 ) -> tuple[SearchResult, np.ndarray | None]:
@@ -120,7 +120,7 @@ def run_pipeline(
 
 
 def apply_features(
-    snapshot: IndexSnapshot, rows: np.ndarray, fused: np.ndarray, k: int,
+    snapshot: LoadedBuild, rows: np.ndarray, fused: np.ndarray, k: int,
     config: RetrieverConfig, features: FeatureStage,
 ) -> tuple[np.ndarray, np.ndarray, FeatureOutcome]:
     """Re-score the top ``feature_candidates`` fused candidates with features; new top-k.
@@ -137,7 +137,7 @@ def apply_features(
                                             outcome.snapshot_id, outcome.available)
 
 
-def filter_mask(snapshot: IndexSnapshot, request: SearchRequest) -> tuple[np.ndarray | None, int]:
+def filter_mask(snapshot: LoadedBuild, request: SearchRequest) -> tuple[np.ndarray | None, int]:
     """Boolean mask of allowed rows (None = all) and the allowed count."""
     if request.filter is None:
         return None, snapshot.manifest.n_docs
@@ -145,7 +145,7 @@ def filter_mask(snapshot: IndexSnapshot, request: SearchRequest) -> tuple[np.nda
 
 
 def bm25_candidates(
-    snapshot: IndexSnapshot, request: SearchRequest, mask: np.ndarray | None,
+    snapshot: LoadedBuild, request: SearchRequest, mask: np.ndarray | None,
     config: RetrieverConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
     tokens = snapshot.analyzer(request.query)
@@ -162,7 +162,7 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
     return linear_fusion(bm25, cosine, config.vector_weight)
 
 
-def make_hit(snapshot: IndexSnapshot, row: int, score: float, bm25: float, cosine: float,
+def make_hit(snapshot: LoadedBuild, row: int, score: float, bm25: float, cosine: float,
              features: dict[str, float]) -> Hit:
     doc = snapshot.docs.get(row)
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from indexes.errors import InvalidQueryError, LimitExceededError
+from indexes.lru import LRU
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
 from retrieval.filters.spec_key import spec_key
@@ -68,8 +68,9 @@ class FilterMemo:
                  max_weight: int = 400_000) -> None:
         self.kinds = kinds
         self.limits = limits
-        self._size, self._max_weight, self._weight = size, max_weight, 0
-        self._entries: OrderedDict[Any, tuple[Filter | None, str, int]] = OrderedDict()
+        # Entries weigh their number of filter values: large IN lists are bounded in total.
+        self._entries: LRU[Any, tuple[Filter | None, str, int]] = LRU(
+            size, max_weight, lambda key, entry: entry[2])
         self._lock = threading.Lock()
 
     def parse(self, filters: Any) -> tuple[Filter | None, str]:
@@ -80,19 +81,14 @@ class FilterMemo:
         if keyed is not None:
             with self._lock:
                 found = self._entries.get(keyed[0])
-                if found is not None:
-                    self._entries.move_to_end(keyed[0])
-                    return found[0], found[1]
+            if found is not None:
+                return found[0], found[1]
         parsed = parse_filter(filters, self.kinds, max_clauses=self.limits.max_filter_clauses,
                               max_in_values=self.limits.max_in_values)
         entry = (parsed, canonical(parsed) if parsed is not None else "")
-        if keyed is not None and keyed[1] <= self._max_weight:
+        if keyed is not None:  # an entry heavier than max_weight alone is evicted at once
             with self._lock:
-                old = self._entries.pop(keyed[0], None)
-                self._weight += keyed[1] - (old[2] if old else 0)
-                self._entries[keyed[0]] = (*entry, keyed[1])
-                while len(self._entries) > self._size or self._weight > self._max_weight:
-                    self._weight -= self._entries.popitem(last=False)[1][2]
+                self._entries.put(keyed[0], (*entry, keyed[1]))
         return entry
 
 

@@ -9,13 +9,13 @@ validate is a miss, never an exception.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import ValidationError
 
+from indexes.lru import LRU
 from retrieval.cache import (
     Cache,
     CacheConfig,
@@ -51,9 +51,8 @@ class RequestCache:
              "results_parsed"))
         # Decoded results by key, reused only when the cached bytes are identical: parsing a
         # 10-hit JSON result is most of the cost of a hit, and equal bytes parse equally.
-        self._decoded: OrderedDict[str, tuple[bytes, SearchResult]] = OrderedDict()
+        self._decoded: LRU[str, tuple[bytes, SearchResult]] = LRU(config.decoded_results)
         self._decoded_lock = threading.Lock()
-        self._decoded_size = config.decoded_results
 
     def keys(
         self, *, build_id: str, snapshot_id: str, config_key: str, query: str, filter_key: str,
@@ -90,8 +89,6 @@ class RequestCache:
             return None
         with self._decoded_lock:
             memo = self._decoded.get(key)
-            if memo is not None:
-                self._decoded.move_to_end(key)  # least recently used goes first
         if memo is not None and memo[0] == blob:
             return memo[1]
         result = self._parse_result(blob, build_id)
@@ -101,10 +98,7 @@ class RequestCache:
 
     def _remember(self, key: str, blob: bytes, result: SearchResult) -> None:
         with self._decoded_lock:
-            self._decoded[key] = (blob, result)
-            self._decoded.move_to_end(key)
-            while len(self._decoded) > self._decoded_size:
-                self._decoded.popitem(last=False)
+            self._decoded.put(key, (blob, result))
 
     def _parse_result(self, blob: bytes, build_id: str) -> SearchResult | None:
         self.counters.add(results_parsed=1)

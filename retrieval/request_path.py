@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from indexes.encoders import Encoder, takes_single_thread, usable_cores
+from indexes.cpu import usable_cores
+from indexes.encoders import Encoder, takes_single_thread
 from indexes.errors import InvalidQueryError
 from retrieval.batching import EncodeBatcher
 from retrieval.cache.base import CacheCounters
@@ -27,11 +28,11 @@ from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.feature_stage import FeatureStage
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
 from retrieval.pipeline import FutureVector, PendingVector, ReadyVector, run_pipeline, timed_encode
 from retrieval.request import FilterMemo, SearchRequest, check_deadline, validate
 from retrieval.request_cache import Lookup, RequestCache
-from retrieval.snapshot import IndexSnapshot
 from retrieval.timing import StageTimer
 from retrieval.tracing import Observer
 
@@ -40,7 +41,7 @@ from retrieval.tracing import Observer
 class Live:
     """What one request binds to at its start: a build and its filter memo, never mixed."""
 
-    snapshot: IndexSnapshot
+    snapshot: LoadedBuild
     filters: FilterMemo
 
 
@@ -94,12 +95,12 @@ class RequestPath:
             assert self.cache is not None
             return self._done(self.cache.once(lookup.result_key, compute), timer)
 
-    def _lookup(self, snapshot: IndexSnapshot, request: SearchRequest) -> Lookup:
+    def _lookup(self, snapshot: LoadedBuild, request: SearchRequest) -> Lookup:
         assert self.cache is not None
         return self.cache.lookup_many([self._keys(snapshot, request)], snapshot.build_id,
                                       snapshot.vectors.dim)[0]
 
-    def _compute(self, snapshot: IndexSnapshot, request: SearchRequest, lookup: Lookup | None,
+    def _compute(self, snapshot: LoadedBuild, request: SearchRequest, lookup: Lookup | None,
                  query_vector: np.ndarray | None, timer: StageTimer, deadline: Deadline
                  ) -> SearchResult:
         """Embed ∥ filter → BM25 → re-rank → fuse → features → hydrate, then the cache write."""
@@ -133,14 +134,14 @@ class RequestPath:
             return [self._uncached(live.snapshot, r, ReadyVector(v), status)
                     for r, v in zip(requests, vectors, strict=True)]
 
-    def _uncached(self, snapshot: IndexSnapshot, request: SearchRequest, pending: PendingVector,
+    def _uncached(self, snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector,
                   status: str) -> SearchResult:
         timer = StageTimer()
         result = run_pipeline(snapshot, request, pending, timer, self.config,
                               status, self.features)[0]  # type: ignore[arg-type]
         return self._done(result, timer)
 
-    def _cached_batch(self, snapshot: IndexSnapshot, requests: list[SearchRequest]
+    def _cached_batch(self, snapshot: LoadedBuild, requests: list[SearchRequest]
                       ) -> list[SearchResult]:
         """One cache round trip for the batch, one encoder call for the embedding misses."""
         assert self.cache is not None
@@ -168,7 +169,7 @@ class RequestPath:
 
     # -- stages' helpers -------------------------------------------------------------------------
 
-    def _keys(self, snapshot: IndexSnapshot, request: SearchRequest) -> tuple[str, str | None]:
+    def _keys(self, snapshot: LoadedBuild, request: SearchRequest) -> tuple[str, str | None]:
         assert self.cache is not None
         return self.cache.keys(
             build_id=snapshot.build_id,
@@ -188,7 +189,7 @@ class RequestPath:
             return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         return self.encoder.encode(texts)
 
-    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: IndexSnapshot,
+    def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: LoadedBuild,
                    deadline: Deadline = NO_DEADLINE) -> PendingVector:
         """The query vector: given, or encoded (with parallel stages: started now, so it
         computes while filter + BM25 run). Only searches running alongside others go through

@@ -28,16 +28,16 @@ from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.request import FilterMemo
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import Live, RequestPath
-from retrieval.snapshot import IndexSnapshot
 
 log = logging.getLogger(__name__)
 
 
-def default_encoder(snapshot: IndexSnapshot, config: RetrieverConfig) -> Encoder | None:
+def default_encoder(snapshot: LoadedBuild, config: RetrieverConfig) -> Encoder | None:
     """The encoder the build names; None for builds from precomputed (external) vectors."""
     info = snapshot.manifest.encoder
     if config.encoder_model_path is None and info.model != DEFAULT_MODEL:
@@ -49,7 +49,7 @@ def default_encoder(snapshot: IndexSnapshot, config: RetrieverConfig) -> Encoder
     return make_encoder(config.encoder_backend, config.encoder_model_path)
 
 
-def check_encoder(encoder: Encoder, snapshot: IndexSnapshot) -> None:
+def check_encoder(encoder: Encoder, snapshot: LoadedBuild) -> None:
     expected = snapshot.manifest.encoder
     compatible = compatible_query_encoder(encoder.encoder_id, expected.encoder_id)
     if not compatible or encoder.dim != expected.dim:
@@ -64,7 +64,7 @@ class Retriever:
     """Two-stage hybrid search over the live build. Thread-safe; one instance serves many."""
 
     def __init__(
-        self, snapshot: IndexSnapshot, config: RetrieverConfig, encoder: Encoder | None,
+        self, snapshot: LoadedBuild, config: RetrieverConfig, encoder: Encoder | None,
         cache: Cache | None = None, root: Path | None = None,
         feature_store: OnlineStore | None = None,
     ) -> None:
@@ -103,7 +103,7 @@ class Retriever:
         """
         if not isinstance(config, RetrieverConfig):
             config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
-        snapshot = IndexSnapshot.load(path, verify=config.verify_checksums, mmap=config.mmap)
+        snapshot = LoadedBuild.load(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
         if feature_store is None and config.feature_store is not None:
@@ -127,7 +127,7 @@ class Retriever:
         return self._live.snapshot.build_id
 
     @property
-    def snapshot(self) -> IndexSnapshot:
+    def snapshot(self) -> LoadedBuild:
         return self._live.snapshot
 
     def _check_dependencies(self) -> None:
@@ -161,7 +161,7 @@ class Retriever:
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
-            fresh = IndexSnapshot.load(self.root, verify=self.config.verify_checksums,
+            fresh = LoadedBuild.load(self.root, verify=self.config.verify_checksums,
                                        mmap=self.config.mmap)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
@@ -248,12 +248,17 @@ class Retriever:
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:
-        """``search`` for asyncio apps: runs in the retriever's threads, never blocks the loop."""
+        """``search`` for asyncio apps, never blocking the loop: it runs in the running loop's
+        default executor (``loop.set_default_executor`` sizes it), so at most that many searches
+        run at once. Not in the retriever's encode pool: a search waiting there on an encode
+        queued behind other searches could wait forever."""
         call = functools.partial(self.search, query, filters, k, **options)
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     async def asearch_batch(self, queries: Sequence[str],
                             filters: dict[str, Any] | str | None = None, k: int | None = None,
                             **options: Any) -> list[SearchResult]:
+        """``search_batch`` for asyncio apps, in the running loop's default executor (as
+        ``asearch``)."""
         call = functools.partial(self.search_batch, queries, filters, k, **options)
         return await asyncio.get_running_loop().run_in_executor(None, call)

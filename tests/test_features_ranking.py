@@ -19,6 +19,7 @@ from retrieval.features import (
     normalize,
     recency,
 )
+from retrieval.fusion import minmax
 
 
 def batch(popularity: list[float], status: list[int] | None = None, available: bool = True,
@@ -85,6 +86,24 @@ def test_weights_config_is_strict() -> None:
         FeatureWeights(view="v", weights={"a": 1.0}, normalisation="none")  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         FeatureWeights(view="v", weights={"a": 1.0}, normalization="zscore")  # type: ignore[arg-type]
+
+
+def test_one_minmax_and_a_constant_column_adds_nothing() -> None:
+    """Features and fusion share ``retrieval.fusion.minmax``: a constant column normalizes to 1
+    in both; the feature stage then skips it, since it cannot reorder the candidates."""
+    values = np.array([4.0, -2.0, 9.5, 0.0])
+    np.testing.assert_array_equal(normalize(values, "minmax"), minmax(values))
+    np.testing.assert_array_equal(normalize(values, "log1p+minmax"),
+                                  minmax(np.sign(values) * np.log1p(np.abs(values))))
+    constant = np.array([2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(normalize(constant, "minmax"), minmax(constant))
+    assert normalize(constant, "minmax").tolist() == [1.0, 1.0, 1.0]
+    for how in ("minmax", "log1p+minmax"):
+        weights = FeatureWeights(view="signals", weights={"popularity": 0.5},
+                                 normalization=how)  # type: ignore[arg-type]
+        assert feature_adjustment(batch([2.0, 2.0, 2.0]), weights).tolist() == [0.0, 0.0, 0.0]
+    raw = FeatureWeights(view="signals", weights={"popularity": 0.5}, normalization="none")
+    assert feature_adjustment(batch([2.0, 2.0]), raw).tolist() == [1.0, 1.0]  # raw values count
 
 
 @settings(max_examples=100, deadline=None)

@@ -29,7 +29,7 @@ from retrieval.features import (
     materialize,
     open_source,
 )
-from retrieval.features.cli import add_features_parser
+from retrieval.features.offline.cli import add_features_parser
 
 Rows = list[dict[str, Any]]
 

@@ -126,7 +126,7 @@ def test_filter_memo_remembers_large_filters_within_its_weight_bound(corpus: Any
     assert memo.parse({"article": {"in": list(big["article"]["in"])}})[0] is first[0]
     for seed in range(2, 5):  # three more 10k filters: the memo keeps at most two
         memo.parse({"article": {"in": _values(seed, 10_000, "art-", 50_000)}})
-    assert memo._weight <= 25_000 and len(memo._entries) == 2
+    assert memo._entries.weight <= 25_000 and len(memo._entries) == 2
     assert memo.parse(big)[0] is not first[0]  # evicted: parsed again, equal result
     assert memo.parse(big)[0] == first[0]
     with pytest.raises(FilterTypeError):

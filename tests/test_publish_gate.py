@@ -19,8 +19,8 @@ from indexes.manifest import CURRENT, EncoderInfo, current_build_dir
 from indexes.publish import list_builds, publish_build
 from retrieval import Retriever
 from retrieval.cli import main as cli
+from retrieval.loaded_build import LoadedBuild
 from retrieval.publishing import GateConfig, check, publish
-from retrieval.snapshot import IndexSnapshot
 
 NO_CACHE = {"cache": {"backend": "none"}}
 
@@ -30,7 +30,7 @@ def scifact(beir_index):
     """(full SciFact build dir, test queries, qrels, documents in row order)."""
     root, queries, qrels = beir_index("scifact")
     source = current_build_dir(root)
-    snapshot = IndexSnapshot.load(source)
+    snapshot = LoadedBuild.load(source)
     docs = [snapshot.docs.get(row) for row in range(len(snapshot.docs))]
     return source, queries, qrels, docs
 
@@ -102,7 +102,7 @@ def test_truncated_export_is_refused_while_the_live_build_serves(live_root, scif
     assert {b.build_id: b.status for b in list_builds(live_root)}[staged] == "staged"
 
 
-def _rotated(snapshot: IndexSnapshot) -> np.ndarray:
+def _rotated(snapshot: LoadedBuild) -> np.ndarray:
     """Another model's vectors: the same documents in a different (rotated) embedding space."""
     rows = np.arange(snapshot.vectors.n_docs)
     vectors = snapshot.vectors.reconstruct_rows(rows)
@@ -116,7 +116,7 @@ def test_a_build_with_another_model_is_refused_unless_allowed(scifact, encoder, 
     live = build_subset(docs, tmp_path)
     other = EncoderInfo(encoder_id="example/other-model:torch:fp32:384", model="other-model",
                         dim=384, vector_dtype="float32")
-    staged = build_index(docs, tmp_path, vectors=_rotated(IndexSnapshot.load(live.path)),
+    staged = build_index(docs, tmp_path, vectors=_rotated(LoadedBuild.load(live.path)),
                          encoder_info=other, progress=False, publish=False).build_id
     assert cli(["publish", str(tmp_path), staged]) == 1
     out = capsys.readouterr().out

@@ -50,6 +50,35 @@ def test_feature_weight_moves_ranking_in_its_direction(index, encoder, tmp_path)
     assert favourite not in [h.doc_id for h in demoted.search(QUERY, k=10).hits[:6]]
 
 
+def test_hits_report_features_with_the_views_dtypes(index, encoder, tmp_path):
+    """An int64 feature is an exact int in the hits (2**53 + 1 has no float64), a bool a bool,
+    also when the result comes back from the cache."""
+    view = FeatureView(name="signals", features=(
+        Feature(name="views", dtype="int64", default=0),
+        Feature(name="editor_pick", dtype="bool", default=False),
+        Feature(name="quality", dtype="float64", default=0.0)))
+    plain = Retriever.load(index, {"cache": {"backend": "none"}}, encoder=encoder)
+    ids = plain.snapshot.docs.all_ids()
+    big = 2**53 + 1
+    rows = [{"doc_id": d, "views": big + i, "editor_pick": i % 2 == 0, "quality": i / 7}
+            for i, d in enumerate(ids)]
+    store = LocalStore(tmp_path / "features")
+    materialize(view, CallableSource(lambda: rows), store, progress=False)
+    config = {"cache": {"backend": "memory"}, "features": [
+        {"view": "signals", "weights": {"views": 0.1}, "normalization": "minmax"}]}
+    retriever = Retriever.load(index, config, encoder=encoder, feature_store=store)
+    position = {d: i for i, d in enumerate(ids)}
+    for expected_cache in ("miss", "hit"):
+        result = retriever.search(QUERY, k=5)
+        assert result.cache.result == expected_cache
+        for hit in result.hits:
+            i = position[hit.doc_id]
+            assert type(hit.features["views"]) is int and hit.features["views"] == big + i
+            assert type(hit.features["editor_pick"]) is bool
+            assert hit.features["editor_pick"] is (i % 2 == 0)
+            assert type(hit.features["quality"]) is float and hit.features["quality"] == i / 7
+
+
 def test_materialization_invalidates_cached_results(index, encoder, tmp_path):
     store = LocalStore(tmp_path / "features")
     plain = Retriever.load(index, {"cache": {"backend": "none"}}, encoder=encoder)

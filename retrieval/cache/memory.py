@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from indexes.lru import LRU
 from retrieval.cache.base import Cache, CacheConfigError, CacheCounters, clean_items, ttl_to_ms
 
 logger = logging.getLogger(__name__)
@@ -44,9 +44,9 @@ class MemoryCache(Cache):
         self.max_bytes = max_bytes
         self._clock = clock
         self._lock = threading.Lock()
-        # key -> (value, expires_at on the monotonic clock); order = LRU first.
-        self._data: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
-        self._bytes = 0
+        # key -> (value, expires_at on the monotonic clock), under self._lock.
+        self._data: LRU[str, tuple[bytes, float]] = LRU(
+            max_entries, max_bytes, lambda key, entry: entry_size(key, entry[0]))
         self._counters = CacheCounters()
         self._evictions = 0
         self._expirations = 0
@@ -74,15 +74,14 @@ class MemoryCache(Cache):
         return out
 
     def _get_locked(self, key: str, now: float) -> bytes | None:
-        entry = self._data.get(key)
+        entry = self._data.get(key)  # reads refresh recency, never the TTL
         if entry is None:
             return None
         value, expires_at = entry
         if now >= expires_at:
-            self._remove_locked(key)
+            self._data.pop(key)
             self._expirations += 1
             return None
-        self._data.move_to_end(key)  # reads refresh recency, never the TTL
         return value
 
     def set_many(self, items: Mapping[str, bytes], ttl_seconds: float) -> None:
@@ -105,32 +104,18 @@ class MemoryCache(Cache):
             for key, value in clean.items():
                 if entry_size(key, value) > self.max_bytes:
                     # Would evict everything and still not fit; drop any older value too.
-                    self._remove_locked(key)
+                    self._data.pop(key)
                     dropped += 1
                     continue
-                self._put_locked(key, value, expires_at)
+                self._evictions += self._data.put(key, (value, expires_at))
                 written += len(value)
         self._counters.add(dropped_writes=dropped, bytes_written=written)
-
-    def _put_locked(self, key: str, value: bytes, expires_at: float) -> None:
-        self._remove_locked(key)
-        self._data[key] = (value, expires_at)
-        self._bytes += entry_size(key, value)
-        while len(self._data) > self.max_entries or self._bytes > self.max_bytes:
-            oldest = next(iter(self._data))
-            self._remove_locked(oldest)
-            self._evictions += 1
-
-    def _remove_locked(self, key: str) -> None:
-        entry = self._data.pop(key, None)
-        if entry is not None:
-            self._bytes -= entry_size(key, entry[0])
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             extra = {
                 "entries": len(self._data),
-                "bytes": self._bytes,
+                "bytes": self._data.weight,
                 "evictions": self._evictions,
                 "expirations": self._expirations,
             }
@@ -140,7 +125,6 @@ class MemoryCache(Cache):
         """Drop every entry (counters are kept)."""
         with self._lock:
             self._data.clear()
-            self._bytes = 0
 
     def close(self) -> None:
         self.clear()

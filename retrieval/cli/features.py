@@ -6,7 +6,7 @@ import argparse
 
 from retrieval.cli.common import Subparsers
 from retrieval.cli.formats import FEATURE_FORMATS
-from retrieval.features.cli import add_features_parser
+from retrieval.features.offline.cli import add_features_parser
 
 
 def register(subparsers: Subparsers) -> None:

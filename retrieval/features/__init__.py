@@ -1,15 +1,14 @@
-"""Feature store: views, offline sources, nightly materialization, fail-open online reads.
+"""Feature store: views and snapshot formats, fail-open online reads; the nightly job
+(sources, materialization, writers) is the ``offline`` subpackage.
 
-The offline names (``materialize``, the sources) are imported on first use: they need pyarrow
-and tqdm, which serving (``import retrieval``) must not load.
+The offline names (``materialize``, the sources, ``SnapshotWriter``) are imported on first use:
+they need pyarrow and tqdm, which serving (``import retrieval``) must not load, and the online
+half never imports the offline one.
 """
 
-import sys
-import types
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from retrieval.features.batch import FeatureBatch, FeatureColumns, FeatureStatus
 from retrieval.features.config import FeatureStoreConfig, make_store
 from retrieval.features.errors import (
     FeatureConfigError,
@@ -21,14 +20,15 @@ from retrieval.features.errors import (
 )
 from retrieval.features.local import LocalStore
 from retrieval.features.ranking import FeatureWeights, feature_adjustment, normalize, recency
+from retrieval.features.reads import FeatureBatch, FeatureColumns, FeatureStatus
 from retrieval.features.redis_store import RedisStore
 from retrieval.features.scoring import FeatureScores, score_features, snapshot_key
-from retrieval.features.store import OnlineStore, SnapshotWriter
+from retrieval.features.store import OnlineStore
 from retrieval.features.view import Feature, FeatureView, SnapshotMeta, load_view
 
 if TYPE_CHECKING:  # the real imports happen in __getattr__, on first use
-    from retrieval.features.materialize import MaterializeReport, materialize
-    from retrieval.features.sources import (
+    from retrieval.features.offline.materialize import MaterializeReport, materialize
+    from retrieval.features.offline.sources import (
         CallableSource,
         CsvSource,
         FeatureSource,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the real imports happen in __getattr__, on first use
         ParquetSource,
         open_source,
     )
+    from retrieval.features.offline.writer_base import SnapshotWriter
 
 __all__ = [
     "CallableSource",
@@ -75,14 +76,15 @@ __all__ = [
 ]
 
 _OFFLINE = {
-    "MaterializeReport": "retrieval.features.materialize",
-    "materialize": "retrieval.features.materialize",
-    "CallableSource": "retrieval.features.sources",
-    "CsvSource": "retrieval.features.sources",
-    "FeatureSource": "retrieval.features.sources",
-    "JsonlSource": "retrieval.features.sources",
-    "ParquetSource": "retrieval.features.sources",
-    "open_source": "retrieval.features.sources",
+    "MaterializeReport": "retrieval.features.offline.materialize",
+    "SnapshotWriter": "retrieval.features.offline.writer_base",
+    "materialize": "retrieval.features.offline.materialize",
+    "CallableSource": "retrieval.features.offline.sources",
+    "CsvSource": "retrieval.features.offline.sources",
+    "FeatureSource": "retrieval.features.offline.sources",
+    "JsonlSource": "retrieval.features.offline.sources",
+    "ParquetSource": "retrieval.features.offline.sources",
+    "open_source": "retrieval.features.offline.sources",
 }
 
 
@@ -93,15 +95,3 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-class _Package(types.ModuleType):
-    """Keeps ``retrieval.features.materialize`` naming the function: importing the submodule of
-    the same name would otherwise rebind the package attribute to the module."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _OFFLINE and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

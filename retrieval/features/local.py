@@ -5,15 +5,14 @@ sorted id column; a snapshot's arrays are mapped once and shared by all threads 
 pointer changes, which is the store's read-through cache keyed by snapshot id: a read always
 uses the snapshot that was live when it started. See ``local_files`` for the on-disk format.
 
-One materialization per view at a time: two concurrent jobs both publish, in some order, but
-the ``retired`` bookkeeping of one of them may be lost (the snapshot is then collected by age).
+The store only reads; the nightly job writes through ``offline.local_writer``, which takes the
+directory and ``grace_seconds`` from here.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,35 +21,28 @@ from typing import Any
 import numpy as np
 
 from retrieval.cache.base import CacheCounters
-from retrieval.features.batch import (
-    FeatureBatch,
-    FeatureColumns,
-    check_entity_ids,
-    unavailable_batch,
-)
-from retrieval.features.errors import FeatureRequestError, FeatureSchemaError, FeatureStoreError
+from retrieval.features.errors import FeatureRequestError, FeatureStoreError
 from retrieval.features.local_files import (
     POINTER,
     SNAPSHOTS,
     TMP_PREFIX,
     LoadedSnapshot,
-    atomic_write_json,
-    encode_ids,
-    fsync_dir,
     read_meta,
     read_pointer,
-    write_snapshot,
+)
+from retrieval.features.reads import (
+    FeatureBatch,
+    FeatureStatus,
+    check_entity_ids,
+    unavailable_batch,
 )
 from retrieval.features.store import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_MAX_ENTITIES,
     OnlineStore,
-    SnapshotWriter,
     check_grace,
-    new_snapshot_id,
-    snapshots_to_delete,
 )
-from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
+from retrieval.features.view import VIEW_NAME, FeatureView
 from retrieval.resilience import BurstLogger
 
 logger = logging.getLogger(__name__)
@@ -106,8 +98,8 @@ class LocalStore(OnlineStore):
         return batch
 
     def _count(self, batch: FeatureBatch) -> None:
-        missing = int(np.count_nonzero(batch.status == 2))
-        stale = int(np.count_nonzero(batch.status == 1))
+        missing = int(np.count_nonzero(batch.mask(FeatureStatus.MISSING)))
+        stale = int(np.count_nonzero(batch.mask(FeatureStatus.STALE)))
         self._counters.add(reads=1, entities=len(batch), missing=missing, stale=stale)
 
     def _live(self, view_name: str, view_dir: Path) -> LoadedSnapshot | None:
@@ -134,11 +126,7 @@ class LocalStore(OnlineStore):
             return loaded
         raise FeatureStoreError(f"{pointer} names a snapshot that does not exist")
 
-    # -- batch side ---------------------------------------------------------------------------
-
-    def begin(self, view: FeatureView, *, created_at: float, has_event_time: bool
-              ) -> SnapshotWriter:
-        return _LocalWriter(self, view, created_at, has_event_time)
+    # -- admin reads (the CLI, the job) ------------------------------------------------------
 
     def live_snapshot_id(self, view_name: str) -> str | None:
         try:
@@ -174,129 +162,8 @@ class LocalStore(OnlineStore):
         return sorted(entry.name.removeprefix(TMP_PREFIX) for entry in root.iterdir()
                       if entry.is_dir())
 
-    def collect_garbage(self, view_name: str, now: float | None = None) -> list[str]:
-        """Delete snapshots past the grace period (see ``store``); returns their ids."""
-        view_dir = self.view_dir(view_name)
-        root = view_dir / SNAPSHOTS
-        try:
-            pointer = read_pointer(view_dir / POINTER)
-        except FileNotFoundError:
-            pointer = {"snapshot_id": None, "retired": {}}
-        created = {sid: _created_at(path) for sid, path in _snapshot_dirs(root).items()}
-        doomed = snapshots_to_delete(created, pointer.get("retired", {}), pointer["snapshot_id"],
-                                     time.time() if now is None else now, self.grace_seconds)
-        for sid in doomed:
-            for path in (root / sid, root / f"{TMP_PREFIX}{sid}"):
-                shutil.rmtree(path, ignore_errors=True)
-        return doomed
-
-    def publish(self, view_name: str, snapshot_id: str, published_at: float) -> None:
-        """Flip the live pointer to ``snapshot_id`` (atomic replace of ``CURRENT``)."""
-        view_dir = self.view_dir(view_name)
-        try:
-            old = read_pointer(view_dir / POINTER)
-        except FileNotFoundError:
-            old = {"snapshot_id": None, "retired": {}}
-        present = set(self.snapshot_ids(view_name))
-        retired = {sid: at for sid, at in old.get("retired", {}).items() if sid in present}
-        if old["snapshot_id"] and old["snapshot_id"] != snapshot_id:
-            retired[old["snapshot_id"]] = published_at
-        retired.pop(snapshot_id, None)
-        atomic_write_json(view_dir / POINTER, {
-            "snapshot_id": snapshot_id, "published_at": published_at, "retired": retired,
-        })
-
     def stats(self) -> dict[str, Any]:
         return {"backend": "local", **self._counters.snapshot()}
 
     def close(self) -> None:
         self._loaded.clear()
-
-
-def _snapshot_dirs(root: Path) -> dict[str, Path]:
-    if not root.is_dir():
-        return {}
-    return {entry.name.removeprefix(TMP_PREFIX): entry for entry in root.iterdir()
-            if entry.is_dir()}
-
-
-def _created_at(path: Path) -> float:
-    """A complete snapshot's start time; for a partial one, its directory's last change."""
-    try:
-        return read_meta(path).created_at
-    except Exception:
-        try:
-            return path.stat().st_mtime
-        except OSError:
-            return 0.0
-
-
-class _LocalWriter(SnapshotWriter):
-    """Collects chunks in memory, then writes sorted columns and publishes in ``commit``."""
-
-    def __init__(self, store: LocalStore, view: FeatureView, created_at: float,
-                 has_event_time: bool) -> None:
-        self.store = store
-        self.view = view
-        self.created_at = created_at
-        self.has_event_time = has_event_time
-        self.snapshot_id = new_snapshot_id(created_at)
-        self.root = store.view_dir(view.name) / SNAPSHOTS
-        self.tmp = self.root / f"{TMP_PREFIX}{self.snapshot_id}"
-        try:
-            self.tmp.mkdir(parents=True)
-        except OSError as exc:
-            raise FeatureStoreError(f"cannot create snapshot directory {self.tmp}: {exc}") \
-                from exc
-        self.chunks: list[FeatureColumns] = []
-        self.published = False
-
-    def write(self, columns: FeatureColumns) -> None:
-        self.chunks.append(columns)
-
-    def commit(self) -> list[str]:
-        ids = encode_ids([i for chunk in self.chunks for i in chunk.entity_ids])
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        _check_unique(ids, self.view.entity_key)
-        values = {name: np.concatenate([c.values[name] for c in self.chunks])[order]
-                  for name in self.view.feature_names}
-        times = None
-        if self.has_event_time:
-            times = np.concatenate([c.event_time for c in self.chunks  # type: ignore[misc]
-                                    ])[order]
-        meta = SnapshotMeta(snapshot_id=self.snapshot_id, view=self.view,
-                            created_at=self.created_at, rows=int(ids.shape[0]),
-                            has_event_time=self.has_event_time)
-        final = self.root / self.snapshot_id
-        try:
-            write_snapshot(self.tmp, meta, ids, values, times)
-            os.rename(self.tmp, final)  # complete snapshot appears under its real name at once
-            fsync_dir(self.root)
-            self.store.publish(self.view.name, self.snapshot_id, time.time())
-        except OSError as exc:
-            raise FeatureStoreError(f"writing snapshot {final} failed: {exc}") from exc
-        self.published = True
-        self.chunks = []
-        try:
-            return self.store.collect_garbage(self.view.name)
-        except OSError as exc:  # published already: a failed cleanup is not fatal
-            logger.warning("garbage collection of view %r failed: %s", self.view.name, exc)
-            return []
-
-    def abort(self) -> None:
-        self.chunks = []
-        if self.published:
-            return
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-
-def _check_unique(sorted_ids: np.ndarray, column: str) -> None:
-    same = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
-    if same.size:
-        duplicate = bytes(sorted_ids[same[0]]).decode("utf-8", "replace")
-        raise FeatureSchemaError(
-            f"entity id {duplicate!r} appears more than once in column {column!r}; a snapshot "
-            "holds one row per document (deduplicate the source, e.g. keep the latest row)",
-            column,
-        )

@@ -1,4 +1,4 @@
-"""On-disk format of ``LocalStore`` snapshots, and the atomic file operations it relies on.
+"""On-disk format of ``LocalStore`` snapshots (read here, written by ``offline.local_writer``).
 
 Layout of one view::
 
@@ -17,7 +17,6 @@ so a crash at any point leaves the previous snapshot live and intact.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from pydantic import ValidationError
 
 from indexes.errors import CorruptArtifactError, FormatVersionError, MissingArtifactError
 from indexes.storage import np_load
-from retrieval.features.batch import FeatureBatch, assemble_batch
+from retrieval.features.reads import FeatureBatch, assemble_batch
 from retrieval.features.view import FORMAT_VERSION, WIRE_DTYPES, SnapshotMeta
 
 POINTER = "CURRENT"
@@ -50,26 +49,6 @@ def encode_ids(ids: Sequence[str]) -> np.ndarray:
         return np.array([value.encode("utf-8") for value in ids], dtype="S")
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new entry in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
-    """Replace ``path`` with ``payload``: readers see the old or the new file, never a mix."""
-    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{os.getpid()}.{id(payload):x}")
-    with tmp.open("w", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
 def read_pointer(path: Path) -> dict[str, Any]:
     """The parsed ``CURRENT`` file (FileNotFoundError when absent)."""
     with path.open(encoding="utf-8") as handle:
@@ -77,34 +56,6 @@ def read_pointer(path: Path) -> dict[str, Any]:
     if not isinstance(payload, dict) or not isinstance(payload.get("snapshot_id"), str):
         raise CorruptArtifactError(f"pointer file {path} has no snapshot_id", path)
     return payload
-
-
-def _save(path: Path, array: np.ndarray) -> None:
-    with path.open("wb") as handle:
-        np.save(handle, array, allow_pickle=False)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def write_snapshot(
-    directory: Path,
-    meta: SnapshotMeta,
-    ids: np.ndarray,
-    values: dict[str, np.ndarray],
-    event_time: np.ndarray | None,
-) -> None:
-    """Write every file of a snapshot into ``directory`` (already created) durably."""
-    _save(directory / IDS, ids)
-    for feature in meta.view.features:
-        column = values[feature.name].astype(WIRE_DTYPES[feature.dtype], copy=False)
-        _save(directory / feature_file(feature.name), column)
-    if event_time is not None:
-        _save(directory / EVENT_TIME, event_time.astype("<f8", copy=False))
-    with (directory / META).open("w", encoding="utf-8") as handle:
-        handle.write(meta.model_dump_json())
-        handle.flush()
-        os.fsync(handle.fileno())
-    fsync_dir(directory)
 
 
 def read_meta(directory: Path) -> SnapshotMeta:

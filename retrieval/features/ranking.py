@@ -14,8 +14,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from retrieval.features.batch import FeatureBatch, FeatureStatus
 from retrieval.features.errors import FeatureConfigError
+from retrieval.features.reads import FeatureBatch, FeatureStatus
+from retrieval.fusion import minmax
 
 Normalization = Literal["minmax", "none", "log1p+minmax"]
 SECONDS_PER_DAY = 86400.0
@@ -47,19 +48,20 @@ class FeatureWeights(BaseModel):
 def normalize(values: np.ndarray, how: Normalization) -> np.ndarray:
     """float64 copy of ``values`` (shape ``(n,)``) normalized over its own entries.
 
-    minmax maps to [0, 1]; a constant column maps to 0 (it cannot reorder anything).
+    minmax is ``retrieval.fusion.minmax``, the one min-max of the project: [0, 1], and a
+    constant column maps to 1 (every candidate equally best). ``feature_adjustment`` skips a
+    constant column instead: it cannot reorder anything, so it adds nothing.
     """
     x = np.asarray(values, dtype=np.float64)
     if how == "none":
         return x.copy()
     if how == "log1p+minmax":
         x = np.sign(x) * np.log1p(np.abs(x))  # signed: defined for negatives, monotone
-    if x.size == 0:
-        return x.copy()
-    low, high = float(x.min()), float(x.max())
-    if not high > low:
-        return np.zeros_like(x)
-    return (x - low) / (high - low)
+    return minmax(x)
+
+
+def _constant(values: np.ndarray) -> bool:
+    return values.size == 0 or bool(values.min() == values.max())
 
 
 def feature_adjustment(batch: FeatureBatch, weights: FeatureWeights) -> np.ndarray:
@@ -75,7 +77,7 @@ def feature_adjustment(batch: FeatureBatch, weights: FeatureWeights) -> np.ndarr
     total = np.zeros(len(batch), dtype=np.float64)
     if not batch.available:
         return total
-    stale = batch.status == int(FeatureStatus.STALE)
+    stale = batch.mask(FeatureStatus.STALE)
     for name, weight in weights.weights.items():
         column = batch.values.get(name)
         if column is None or weight == 0:
@@ -83,6 +85,8 @@ def feature_adjustment(batch: FeatureBatch, weights: FeatureWeights) -> np.ndarr
         values = np.asarray(column, dtype=np.float64)
         if not weights.use_stale and stale.any():
             values = np.where(stale, float(batch.defaults[name]), values)
+        if weights.normalization != "none" and _constant(values):
+            continue  # one value for every candidate: no signal, and no shift of the scores
         total += weight * normalize(values, weights.normalization)
     return total
 

@@ -1,4 +1,5 @@
-"""Redis key layout and Lua scripts of ``RedisStore``.
+"""Redis key layout, record format and Lua scripts of ``RedisStore`` (shared by the online
+reads and the offline writer).
 
 Keys of one view (every key carries the view's hash tag, so in a Cluster they all live in one
 slot and a single script may touch them all)::
@@ -16,6 +17,17 @@ Snapshot and meta keys expire (TTL set by the same script call that writes them)
 """
 
 from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from redis.exceptions import NoScriptError
+
+from retrieval.features.view import WIRE_DTYPES, FeatureView
+
+if TYPE_CHECKING:
+    from retrieval.resilience.redis_link import AnyRedis
 
 EVENT_FIELD = "_t"  # feature names start with a letter, so this never collides
 KEY_VERSION = "fs1"
@@ -113,3 +125,31 @@ if old and old ~= ARGV[1] then redis.call('HSET', KEYS[3], old, ARGV[2]) end
 redis.call('HDEL', KEYS[3], ARGV[1])
 return old
 """
+
+
+def record_layout(view: FeatureView, has_event_time: bool) -> np.dtype:
+    """The packed record of one entity in a read reply: presence byte, then every field."""
+    fields = [("present", "u1")] + [(f.name, WIRE_DTYPES[f.dtype]) for f in view.features]
+    if has_event_time:
+        fields.append((EVENT_FIELD, np.dtype("<f8")))
+    return np.dtype(fields)
+
+
+def record_width(view: FeatureView, has_event_time: bool) -> int:
+    """Bytes of the fields of one record (without the presence byte)."""
+    return record_layout(view, has_event_time).itemsize - 1
+
+
+class LuaScript:
+    """A Lua script called by SHA, loaded on demand (``NOSCRIPT`` falls back to ``EVAL``)."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+    def __call__(self, client: AnyRedis, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # EVAL also caches the script on that node, so the next call hits EVALSHA.
+            return client.eval(self.source, len(keys), *keys, *args)

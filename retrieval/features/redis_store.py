@@ -15,9 +15,10 @@ Failure model, as in ``retrieval.cache`` and through the same ``RedisLink``
 (``retrieval.resilience``): short socket timeouts, no client retries, errors counted and logged
 once per outage, and a circuit breaker that skips a dead server; an unreachable store gives
 defaults with ``available=False``, never an exception. Every call a search makes (feature
-reads, the live pointer for cache keys) goes through that link; only the batch job and admin
-calls (``begin``, ``live_snapshot_id``, ``live_view``, ``snapshot_ids``) use a client with the
-batch job's long timeouts.
+reads, the live pointer for cache keys) goes through that link; only admin calls
+(``live_snapshot_id``, ``live_view``, ``snapshot_ids``) and the nightly job's writer
+(``offline.redis_writer``, which takes its URL, TTL, chunk size and grace period from here) use
+a client with the batch job's long timeouts.
 """
 
 from __future__ import annotations
@@ -31,22 +32,25 @@ import numpy as np
 
 from retrieval.cache.base import CacheCounters
 from retrieval.cache.keys import validate_namespace
-from retrieval.features.batch import (
+from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
+from retrieval.features.reads import (
     FeatureBatch,
     FeatureStatus,
     assemble_batch,
     check_entity_ids,
     unavailable_batch,
 )
-from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
-from retrieval.features.redis_client import LuaScript
-from retrieval.features.redis_layout import EVENT_FIELD, READ_SCRIPT, ViewKeys
-from retrieval.features.redis_writer import RedisWriter, record_layout
+from retrieval.features.redis_layout import (
+    EVENT_FIELD,
+    READ_SCRIPT,
+    LuaScript,
+    ViewKeys,
+    record_layout,
+)
 from retrieval.features.store import (
     DEFAULT_GRACE_SECONDS,
     DEFAULT_MAX_ENTITIES,
     OnlineStore,
-    SnapshotWriter,
     check_grace,
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
@@ -116,7 +120,7 @@ class RedisStore(OnlineStore):
             raise FeatureRequestError(f"invalid view name {view_name!r}")
         return ViewKeys(self.namespace, view_name)
 
-    def _admin(self) -> AnyRedis:
+    def admin_client(self) -> AnyRedis:
         """A client with batch-job timeouts (materialization and admin calls)."""
         return make_client(self.url, self.cluster, self._write_timeout, self._write_timeout,
                            self.link.tls)
@@ -131,8 +135,8 @@ class RedisStore(OnlineStore):
         batch = self.link.call(lambda client: self._read(client, view_name, keys, ids, at),
                                lambda failure: self._failed_read(view_name, ids, failure))
         if batch.available:
-            missing = int(np.count_nonzero(batch.status == FeatureStatus.MISSING))
-            stale = int(np.count_nonzero(batch.status == FeatureStatus.STALE))
+            missing = int(np.count_nonzero(batch.mask(FeatureStatus.MISSING)))
+            stale = int(np.count_nonzero(batch.mask(FeatureStatus.STALE)))
             self._counters.add(reads=1, entities=len(ids), missing=missing, stale=stale)
         return batch
 
@@ -211,21 +215,12 @@ class RedisStore(OnlineStore):
         names = {key.split("{", 1)[1].split("}", 1)[0] for key in found if "{" in key}
         return sorted(names | set(super().view_names()))
 
-    # -- batch side ---------------------------------------------------------------------------
-
-    def begin(self, view: FeatureView, *, created_at: float, has_event_time: bool
-              ) -> SnapshotWriter:
-        try:
-            client = self._admin()
-        except Exception as exc:
-            raise FeatureStoreError(f"cannot connect to {redact_url(self.url)}: {exc}") from exc
-        return RedisWriter(client, self.keys(view.name), view, created_at, has_event_time,
-                           self.key_ttl_ms, self.write_chunk, self.grace_seconds)
+    # -- admin reads (the CLI, the job) ------------------------------------------------------
 
     def _admin_call(self, what: str, call: Any) -> Any:
         client = None
         try:
-            client = self._admin()
+            client = self.admin_client()
             return call(client)
         except FeatureStoreError:
             raise

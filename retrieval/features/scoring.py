@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from retrieval.features.batch import FeatureBatch
 from retrieval.features.ranking import FeatureWeights, feature_adjustment
+from retrieval.features.reads import FeatureBatch
 from retrieval.features.store import OnlineStore
 
 
@@ -33,9 +33,10 @@ class FeatureScores:
         return ";".join(f"{view}={batch.snapshot_id or '-'}"
                         for view, batch in sorted(self.batches.items()))
 
-    def features_of(self, index: int) -> dict[str, float]:
-        """One candidate's feature values (for ``Hit.features``); later views win on a clash."""
-        merged: dict[str, float] = {}
+    def features_of(self, index: int) -> dict[str, bool | int | float]:
+        """One candidate's feature values, typed as their views declare them (for
+        ``Hit.features``); later views win on a clash."""
+        merged: dict[str, bool | int | float] = {}
         for batch in self.batches.values():
             merged.update(batch.row(index))
         return merged

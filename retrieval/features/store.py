@@ -1,85 +1,33 @@
-"""The ``OnlineStore`` contract shared by the local-file and Redis stores.
+"""The ``OnlineStore`` contract shared by the local-file and Redis stores: the reads.
 
-Writers: ``begin`` a snapshot, ``write`` chunks, ``commit`` (which publishes it by flipping the
-live pointer, then garbage-collects) or ``abort``. Nothing a writer does is visible to readers
-before ``commit`` flips the pointer, and every read returns values of exactly one snapshot.
+Snapshots are written by the nightly job (``retrieval.features.offline``: its writers publish a
+snapshot by flipping the live pointer); every read returns values of exactly one snapshot.
 
 Readers: ``read`` never raises for an unreachable or broken store: it returns defaults with
 ``available=False``, counts the error and lets a circuit breaker skip a dead backend. It raises
 only for caller bugs (``FeatureRequestError``: non-string ids, too many ids).
-
-Garbage collection (``snapshots_to_delete``): the live snapshot and the previous one are always
-kept; any other snapshot is deleted once it has been retired (or, if it was never published
-because its job failed or was killed, once it was started) at least ``grace_seconds`` ago. The
-grace period protects readers that looked up the pointer just before a flip.
 """
 
 from __future__ import annotations
 
-import secrets
 import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from retrieval.features.batch import FeatureBatch, FeatureColumns
 from retrieval.features.errors import FeatureConfigError
+from retrieval.features.reads import FeatureBatch
 from retrieval.features.view import FeatureView
 
 DEFAULT_GRACE_SECONDS = 3600.0
 DEFAULT_MAX_ENTITIES = 10_000
 
 
-def new_snapshot_id(created_at: float) -> str:
-    """Sortable, unique snapshot id: UTC start time plus 32 random bits."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(created_at))
-    return f"{stamp}-{secrets.token_hex(4)}"
-
-
-def snapshots_to_delete(
-    created: Mapping[str, float],
-    retired: Mapping[str, float],
-    live: str | None,
-    now: float,
-    grace_seconds: float,
-) -> list[str]:
-    """Snapshot ids that garbage collection may delete (see the module docstring)."""
-    known_retired = {sid: at for sid, at in retired.items() if sid in created and sid != live}
-    previous = max(known_retired, key=lambda sid: known_retired[sid], default=None)
-    doomed = []
-    for sid, created_at in created.items():
-        if sid in (live, previous):
-            continue
-        since = known_retired.get(sid, created_at)
-        if now - since >= grace_seconds:
-            doomed.append(sid)
-    return sorted(doomed)
-
-
 def check_grace(grace_seconds: float) -> float:
     if not grace_seconds >= 0:
         raise FeatureConfigError(f"grace_seconds must be >= 0, got {grace_seconds}")
     return float(grace_seconds)
-
-
-class SnapshotWriter(ABC):
-    """Writes one snapshot of one view; invisible to readers until ``commit``."""
-
-    snapshot_id: str
-
-    @abstractmethod
-    def write(self, columns: FeatureColumns) -> None:
-        """Add a chunk of rows (raises ``FeatureSchemaError`` for a duplicate entity id)."""
-
-    @abstractmethod
-    def commit(self) -> list[str]:
-        """Publish the snapshot (atomic pointer flip); returns the snapshot ids deleted by GC."""
-
-    @abstractmethod
-    def abort(self) -> None:
-        """Best-effort removal of what was written; never raises."""
 
 
 class OnlineStore(ABC):
@@ -127,12 +75,7 @@ class OnlineStore(ABC):
             with self._lock:
                 self._views[view.name] = view
 
-    # -- batch side ---------------------------------------------------------------------------
-
-    @abstractmethod
-    def begin(self, view: FeatureView, *, created_at: float, has_event_time: bool
-              ) -> SnapshotWriter:
-        """Start a new snapshot of ``view``."""
+    # -- admin reads (the CLI and the job; may use long timeouts) --------------------------
 
     @abstractmethod
     def live_snapshot_id(self, view_name: str) -> str | None:

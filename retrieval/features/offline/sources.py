@@ -22,8 +22,8 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from retrieval.features.convert import ARROW_TYPES, EXPECTED, check_schema
 from retrieval.features.errors import FeatureSchemaError, FeatureSourceError
+from retrieval.features.offline.convert import ARROW_TYPES, EXPECTED, check_schema
 from retrieval.features.view import FeatureView
 
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")

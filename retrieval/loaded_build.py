@@ -15,8 +15,8 @@ from indexes.vectors import VectorStore
 
 
 @dataclass(frozen=True)
-class IndexSnapshot:
-    """An immutable build; a request holds one snapshot from start to end."""
+class LoadedBuild:
+    """An immutable index build; a request holds one from start to end."""
 
     path: Path
     manifest: Manifest
@@ -31,7 +31,7 @@ class IndexSnapshot:
         return self.manifest.build_id
 
     @classmethod
-    def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> IndexSnapshot:
+    def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:
         """Load a build directory or the live build of an index root.
 
         Raises MissingArtifactError / CorruptArtifactError / FormatVersionError naming the file.
@@ -48,7 +48,7 @@ class IndexSnapshot:
                 "version?); rebuild the index",
                 directory / MANIFEST,
             )
-        snapshot = cls(
+        build = cls(
             path=directory,
             manifest=manifest,
             analyzer=analyzer,
@@ -57,8 +57,8 @@ class IndexSnapshot:
             vectors=VectorStore.load(directory / "vectors", mmap),
             docs=DocStore.load(directory / "docstore", mmap),
         )
-        snapshot._check_shapes()
-        return snapshot
+        build._check_shapes()
+        return build
 
     def _check_shapes(self) -> None:
         n = self.manifest.n_docs

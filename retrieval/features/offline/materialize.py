@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from tqdm import tqdm
 
-from retrieval.features.batch import FeatureColumns
-from retrieval.features.convert import to_columns
 from retrieval.features.errors import FeatureConfigError, FeatureSourceError
-from retrieval.features.sources import CallableSource, FeatureSource, open_source
+from retrieval.features.offline.convert import to_columns
+from retrieval.features.offline.sources import CallableSource, FeatureSource, open_source
+from retrieval.features.offline.writers import open_writer
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.store import OnlineStore
 from retrieval.features.view import FeatureView
 
@@ -87,7 +88,8 @@ def materialize(
             f"source {feature_source.name} has no rows; refusing to publish an empty snapshot "
             f"of view {view.name!r} (it would reset every document to its defaults)"
         )
-    writer = store.begin(view, created_at=created_at, has_event_time=first.event_time is not None)
+    writer = open_writer(store, view, created_at=created_at,
+                         has_event_time=first.event_time is not None)
     bar = tqdm(total=feature_source.num_rows(), unit="rows", unit_scale=True,
                desc=f"materialize {view.name}", disable=not progress)
     rows = 0

@@ -15,18 +15,25 @@ from typing import Any
 
 import numpy as np
 import redis
+from redis.cluster import RedisCluster
 
-from retrieval.features.batch import FeatureColumns
+from indexes.storage import mint_id
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
-from retrieval.features.redis_client import AnyRedis, LuaScript, node_client
+from retrieval.features.offline.writer_base import (
+    SnapshotWriter,
+    snapshots_to_delete,
+)
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.redis_layout import (
     EVENT_FIELD,
     FLIP_SCRIPT,
     WRITE_SCRIPT,
+    LuaScript,
     ViewKeys,
+    record_width,
 )
-from retrieval.features.store import SnapshotWriter, new_snapshot_id, snapshots_to_delete
 from retrieval.features.view import WIRE_DTYPES, FeatureView, SnapshotMeta
+from retrieval.resilience.redis_link import AnyRedis
 
 logger = logging.getLogger(__name__)
 WRITE = LuaScript(WRITE_SCRIPT)
@@ -40,17 +47,6 @@ def encode_field(values: np.ndarray, dtype: str) -> list[bytes]:
     return list(np.ascontiguousarray(values, dtype=wire).view(f"V{wire.itemsize}").tolist())
 
 
-def record_layout(view: FeatureView, has_event_time: bool) -> np.dtype:
-    """The packed record of one entity in a read reply: presence byte, then every field."""
-    fields = [("present", "u1")] + [(f.name, WIRE_DTYPES[f.dtype]) for f in view.features]
-    if has_event_time:
-        fields.append((EVENT_FIELD, np.dtype("<f8")))
-    return np.dtype(fields)
-
-
-def record_width(view: FeatureView, has_event_time: bool) -> int:
-    """Bytes of the fields of one record (without the presence byte)."""
-    return record_layout(view, has_event_time).itemsize - 1
 
 
 class RedisWriter(SnapshotWriter):
@@ -66,7 +62,7 @@ class RedisWriter(SnapshotWriter):
         self.ttl_ms = ttl_ms
         self.chunk = chunk
         self.grace_seconds = grace_seconds
-        self.snapshot_id = new_snapshot_id(created_at)
+        self.snapshot_id = mint_id(created_at)  # the same ids as index builds
         self.fields = view.feature_names + ([EVENT_FIELD] if has_event_time else [])
         self.rows = 0
         self.published = False
@@ -199,6 +195,21 @@ def delete_snapshot(node: redis.Redis, keys: ViewKeys, snapshot_id: str, batch: 
     if pending:
         deleted += int(node.unlink(*pending))
     return deleted
+
+
+def node_client(client: AnyRedis, key: str) -> redis.Redis:
+    """The plain client of the node that owns ``key``'s slot (the client itself standalone).
+
+    Batch work on one view (chunk writes, SCAN for garbage collection) talks to that node
+    directly: every key of a view shares its slot.
+    """
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)
+        connection = node.redis_connection if node is not None else None
+        if connection is None:
+            raise redis.ConnectionError(f"no cluster node serves the slot of {key!r}")
+        return connection
+    return client
 
 
 def _text(value: bytes | str) -> str:

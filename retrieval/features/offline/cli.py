@@ -9,7 +9,7 @@ from typing import Any
 from indexes.errors import RetrievalError
 from retrieval.features.config import FeatureStoreConfig, make_store
 from retrieval.features.errors import FeatureConfigError
-from retrieval.features.materialize import materialize
+from retrieval.features.offline.materialize import materialize
 from retrieval.features.store import DEFAULT_GRACE_SECONDS
 from retrieval.features.view import FeatureView, load_view
 
@@ -70,7 +70,7 @@ def run_materialize(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m retrieval.features.cli materialize ...``)."""
+    """Stand-alone entry (``python -m retrieval.features.offline.cli materialize ...``)."""
     root = argparse.ArgumentParser(prog="retrieval")
     add_features_parser(root.add_subparsers(dest="command", required=True))
     args = root.parse_args(["features", *(argv if argv is not None else sys.argv[1:])])

@@ -68,9 +68,10 @@ class FeatureBatch:
         """Entities served from the snapshot (present or stale)."""
         return np.asarray(self.status != int(FeatureStatus.MISSING))
 
-    def row(self, index: int) -> dict[str, float]:
-        """The features of one entity as plain floats (for ``Hit.features``)."""
-        return {name: float(column[index]) for name, column in self.values.items()}
+    def row(self, index: int) -> dict[str, bool | int | float]:
+        """The features of one entity as Python values of the view's dtypes (``Hit.features``):
+        int64 stays an exact int, bool a bool, floats a float."""
+        return {name: column[index].item() for name, column in self.values.items()}
 
 
 def check_entity_ids(entity_ids: Sequence[str], limit: int) -> tuple[str, ...]:

@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrieval.features.batch import FeatureColumns
 from retrieval.features.errors import FeatureSchemaError
+from retrieval.features.reads import FeatureColumns
 from retrieval.features.view import Feature, FeatureView
 
 ARROW_TYPES: dict[str, pa.DataType] = {
