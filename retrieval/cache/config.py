@@ -15,7 +15,7 @@ from retrieval.cache.redis_backend import (
     DEFAULT_WRITE_QUEUE_SIZE,
     RedisCache,
 )
-from retrieval.resilience import TlsFiles, redact_url, validate_redis_url
+from retrieval.resilience import link_options, redact_url, validate_redis_url
 from retrieval.strict import StrictConfig
 
 
@@ -82,13 +82,5 @@ def make_cache(config: CacheConfig) -> Cache | None:
     if config.backend == "memory":
         return MemoryCache(max_entries=config.max_entries, max_bytes=config.max_bytes)
     assert config.url is not None  # guaranteed by CacheConfig validation
-    return RedisCache(
-        config.url,
-        cluster=config.cluster,
-        socket_timeout_ms=config.socket_timeout_ms,
-        connect_timeout_ms=config.connect_timeout_ms,
-        breaker_failures=config.breaker_failures,
-        breaker_cooldown_seconds=config.breaker_cooldown_seconds,
-        write_queue_size=config.write_queue_size,
-        tls=TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file),
-    )
+    return RedisCache(config.url, write_queue_size=config.write_queue_size,
+                      **link_options(config))

@@ -12,7 +12,7 @@ from retrieval.features.redis_store import (
     RedisStore,
 )
 from retrieval.features.store import DEFAULT_GRACE_SECONDS, OnlineStore
-from retrieval.resilience import TlsFiles, redact_url, validate_redis_url
+from retrieval.resilience import link_options, redact_url, validate_redis_url
 
 REDIS_SCHEMES = ("redis://", "rediss://")
 
@@ -58,15 +58,6 @@ def make_store(config: FeatureStoreConfig) -> OnlineStore:
     """The store ``config`` describes: ``RedisStore`` for a Redis URL, else ``LocalStore``."""
     if not is_redis_location(config.location):
         return LocalStore(config.location, grace_seconds=config.grace_seconds)
-    return RedisStore(
-        config.location,
-        cluster=config.cluster,
-        namespace=config.namespace,
-        grace_seconds=config.grace_seconds,
-        key_ttl_seconds=config.key_ttl_seconds,
-        socket_timeout_ms=config.socket_timeout_ms,
-        connect_timeout_ms=config.connect_timeout_ms,
-        breaker_failures=config.breaker_failures,
-        breaker_cooldown_seconds=config.breaker_cooldown_seconds,
-        tls=TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file),
-    )
+    return RedisStore(config.location, namespace=config.namespace,
+                      grace_seconds=config.grace_seconds,
+                      key_ttl_seconds=config.key_ttl_seconds, **link_options(config))

@@ -139,6 +139,19 @@ class LinkSettings(NamedTuple):
     tls: TlsFiles = NO_TLS
 
 
+def link_options(config: Any) -> dict[str, Any]:
+    """The connection keys shared by the cache's and the feature store's configs, as the
+    keyword arguments of ``RedisCache`` and ``RedisStore``: one place maps config to link."""
+    return {
+        "cluster": config.cluster,
+        "socket_timeout_ms": config.socket_timeout_ms,
+        "connect_timeout_ms": config.connect_timeout_ms,
+        "breaker_failures": config.breaker_failures,
+        "breaker_cooldown_seconds": config.breaker_cooldown_seconds,
+        "tls": TlsFiles(config.tls_ca_file, config.tls_cert_file, config.tls_key_file),
+    }
+
+
 class RedisLink:
     """A lazily created request-path client behind a circuit breaker; see the module doc.
 
