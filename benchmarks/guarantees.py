@@ -109,6 +109,14 @@ def deadline_part(root: Path, queries: Sequence[str], deadline_ms: float) -> dic
 def sick_redis_part(root: Path, queries: Sequence[str], per_phase: int) -> dict[str, Any]:
     redis = RedisServer()
     redis.start()
+    try:
+        return _sick_redis_phases(root, queries, per_phase, redis)
+    finally:
+        redis.cleanup()
+
+
+def _sick_redis_phases(root: Path, queries: Sequence[str], per_phase: int, redis: RedisServer
+                       ) -> dict[str, Any]:
     ids = DocStore.load(resolve_build_dir(root) / "docstore", prefault=False).all_ids()
     store = RedisStore(redis.url, namespace="guardfeatures", write_timeout_seconds=5)
     materialize(VIEW, CallableSource(lambda: [{"doc_id": d, "boost": 0.5} for d in ids]), store,
@@ -118,30 +126,27 @@ def sick_redis_part(root: Path, queries: Sequence[str], per_phase: int) -> dict[
               "features": [{"view": "guard", "weights": {"boost": 0.1}}]}
     fresh = iter(queries)
     rows: dict[str, Any] = {}
-    try:
-        with Retriever.load(root, config) as retriever:
-            retriever.search("warm up")
-            budget = (retriever.config.cache.socket_timeout_ms
-                      + (retriever.config.feature_store.socket_timeout_ms
-                         if retriever.config.feature_store else 0.0))
-            for phase, enter, leave in (("healthy", None, None),
-                                        ("redis stopped", redis.stop, redis.start),
-                                        ("redis paused (SIGSTOP)", redis.pause, redis.resume)):
-                if enter is not None:
-                    enter()
-                try:
-                    batch = list(itertools.islice(fresh, per_phase))
-                    times, results = timed(lambda q: retriever.search(q, k=10), batch)
-                finally:
-                    if leave is not None:
-                        leave()
-                rows[phase] = {"latency": summarize(times), "max_ms": max(times),
-                               "timeouts_ms": budget, "searches": len(results),
-                               "features_unavailable": sum(not r.features_available
-                                                           for r in results)}
-            rows["stats"] = {"cache": retriever.stats()["cache"]}
-    finally:
-        redis.cleanup()
+    with Retriever.load(root, config) as retriever:
+        retriever.search("warm up")
+        budget = (retriever.config.cache.socket_timeout_ms
+                  + (retriever.config.feature_store.socket_timeout_ms
+                     if retriever.config.feature_store else 0.0))
+        for phase, enter, leave in (("healthy", None, None),
+                                    ("redis stopped", redis.stop, redis.start),
+                                    ("redis paused (SIGSTOP)", redis.pause, redis.resume)):
+            if enter is not None:
+                enter()
+            try:
+                batch = list(itertools.islice(fresh, per_phase))
+                times, results = timed(lambda q: retriever.search(q, k=10), batch)
+            finally:
+                if leave is not None:
+                    leave()
+            rows[phase] = {"latency": summarize(times), "max_ms": max(times),
+                           "timeouts_ms": budget, "searches": len(results),
+                           "features_unavailable": sum(not r.features_available
+                                                       for r in results)}
+        rows["stats"] = {"cache": retriever.stats()["cache"]}
     return rows
 
 
