@@ -33,6 +33,7 @@ from indexes.manifest import (
 )
 from indexes.metadata import MetadataIndex
 from indexes.storage import load_array, save_array
+from indexes.ann import ANN_DIR, build_ann
 from indexes.vectors import VectorDtype, VectorStore
 
 log = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ def build_index(
         metadata.save(staging / "metadata")
         VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
         save_array(staging / "vectors" / "content_hashes.npy", hashes)
+        build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
         DocStore.build(docs).save(staging / "docstore")
         write_manifest(staging, Manifest(
             format_version=FORMAT_VERSION, build_id=build_id,

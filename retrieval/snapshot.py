@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexes.ann import ExactDense, load_dense
 from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.bm25 import BM25Index
 from indexes.docstore import DocStore
@@ -25,6 +26,7 @@ class IndexSnapshot:
     metadata: MetadataIndex
     vectors: VectorStore
     docs: DocStore
+    dense: ExactDense  # the dense leg: IVF when the build has one, else exact search
 
     @property
     def build_id(self) -> str:
@@ -48,14 +50,16 @@ class IndexSnapshot:
                 "version?); rebuild the index",
                 directory / MANIFEST,
             )
+        vectors = VectorStore.load(directory / "vectors", mmap)
         snapshot = cls(
             path=directory,
             manifest=manifest,
             analyzer=analyzer,
             bm25=BM25Index.load(directory / "bm25", mmap),
             metadata=MetadataIndex.load(directory / "metadata", mmap),
-            vectors=VectorStore.load(directory / "vectors", mmap),
+            vectors=vectors,
             docs=DocStore.load(directory / "docstore", mmap),
+            dense=load_dense(directory, vectors),
         )
         snapshot._check_shapes()
         return snapshot
