@@ -67,6 +67,15 @@ def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean(hits))
 
 
+def ivf_params(nprobe: int) -> Any:
+    """faiss search parameters for one IVF search (the stubs lack the keyword constructor)."""
+    import faiss
+
+    params = faiss.SearchParametersIVF()
+    params.nprobe = nprobe
+    return params
+
+
 class ExactDense:
     """Exact dense search over the stored vectors (builds without an ANN index, tiny corpora)."""
 
@@ -120,9 +129,9 @@ class IvfDense(ExactDense):
 
         bitmap = None if mask is None else np.packbits(mask, bitorder="little")
         while True:
-            params = faiss.SearchParametersIVF(nprobe=min(nprobe, self.nlist))
+            params = ivf_params(min(nprobe, self.nlist))
             if bitmap is not None:  # kept alive by ``bitmap`` while faiss reads it
-                params.sel = faiss.IDSelectorBitmap(mask.size, faiss.swig_ptr(bitmap))
+                params.sel = faiss.IDSelectorBitmap(self.vectors.n_docs, faiss.swig_ptr(bitmap))
             scores, rows = self.index.search(query.reshape(1, -1), k, params=params)
             found = rows[0] >= 0
             if int(found.sum()) >= wanted:
@@ -174,7 +183,7 @@ def calibrate(index: Any, matrix: np.ndarray, queries: np.ndarray, k: int = 100,
     _, truth = exact.search(queries, k)
     ladder = []
     for nprobe in (p for p in NPROBE_LADDER if p <= index.nlist):
-        _, found = index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+        _, found = index.search(queries, k, params=ivf_params(nprobe))
         ladder.append((nprobe, recall_at(found, truth)))
         if ladder[-1][1] >= stop_at:
             break

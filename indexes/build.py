@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.ann import ANN_DIR, build_ann
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.docstore import DocStore, Document
 from indexes.encoders import Encoder
@@ -33,7 +34,6 @@ from indexes.manifest import (
 )
 from indexes.metadata import MetadataIndex
 from indexes.storage import load_array, save_array
-from indexes.ann import ANN_DIR, build_ann
 from indexes.vectors import VectorDtype, VectorStore
 
 log = logging.getLogger(__name__)

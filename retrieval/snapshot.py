@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexes.ann import ExactDense, load_dense
 from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.ann import ExactDense, load_dense
 from indexes.bm25 import BM25Index
 from indexes.docstore import DocStore
 from indexes.errors import CorruptArtifactError
