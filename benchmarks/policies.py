@@ -54,10 +54,11 @@ def misspell(text: str) -> str:
 
 
 def workload_args(args: argparse.Namespace, **source: Any) -> argparse.Namespace:
-    return argparse.Namespace(
-        data=None, index=None, synthetic=None, queries_log=None, tiny=False,
-        queries=args.queries, warmup=args.warmup, work=args.work, vector_dtype="float32",
-        fresh_build=False, **source)
+    base: dict[str, Any] = {
+        "data": None, "index": None, "synthetic": None, "queries_log": None, "tiny": False,
+        "queries": args.queries, "warmup": args.warmup, "work": args.work,
+        "vector_dtype": "float32", "fresh_build": False}
+    return argparse.Namespace(**{**base, **source})
 
 
 def runner(retriever: Retriever, texts: Sequence[str], vectors: np.ndarray

@@ -3,7 +3,8 @@
 Built at build time from the float32 vectors and stored as ``ann/ivf.faiss`` (checksummed in
 the manifest like every file) plus ``ann/ann.json`` (kind, nlist, nprobe). ``nprobe`` is the
 smallest value of a ladder whose recall@100 against exact search, measured at build time on a
-sample of the corpus' own vectors used as queries, is at least ``TARGET_RECALL``.
+sample of the corpus' own vectors used as queries, is at least ``CALIBRATION_RECALL`` (0.99,
+so that real queries reach ``TARGET_RECALL`` 0.98; tests/test_dense_leg.py checks that).
 
 Filters stay exact: the filter mask is handed to faiss as an ``IDSelectorBitmap``, so only
 allowed rows can come back; when that returns fewer rows than asked, the probe count widens,
@@ -30,6 +31,10 @@ log = logging.getLogger(__name__)
 ANN_DIR = "ann"
 INDEX_FILE = "ivf.faiss"
 TARGET_RECALL = 0.98
+# Calibration queries are the corpus' own vectors, which sit closer to their neighbours than
+# real queries do: at the nprobe reaching 0.98 on them, SciFact's test queries measured 0.970.
+# Calibrating to 0.99 leaves that margin.
+CALIBRATION_RECALL = 0.99
 NPROBE_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # Below this many documents per list IVF would train on too few points: exact search instead.
 MIN_POINTS_PER_LIST = 39
@@ -164,10 +169,10 @@ def build_ann(matrix: np.ndarray, directory: Path, *, nlist: int | None = None,
     index.add(matrix)
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
     ladder = calibrate(index, matrix, queries)
-    nprobe = next((p for p, r in ladder if r >= TARGET_RECALL), nlist)
+    nprobe = next((p for p, r in ladder if r >= CALIBRATION_RECALL), nlist)
     faiss.write_index(index, str(directory / INDEX_FILE))
     meta = {"kind": "ivf", "n_docs": n, "nlist": nlist, "nprobe": nprobe,
-            "target_recall_at_100": TARGET_RECALL,
+            "target_recall_at_100": TARGET_RECALL, "calibrated_to": CALIBRATION_RECALL,
             "calibration": [{"nprobe": p, "recall_at_100": round(r, 4)} for p, r in ladder]}
     write_json(directory / "ann.json", meta)
     return meta

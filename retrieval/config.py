@@ -36,7 +36,9 @@ class RetrieverConfig(StrictConfig):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     candidates: int = Field(300, ge=1, description="BM25 candidates re-ranked by vectors (C)")
-    fusion: Literal["minmax", "zscore", "rrf"] = "minmax"
+    fusion: Literal["minmax", "zscore", "rrf"] = Field(
+        "zscore", description="score normalization before the weighted sum (minmax, zscore) "
+        "or rank fusion (rrf); zscore chosen on SciFact train qrels (benchmarks/README.md)")
     candidate_policy: Literal["keyword", "guardrail", "union"] = Field(
         "guardrail", description="keyword: BM25 candidates only (a query sharing no known term "
         "with the corpus finds nothing); guardrail: add the dense leg's top dense_candidates "
@@ -47,10 +49,14 @@ class RetrieverConfig(StrictConfig):
     guardrail_min_keyword: int | None = Field(
         None, ge=1, description="guardrail: fewer BM25 candidates than this calls the dense "
         "leg; None = max(k, candidates // 10)")
+    guardrail_unknown_terms: bool = Field(
+        True, description="guardrail: a query word the corpus does not contain (a misspelling, "
+        "vocabulary the corpus does not use) calls the dense leg")
     guardrail_min_bm25: float = Field(
         0.0, ge=0.0, description="guardrail: a best BM25 score below this calls the dense leg "
         "(0 = off: BM25 scales differ between corpora)")
-    vector_weight: float = Field(0.7, ge=0.0, le=1.0, description="minmax: weight of cosine")
+    vector_weight: float = Field(0.6, ge=0.0, le=1.0,
+                                 description="minmax/zscore: weight of the cosine")
     rrf_k: int = Field(60, ge=1)
     default_k: int = Field(10, ge=1)
     parallel_stages: bool | None = Field(
@@ -103,5 +109,5 @@ class RetrieverConfig(StrictConfig):
         ranking = self.model_dump(mode="json", include={
             "candidates", "fusion", "vector_weight", "rrf_k", "features", "recency",
             "feature_candidates", "candidate_policy", "dense_candidates", "guardrail_min_keyword",
-            "guardrail_min_bm25"})
+            "guardrail_min_bm25", "guardrail_unknown_terms"})
         return hashlib.sha256(json.dumps(ranking, sort_keys=True).encode()).hexdigest()[:16]

@@ -100,7 +100,7 @@ def run_pipeline(
     else:
         if embed_ms is not None and not pending.encoded_before:
             timer.record("embed", embed_ms)
-        if wants_dense(config, request, bm25):
+        if wants_dense(config, request, bm25, snapshot):
             rows, bm25 = add_dense(snapshot, request, query_vector, mask, rows, bm25, config)
             timer.lap("dense")
         cosine = snapshot.vectors.scores(query_vector, rows)
@@ -166,7 +166,8 @@ def bm25_candidates(
     return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
 
 
-def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray) -> bool:
+def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,
+                snapshot: IndexSnapshot) -> bool:
     """Whether the dense leg adds candidates to these BM25 ones (the candidate policy)."""
     if config.candidate_policy == "keyword":
         return False
@@ -174,7 +175,14 @@ def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarra
         return True
     floor = config.guardrail_min_keyword or max(request.k, request.candidates // 10)
     weak = bm25.size == 0 or float(bm25[0]) < config.guardrail_min_bm25
-    return bm25.size < floor or weak
+    return bm25.size < floor or weak or (config.guardrail_unknown_terms
+                                         and has_unknown_term(snapshot, request.query))
+
+
+def has_unknown_term(snapshot: IndexSnapshot, query: str) -> bool:
+    """A query term no document contains: BM25 cannot match what the user meant by it."""
+    vocab = snapshot.bm25.vocab
+    return any(token not in vocab for token in snapshot.analyzer(query))
 
 
 def add_dense(

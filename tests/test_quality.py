@@ -37,7 +37,19 @@ def test_scifact_default_quality(beir_index, encoder):
     ndcg = {k: v["ndcg@10"] for k, v in scores.items()}
     assert ndcg["default"] >= SCIFACT_NDCG_FLOOR
     assert ndcg["default"] >= max(ndcg["bm25"], ndcg["dense"])
-    assert scores["default"]["recall@100"] >= 0.95
+    # The default (guardrail) adds dense candidates only to weak keyword results; recall@100
+    # >= 0.95 takes the union policy, whose dense search on every query is over the latency
+    # budget at 100k documents (benchmarks/README.md, "Candidate policies").
+    assert scores["default"]["recall@100"] >= 0.94
+    root, queries, qrels = beir_index("scifact")
+    union = Retriever.load(root, RetrieverConfig(candidate_policy="union"), encoder=encoder)
+    union_scores = evaluate_run(qrels, retriever_run(union, queries,
+                                                     query_vectors=encoder.encode(
+                                                         list(queries.values()))))
+    union.close()
+    print("scifact union", round(union_scores["ndcg@10"], 4), round(union_scores["recall@100"], 4))
+    assert union_scores["recall@100"] >= 0.95
+    assert union_scores["ndcg@10"] >= ndcg["default"] - 0.005
 
 
 @pytest.mark.parametrize("name", ["cranfield", "cisi"])
