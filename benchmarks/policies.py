@@ -124,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
     parser.add_argument("--synthetic", type=int, nargs="*", default=[100_000, 1_000_000])
     parser.add_argument("--queries", type=int, default=None)
+    parser.add_argument("--synthetic-queries", type=int, default=1000,
+                        help="queries per generated corpus (union scans a lot at 1M)")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--work", type=Path, default=REPO / "build" / "bench")
     args = parser.parse_args(argv)
@@ -131,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     encoder = workloads[0].encoder
     for n in args.synthetic:
         synthetic_args = workload_args(args, synthetic=n)
-        synthetic_args.queries = args.queries or 1000
+        synthetic_args.queries = args.synthetic_queries
         workloads.append(load_workload(synthetic_args))
     results = {w.name: measure_workload(w, encoder) for w in workloads}
     markdown = report(results)
