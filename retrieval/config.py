@@ -50,8 +50,11 @@ class RetrieverConfig(StrictConfig):
         None, ge=1, description="guardrail: fewer BM25 candidates than this calls the dense "
         "leg; None = max(k, candidates // 10)")
     guardrail_unknown_terms: bool = Field(
-        True, description="guardrail: a query word the corpus does not contain (a misspelling, "
-        "vocabulary the corpus does not use) calls the dense leg")
+        False, description="guardrail: a query word the corpus does not contain (a misspelling, "
+        "vocabulary the corpus does not use) also calls the dense leg. Off by default: 206 of "
+        "SciFact's 1,109 clean queries hold such a word; it raised SciFact's search-path p95 "
+        "from 0.93 to 2.32 ms for no clean nDCG@10 gain (misspelled queries: 0.406 against "
+        "0.391)")
     guardrail_min_bm25: float = Field(
         0.0, ge=0.0, description="guardrail: a best BM25 score below this calls the dense leg "
         "(0 = off: BM25 scales differ between corpora)")
