@@ -32,8 +32,10 @@ def zscore(scores: np.ndarray) -> np.ndarray:
 
 
 def zscore_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
-    """``w * z(cosine) + (1 - w) * z(bm25)``: robust to one outlying top BM25 score."""
-    return vector_weight * zscore(cosine) + (1.0 - vector_weight) * zscore(bm25)
+    """``minmax(w * z(cosine) + (1 - w) * z(bm25))``: less sensitive than min-max to one
+    outlying top BM25 score. The mix is rescaled to [0, 1] (order unchanged) so fused scores
+    keep min-max fusion's scale, which feature weights are added on."""
+    return minmax(vector_weight * zscore(cosine) + (1.0 - vector_weight) * zscore(bm25))
 
 
 def linear_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
