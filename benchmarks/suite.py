@@ -99,10 +99,13 @@ def our_systems(w: Workload, args: argparse.Namespace, notes: dict[str, str]
                 ) -> tuple[list[System], dict[str, tuple[Retriever, tuple[str, str]]], Retriever]:
     """Search-path systems (vector given), end-to-end runners (encoder in the call), and the
     default configuration's retriever."""
-    default = f"ours (C={args.candidates}, minmax {args.weight})"
+    default = f"ours (C={args.candidates}, zscore {args.weight}, guardrail)"
     variants: dict[str, dict[str, Any]] = {
-        default: {}, "ours, BM25 only (weight 0)": {"vector_weight": 0.0},
-        "ours, RRF k=60": {"fusion": "rrf"}}
+        default: {}, "ours, BM25 only (weight 0)": {"vector_weight": 0.0,
+                                                     "candidate_policy": "keyword"},
+        "ours, RRF k=60": {"fusion": "rrf"},
+        "ours, keyword policy": {"candidate_policy": "keyword"},
+        "ours, union policy (+ dense top-100)": {"candidate_policy": "union"}}
     systems, loaded = [], {}
     for label, extra in variants.items():
         loaded[label] = Retriever.load(w.root, {**base_config(args), **extra}, encoder=w.encoder)
@@ -325,7 +328,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--queries", type=int, default=None, help="cap on queries (default all)")
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--candidates", type=int, default=300)
-    p.add_argument("--weight", type=float, default=0.7, help="minmax weight of the cosine")
+    p.add_argument("--weight", type=float, default=0.6, help="weight of the cosine")
     p.add_argument("--vector-dtype", choices=["float32", "float16", "int8"], default="float32")
     p.add_argument("--fresh-build", action="store_true", help="re-encode every document")
     p.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))

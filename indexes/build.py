@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.ann import ANN_DIR, build_ann
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.docstore import DocStore, Document
 from indexes.encoders import Encoder
@@ -177,6 +178,7 @@ def build_index(
         metadata.save(staging / "metadata")
         VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
         save_array(staging / "vectors" / "content_hashes.npy", hashes)
+        build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
         DocStore.build(docs).save(staging / "docstore")
         write_manifest(staging, Manifest(
             format_version=FORMAT_VERSION, build_id=build_id,

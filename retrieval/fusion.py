@@ -20,6 +20,24 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     return (scores - low) / (high - low)
 
 
+def zscore(scores: np.ndarray) -> np.ndarray:
+    """Standardize over the given candidates; all-equal scores map to 0."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    spread = scores.std()
+    if spread <= 0:
+        return np.zeros_like(scores)
+    return (scores - scores.mean()) / spread
+
+
+def zscore_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
+    """``minmax(w * z(cosine) + (1 - w) * z(bm25))``: less sensitive than min-max to one
+    outlying top BM25 score. The mix is rescaled to [0, 1] (order unchanged) so fused scores
+    keep min-max fusion's scale, which feature weights are added on."""
+    return minmax(vector_weight * zscore(cosine) + (1.0 - vector_weight) * zscore(bm25))
+
+
 def linear_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
     """``w * minmax(cosine) + (1 - w) * minmax(bm25)``; arrays aligned per candidate."""
     return vector_weight * minmax(cosine) + (1.0 - vector_weight) * minmax(bm25)

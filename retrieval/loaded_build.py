@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.ann import ExactDense, load_dense
 from indexes.bm25 import BM25Index
 from indexes.docstore import DocStore
 from indexes.errors import CorruptArtifactError
@@ -25,6 +26,7 @@ class LoadedBuild:
     metadata: MetadataIndex
     vectors: VectorStore
     docs: DocStore
+    dense: ExactDense  # the dense leg: IVF when the build has one, else exact search
 
     @property
     def build_id(self) -> str:
@@ -48,14 +50,16 @@ class LoadedBuild:
                 "version?); rebuild the index",
                 directory / MANIFEST,
             )
+        vectors = VectorStore.load(directory / "vectors", mmap)
         build = cls(
             path=directory,
             manifest=manifest,
             analyzer=analyzer,
             bm25=BM25Index.load(directory / "bm25", mmap),
             metadata=MetadataIndex.load(directory / "metadata", mmap),
-            vectors=VectorStore.load(directory / "vectors", mmap),
+            vectors=vectors,
             docs=DocStore.load(directory / "docstore", mmap),
+            dense=load_dense(directory, vectors),
         )
         build._check_shapes()
         return build

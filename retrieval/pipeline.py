@@ -1,4 +1,11 @@
-"""The uncached request pipeline over one snapshot: filter, BM25, re-rank, fuse, hydrate.
+"""The uncached request pipeline over one snapshot: filter, BM25 (+ dense leg), re-rank, fuse,
+hydrate.
+
+Candidates come from BM25 and, by ``candidate_policy``, from the dense leg (``indexes.ann``):
+``guardrail`` adds the dense top ``dense_candidates`` when BM25 finds too few candidates (a
+misspelled or paraphrased query), ``union`` always adds them. Dense-only candidates get their
+real BM25 score: 0 when BM25 returned fewer than C rows (then every row sharing a query term is
+already a candidate), else looked up from one pass over the query terms' postings.
 
 The query embedding arrives as a ``PendingVector``: already known (cache hit, caller-supplied,
 batch-encoded) or still being computed concurrently while filter and BM25 run.
@@ -19,7 +26,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
-from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order
+from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
 from retrieval.request import SearchRequest
@@ -93,6 +100,9 @@ def run_pipeline(
     else:
         if embed_ms is not None and not pending.encoded_before:
             timer.record("embed", embed_ms)
+        if wants_dense(config, request, bm25, snapshot):
+            rows, bm25 = add_dense(snapshot, request, query_vector, mask, rows, bm25, config)
+            timer.lap("dense")
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
@@ -156,9 +166,56 @@ def bm25_candidates(
     return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
 
 
+def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,
+                snapshot: LoadedBuild) -> bool:
+    """Whether the dense leg adds candidates to these BM25 ones (the candidate policy)."""
+    if config.candidate_policy == "keyword":
+        return False
+    if config.candidate_policy == "union":
+        return True
+    floor = config.guardrail_min_keyword or max(request.k, request.candidates // 10)
+    weak = bm25.size == 0 or float(bm25[0]) < config.guardrail_min_bm25
+    return bm25.size < floor or weak or (config.guardrail_unknown_terms
+                                         and has_unknown_term(snapshot, request.query))
+
+
+def has_unknown_term(snapshot: LoadedBuild, query: str) -> bool:
+    """A query term no document contains: BM25 cannot match what the user meant by it."""
+    vocab = snapshot.bm25.vocab
+    return any(token not in vocab for token in snapshot.analyzer(query))
+
+
+def add_dense(
+    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray,
+    mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, config: RetrieverConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """BM25 candidates plus the dense leg's top rows within ``mask``, with their BM25 scores.
+
+    Asks for at least k dense rows, so a search returns min(k, allowed) hits.
+    """
+    dense_rows, _ = snapshot.dense.search(query_vector, max(config.dense_candidates, request.k),
+                                          mask)
+    new = dense_rows[~np.isin(dense_rows, rows)]
+    if new.size == 0:
+        return rows, bm25
+    new_scores = np.zeros(new.size, dtype=np.float64)
+    if rows.size >= request.candidates:  # BM25 was cut at C: a new row may still match a term
+        touched, scores = snapshot.bm25.score_touched(snapshot.analyzer(request.query), mask)
+        order = np.argsort(touched)
+        at = np.searchsorted(touched[order], new)
+        at = np.minimum(at, max(touched.size - 1, 0))
+        if touched.size:
+            found = touched[order][at] == new
+            new_scores[found] = scores[order][at][found]
+    return (np.concatenate([rows.astype(np.int64), new]),
+            np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
+
+
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:
     if config.fusion == "rrf":
         return rrf_fusion(bm25, cosine, config.rrf_k)
+    if config.fusion == "zscore":
+        return zscore_fusion(bm25, cosine, config.vector_weight)
     return linear_fusion(bm25, cosine, config.vector_weight)
 
 

@@ -1,7 +1,8 @@
 """The request path, as one sequence of stages (the ``Retriever`` owns the lifecycle around it):
 
     validate → cache lookup (result + embedding, one round trip; a result hit returns)
-             → embed ∥ filter → BM25 → re-rank → fuse → features → hydrate    (``pipeline``)
+             → embed ∥ filter → BM25 (+ dense leg, by ``candidate_policy``) → re-rank → fuse
+             → features → hydrate                                              (``pipeline``)
              → cache write (queued, off the critical path)
 
 Every stage is timed (``StageTimer``) and takes what is left of the search's ``Deadline``:

@@ -22,12 +22,15 @@ QUERIES = [
 
 
 NO_CACHE = {"cache": {"backend": "none"}}  # these tests exercise the uncached pipeline
+# The naive oracle below re-implements the keyword gate and min-max fusion; the dense leg and
+# the other fusions have their own oracles (tests/test_dense_leg.py).
+KEYWORD_MINMAX = {**NO_CACHE, "candidate_policy": "keyword", "fusion": "minmax"}
 
 
 @pytest.fixture(scope="module")
 def scifact(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    return Retriever.load(root, NO_CACHE, encoder=encoder)
+    return Retriever.load(root, KEYWORD_MINMAX, encoder=encoder)
 
 
 def naive_match(spec: dict, metadata: dict) -> bool:
@@ -118,7 +121,8 @@ def test_k_is_capped_by_allowed_count(scifact):
 
 def test_rerank_equals_brute_force_cosine_over_candidates(beir_index, encoder):
     root, _, _ = beir_index("scifact")
-    by_cosine = Retriever.load(root, RetrieverConfig(vector_weight=1.0, candidates=50, **NO_CACHE),
+    by_cosine = Retriever.load(root, RetrieverConfig(vector_weight=1.0, candidates=50,
+                                                       **KEYWORD_MINMAX),
                                encoder=encoder)
     snapshot = by_cosine.snapshot
     everything = snapshot.vectors.reconstruct_all().astype(np.float64)
