@@ -32,8 +32,9 @@ def print_quality(retriever: Retriever, folder: Path, queries: dict[str, str]) -
         return
     config = retriever.config
     labels = {
-        "default": f"default (BM25 top-{config.candidates} -> {config.vector_weight:g}*cos + "
-                   f"{1 - config.vector_weight:g}*BM25, min-max)",
+        "default": f"default ({config.candidate_policy}: BM25 top-{config.candidates} -> "
+                   f"{config.vector_weight:g}*cos + {1 - config.vector_weight:g}*BM25, "
+                   f"{config.fusion})",
         "bm25": "BM25 only",
         "dense": "dense only (exact, whole corpus)",
     }
