@@ -90,3 +90,14 @@ def build_subset(beir_index, encoder):
         return build_index(docs, root, encoder=encoder, config=config, progress=False)
 
     return build
+
+
+@pytest.fixture(scope="module")
+def uncached_scifact(beir_index, encoder):
+    """A Retriever over the session's SciFact index with caching off: every call searches."""
+    from retrieval import Retriever
+
+    root, _, _ = beir_index("scifact")
+    retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    yield retriever
+    retriever.close()

@@ -39,14 +39,6 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def scifact(beir_index, encoder):
-    root, _, _ = beir_index("scifact")
-    # No cache: every one of the calls below is a full search (encode, BM25, re-rank).
-    retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
-    yield retriever
-    retriever.close()
-
 
 class Timed:
     """A SearchBackend forwarding to the real Retriever, keeping each async search's own time."""
@@ -99,8 +91,8 @@ def adapter(framework: str, backend: Timed) -> Callable[[str], Awaitable[Any]]:
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llamaindex"])
-def test_sixteen_concurrent_calls_never_stall_the_loop(scifact, framework):
-    backend = Timed(scifact)
+def test_sixteen_concurrent_calls_never_stall_the_loop(uncached_scifact, framework):
+    backend = Timed(uncached_scifact)
     call = adapter(framework, backend)
     stall, results = asyncio.run(longest_stall([lambda q=q: call(q) for q in QUERIES]))
     assert len(results) == 16 and all(len(r) == 5 for r in results)
@@ -110,12 +102,12 @@ def test_sixteen_concurrent_calls_never_stall_the_loop(scifact, framework):
                                 f"took {one_search * 1e3:.1f} ms")
 
 
-def test_the_heartbeat_catches_a_blocking_call(scifact):
+def test_the_heartbeat_catches_a_blocking_call(uncached_scifact):
     """Control: a coroutine that calls the blocking ``search`` stalls the loop for a search."""
     searches: list[float] = []
 
     async def blocking(query: str) -> Any:
-        result = scifact.search(query, k=5)
+        result = uncached_scifact.search(query, k=5)
         searches.append(result.timings["total"] / 1e3)
         return result
 

@@ -28,13 +28,6 @@ QUERIES = [
 CARDIO = {"department": "cardiology"}
 
 
-@pytest.fixture(scope="module")
-def scifact(beir_index, encoder):
-    root, _, _ = beir_index("scifact")
-    retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
-    yield retriever
-    retriever.close()
-
 
 class Recording:
     """A SearchBackend forwarding to the real Retriever and recording which method ran."""
@@ -68,18 +61,19 @@ def expected_documents(result: SearchResult) -> list[Document]:
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_k_at_construction_gives_exactly_k(scifact, k):
-    assert len(scifact.search(QUERIES[0], k=10).hits) == 10  # more matches than k
-    docs = LangChainRetriever(scifact, k=k).invoke(QUERIES[0])
-    assert [d.id for d in docs] == [h.doc_id for h in scifact.search(QUERIES[0], k=k).hits]
+def test_k_at_construction_gives_exactly_k(uncached_scifact, k):
+    assert len(uncached_scifact.search(QUERIES[0], k=10).hits) == 10  # more matches than k
+    docs = LangChainRetriever(uncached_scifact, k=k).invoke(QUERIES[0])
+    assert [d.id for d in docs] == [h.doc_id for h in uncached_scifact.search(QUERIES[0], k=k).hits]
     assert len(docs) == k
 
 
-def test_per_call_options_override_the_configured_ones(scifact):
-    retriever = LangChainRetriever(scifact, k=3, filters={"department": "oncology"})
+def test_per_call_options_override_the_configured_ones(uncached_scifact):
+    retriever = LangChainRetriever(uncached_scifact, k=3, filters={"department": "oncology"})
     assert len(retriever.invoke(QUERIES[0], k=5)) == 5
     docs = retriever.invoke(QUERIES[0], k=4, filters=CARDIO)
-    assert [d.id for d in docs] == [h.doc_id for h in scifact.search(QUERIES[0], CARDIO, 4).hits]
+    expected = uncached_scifact.search(QUERIES[0], CARDIO, 4).hits
+    assert [d.id for d in docs] == [h.doc_id for h in expected]
     assert retriever.invoke(QUERIES[0])[0].metadata["department"] == "oncology"
 
 
@@ -88,22 +82,22 @@ def test_per_call_options_override_the_configured_ones(scifact):
     {"year": {"gte": 2010}, "doc_type": {"nin": ["review", "trial"]}},
     'department = "oncology" OR year < 2000',
 ])
-def test_filters_narrow_exactly_as_search_does(scifact, filters):
-    docs = LangChainRetriever(scifact, k=10).invoke(QUERIES[1], filters=filters)
-    unfiltered = [d.id for d in LangChainRetriever(scifact, k=10).invoke(QUERIES[1])]
-    assert docs == expected_documents(scifact.search(QUERIES[1], filters, 10))
+def test_filters_narrow_exactly_as_search_does(uncached_scifact, filters):
+    docs = LangChainRetriever(uncached_scifact, k=10).invoke(QUERIES[1], filters=filters)
+    unfiltered = [d.id for d in LangChainRetriever(uncached_scifact, k=10).invoke(QUERIES[1])]
+    assert docs == expected_documents(uncached_scifact.search(QUERIES[1], filters, 10))
     assert [d.id for d in docs] != unfiltered  # the filter changed what came back
 
 
-def test_invoke_ainvoke_batch_abatch_return_documents_with_scores(scifact):
-    retriever = LangChainRetriever(scifact, k=4, filters={"year": {"gte": 2000}})
-    expected = [expected_documents(scifact.search(q, {"year": {"gte": 2000}}, 4))
+def test_invoke_ainvoke_batch_abatch_return_documents_with_scores(uncached_scifact):
+    retriever = LangChainRetriever(uncached_scifact, k=4, filters={"year": {"gte": 2000}})
+    expected = [expected_documents(uncached_scifact.search(q, {"year": {"gte": 2000}}, 4))
                 for q in QUERIES]
     assert [retriever.invoke(q) for q in QUERIES] == expected
     assert [asyncio.run(retriever.ainvoke(q)) for q in QUERIES] == expected
     # A batch encodes its queries in one call; padding may move a cosine in the last float bits.
     batched = [expected_documents(r)
-               for r in scifact.search_batch(QUERIES, {"year": {"gte": 2000}}, 4)]
+               for r in uncached_scifact.search_batch(QUERIES, {"year": {"gte": 2000}}, 4)]
     assert retriever.batch(QUERIES) == batched
     assert asyncio.run(retriever.abatch(QUERIES)) == batched
     assert [[d.id for d in docs] for docs in batched] == [[d.id for d in docs]
@@ -111,12 +105,12 @@ def test_invoke_ainvoke_batch_abatch_return_documents_with_scores(scifact):
     first = expected[0][0]
     assert set(first.metadata) >= {"department", "doc_type", "year", "score", "bm25_score",
                                    "vector_score", "build_id"}
-    assert first.metadata["build_id"] == scifact.build_id
-    assert first.page_content.endswith(scifact.search(QUERIES[0], k=1).hits[0].text)
+    assert first.metadata["build_id"] == uncached_scifact.build_id
+    assert first.page_content.endswith(uncached_scifact.search(QUERIES[0], k=1).hits[0].text)
 
 
-def test_batch_is_one_search_batch_call_and_async_uses_the_async_path(scifact):
-    backend = Recording(scifact)
+def test_batch_is_one_search_batch_call_and_async_uses_the_async_path(uncached_scifact):
+    backend = Recording(uncached_scifact)
     retriever = LangChainRetriever(backend, k=2)
     retriever.batch(QUERIES)
     asyncio.run(retriever.abatch(QUERIES))
@@ -139,41 +133,42 @@ class Runs(BaseCallbackHandler):
         self.errors += 1
 
 
-def test_batch_reports_one_run_per_input_to_callbacks(scifact):
+def test_batch_reports_one_run_per_input_to_callbacks(uncached_scifact):
     runs = Runs()
-    LangChainRetriever(scifact, k=2).batch(QUERIES, {"callbacks": [runs]})
+    LangChainRetriever(uncached_scifact, k=2).batch(QUERIES, {"callbacks": [runs]})
     assert runs.started == QUERIES and runs.ended == len(QUERIES) and runs.errors == 0
 
 
-def test_batch_with_return_exceptions_gives_each_input_its_outcome(scifact):
-    outcomes = LangChainRetriever(scifact, k=2).batch([QUERIES[0], "   "],
+def test_batch_with_return_exceptions_gives_each_input_its_outcome(uncached_scifact):
+    outcomes = LangChainRetriever(uncached_scifact, k=2).batch([QUERIES[0], "   "],
                                                       return_exceptions=True)
-    assert [d.id for d in outcomes[0]] == [h.doc_id for h in scifact.search(QUERIES[0], k=2).hits]
+    expected = uncached_scifact.search(QUERIES[0], k=2).hits
+    assert [d.id for d in outcomes[0]] == [h.doc_id for h in expected]
     assert isinstance(outcomes[1], InvalidQueryError)
 
 
-def test_works_inside_an_lcel_chain_with_a_fake_chat_model(scifact):
-    retriever = LangChainRetriever(scifact, k=2)
+def test_works_inside_an_lcel_chain_with_a_fake_chat_model(uncached_scifact):
+    retriever = LangChainRetriever(uncached_scifact, k=2)
     prompt = ChatPromptTemplate.from_template("Context:\n{context}\n\nQuestion: {question}")
     chain = ({"context": retriever | (lambda docs: "\n\n".join(d.page_content for d in docs)),
               "question": RunnablePassthrough()}
              | prompt | ParrotFakeChatModel() | StrOutputParser())
     answer = chain.invoke(QUERIES[0])  # the parrot model answers with the prompt it was given
-    for hit in scifact.search(QUERIES[0], k=2).hits:
+    for hit in uncached_scifact.search(QUERIES[0], k=2).hits:
         assert hit.text in answer
     assert answer.endswith(f"Question: {QUERIES[0]}")
 
 
-def test_bad_input_raises_typed_errors(scifact):
+def test_bad_input_raises_typed_errors(uncached_scifact):
     with pytest.raises(NotASearchBackendError, match="search_batch, asearch, asearch_batch"):
         LangChainRetriever(object.__new__(type("OnlySearch", (), {"search": lambda s: None})))
     with pytest.raises(InvalidQueryError, match="k must be a positive integer"):
-        LangChainRetriever(scifact, k=0)
+        LangChainRetriever(uncached_scifact, k=0)
     with pytest.raises(InvalidQueryError, match="candidates must be a positive integer"):
-        LangChainRetriever(scifact, candidates="many")
+        LangChainRetriever(uncached_scifact, candidates="many")
     with pytest.raises(InvalidQueryError, match="filters must be a dict"):
-        LangChainRetriever(scifact, filters=["department", "cardiology"])
-    retriever = LangChainRetriever(scifact)
+        LangChainRetriever(uncached_scifact, filters=["department", "cardiology"])
+    retriever = LangChainRetriever(uncached_scifact)
     with pytest.raises(InvalidQueryError, match="unknown search option.*top_k"):
         retriever.invoke(QUERIES[0], top_k=3)
     with pytest.raises(UnknownFieldError):

@@ -29,36 +29,30 @@ QUERIES = ["statins lower cardiovascular risk", "gene expression in tumor cells"
 F, Op = MetadataFilter, FilterOperator
 
 
-@pytest.fixture(scope="module")
-def scifact(beir_index, encoder):
-    root, _, _ = beir_index("scifact")
-    retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
-    yield retriever
-    retriever.close()
-
 
 def triples(nodes):
     return [(n.node.node_id, n.score) for n in nodes]
 
 
-def test_retrieve_and_aretrieve_equal_search(scifact):
+def test_retrieve_and_aretrieve_equal_search(uncached_scifact):
     year = {"year": {"gte": 2005}}
     for filters in (None, year):
-        retriever = LlamaIndexRetriever(scifact, k=5, filters=filters)
+        retriever = LlamaIndexRetriever(uncached_scifact, k=5, filters=filters)
         for query in QUERIES:
-            expected = [(h.doc_id, h.score) for h in scifact.search(query, filters, 5).hits]
+            hits = uncached_scifact.search(query, filters, 5).hits
+            expected = [(h.doc_id, h.score) for h in hits]
             assert len(expected) == 5
             assert triples(retriever.retrieve(query)) == expected
             assert triples(asyncio.run(retriever.aretrieve(query))) == expected
 
 
-def test_nodes_carry_text_metadata_and_scores(scifact):
-    hit = scifact.search(QUERIES[0], k=1).hits[0]
-    node = LlamaIndexRetriever(scifact, k=1).retrieve(QUERIES[0])[0].node
+def test_nodes_carry_text_metadata_and_scores(uncached_scifact):
+    hit = uncached_scifact.search(QUERIES[0], k=1).hits[0]
+    node = LlamaIndexRetriever(uncached_scifact, k=1).retrieve(QUERIES[0])[0].node
     assert node.node_id == hit.doc_id and node.text == f"{hit.title}\n\n{hit.text}"
     assert node.metadata == {**hit.metadata, "doc_id": hit.doc_id, "score": hit.score,
                              "bm25_score": hit.bm25_score, "vector_score": hit.vector_score,
-                             "build_id": scifact.build_id}
+                             "build_id": uncached_scifact.build_id}
     prompt_metadata = node.get_metadata_str(MetadataMode.LLM)
     assert "department" in prompt_metadata
     assert "bm25_score" not in prompt_metadata and "doc_id" not in prompt_metadata
@@ -120,13 +114,13 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_metadata_filters_select_what_our_filters_select(scifact, name):
+def test_metadata_filters_select_what_our_filters_select(uncached_scifact, name):
     llama_filters, ours = CASES[name]
-    nodes = LlamaIndexRetriever(scifact, k=20, filters=llama_filters).retrieve(QUERIES[1])
-    expected = [(h.doc_id, h.score) for h in scifact.search(QUERIES[1], ours, 20).hits]
+    nodes = LlamaIndexRetriever(uncached_scifact, k=20, filters=llama_filters).retrieve(QUERIES[1])
+    expected = [(h.doc_id, h.score) for h in uncached_scifact.search(QUERIES[1], ours, 20).hits]
     assert triples(nodes) == expected and expected
     assert all(naive(llama_filters, n.node.metadata) for n in nodes)
-    unfiltered = {h.doc_id for h in scifact.search(QUERIES[1], k=20).hits}
+    unfiltered = {h.doc_id for h in uncached_scifact.search(QUERIES[1], k=20).hits}
     assert {n.node.node_id for n in nodes} != unfiltered
 
 
@@ -161,10 +155,11 @@ def test_not_condition_and_empty_nested_filters_are_refused(twins):
         LlamaIndexRetriever(twins, filters=empty_inside)
 
 
-def test_query_engine_answers_with_mock_llm(scifact):
-    engine = RetrieverQueryEngine.from_args(LlamaIndexRetriever(scifact, k=3), llm=MockLLM())
+def test_query_engine_answers_with_mock_llm(uncached_scifact):
+    engine = RetrieverQueryEngine.from_args(LlamaIndexRetriever(uncached_scifact, k=3),
+                                            llm=MockLLM())
     response = engine.query(QUERIES[0])
-    hits = scifact.search(QUERIES[0], k=3).hits
+    hits = uncached_scifact.search(QUERIES[0], k=3).hits
     assert [n.node.node_id for n in response.source_nodes] == [h.doc_id for h in hits]
     assert hits[0].text[:200] in str(response)  # MockLLM echoes the prompt: context went in
     assert "bm25_score" not in str(response)
