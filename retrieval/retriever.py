@@ -24,6 +24,7 @@ from indexes.encoders import (
 from indexes.errors import EncoderMismatchError, RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import resolve_build_dir
+from indexes.warmup import warm_bm25
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
@@ -140,8 +141,8 @@ class Retriever:
             self._features.check()
 
     def _warm_up(self) -> None:
-        """Compile the kernel and run the model once, so the first request is not cold."""
-        self.snapshot.bm25.top_candidates(["warmup"], 1)
+        """Load the kernels and run the model once, so the first request is not cold."""
+        warm_bm25(self.snapshot.bm25)
         if self._features is not None:
             self._features.doc_ids(self.snapshot)
         if self.encoder is not None:
@@ -165,7 +166,7 @@ class Retriever:
                                        mmap=self.config.mmap)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
-            fresh.bm25.top_candidates(["warmup"], 1)
+            warm_bm25(fresh.bm25)
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})

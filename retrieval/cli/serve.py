@@ -106,5 +106,5 @@ def run_serve(args: argparse.Namespace) -> int:
             from retrieval.service.workers import run_forked_workers
 
             run_forked_workers(uvicorn.Config(APP, factory=True, **options),
-                               config.server.workers)
+                               config.server.workers, index)
     return 0
