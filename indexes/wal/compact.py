@@ -10,9 +10,10 @@ the root has a log (``documents`` then replaces the live build's as the base).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -25,7 +26,18 @@ from indexes.storage import fsync_dir
 from indexes.vectors import VectorStore
 from indexes.wal.log import read_all, segments, wal_dir
 from indexes.wal.state import Changes
-from indexes.wal.writer import IndexWriter
+
+
+class Folder(Protocol):
+    """What compaction needs of the root's writer (``IndexWriter``), whose lock it holds."""
+
+    root: Path
+
+    def rotate(self) -> int: ...
+
+    def reopen(self) -> None: ...
+
+    def vectors_for_texts(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +50,7 @@ class CompactionReport:
     seconds: float
 
 
-def compact(writer: IndexWriter, documents: Iterable[Document] | None = None,
+def compact(writer: Folder, documents: Iterable[Document] | None = None,
             progress: bool = False) -> CompactionReport:
     """Fold every record acknowledged so far into a new published build.
 

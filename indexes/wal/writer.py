@@ -26,6 +26,7 @@ from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.storage import fsync_dir, load_array
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_documents, check_ids, merged_kinds
+from indexes.wal.compact import CompactionReport, compact
 from indexes.wal.log import (
     Record,
     encode_record,
@@ -177,10 +178,8 @@ class IndexWriter:
         return matrix
 
     def compact(self, documents: Iterable[Document] | None = None,
-                progress: bool = False) -> Any:
+                progress: bool = False) -> CompactionReport:
         """Fold the log into a new published build (``indexes.wal.compact``)."""
-        from indexes.wal.compact import compact
-
         return compact(self, documents, progress)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
