@@ -70,6 +70,10 @@ class IndexWriter:
 
     def reopen(self) -> None:
         """(Re)read the live build and the log tail; repairs a torn tail (under the lock)."""
+        with self._thread_lock:
+            self._reopen()
+
+    def _reopen(self) -> None:
         self.manifest: Manifest = read_manifest(resolve_build_dir(self.root))
         if self._fd >= 0:
             os.close(self._fd)
