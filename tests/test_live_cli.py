@@ -44,3 +44,21 @@ def test_bad_input_exits_2_and_writes_nothing(dataset, tmp_path, capsys):
     assert main(["delete", str(root), "--ids", str(tmp_path / "missing.txt")]) == 2
     assert "cannot read ids" in capsys.readouterr().err
     assert read_all(root) == []
+
+
+def test_a_nightly_build_carries_the_folded_position_forward(dataset, tmp_path):
+    """A build from an external corpus keeps the live ``log_seq``: serving processes go on
+    applying exactly the records after it."""
+    docs = scifact_docs(dataset("scifact"), 30)
+    root = tmp_path / "index"
+    build_small(root, docs[:20])
+    assert main(["delete", str(root), "--ids", str(_ids(tmp_path, [docs[0].id]))]) == 0
+    assert main(["compact", str(root)]) == 0
+    build_small(root, docs[10:30], seed=1)
+    assert read_manifest(resolve_build_dir(root)).log_seq == 1
+
+
+def _ids(folder, ids):
+    path = folder / "ids.txt"
+    path.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    return path
