@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,13 +34,14 @@ class LogFollower:
     def __init__(self, root: Path, base: LoadedBuild, serve: Callable[[LoadedBuild], None],
                  reload: Callable[[], bool], lag_seconds: float | None) -> None:
         self.root = root
-        self._serve = serve
-        self._reload = reload
+        # Weak: a Retriever dropped without close() is collected, and its thread then ends.
+        self._serve_ref = weakref.WeakMethod(serve)  # type: ignore[arg-type]
+        self._reload_ref = weakref.WeakMethod(reload)  # type: ignore[arg-type]
         self._lock = threading.RLock()
+        self._stop = threading.Event()
         self._memo = TokenMemo()
         self._set_base(base)
         self._position = (0, 0)  # (segment's first seq, byte offset) read so far
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.apply_now()
         if lag_seconds is not None:
@@ -47,6 +49,20 @@ class LogFollower:
             self._thread = threading.Thread(target=self._run, name="retrieval-log",
                                             daemon=True)
             self._thread.start()
+
+    def _serve(self, snapshot: LoadedBuild) -> None:
+        serve = self._serve_ref()
+        if serve is None:
+            self._stop.set()
+        else:
+            serve(snapshot)
+
+    def _reload(self) -> bool:
+        reload = self._reload_ref()
+        if reload is None:
+            self._stop.set()
+            return False
+        return bool(reload())
 
     def _set_base(self, base: LoadedBuild) -> None:
         self.base = base
@@ -115,7 +131,7 @@ class LogFollower:
     # -- the background thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop.wait(self._interval) and self._serve_ref() is not None:
             try:
                 self._prepare_terms()
                 self.apply_now()
