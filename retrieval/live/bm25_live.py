@@ -64,9 +64,11 @@ def count_terms(token_lists: Iterable[list[str]], vocab: dict[str, int],
 
 
 def live_bm25(base: BaseTerms, alive: np.ndarray, delta_tokens: Sequence[list[str]],
-              params: BM25Params) -> BM25Index:
+              params: BM25Params) -> tuple[BM25Index, BaseTerms]:
     """The BM25 index of base rows where ``alive`` (bool (n_base,)) plus delta rows numbered
-    after the base, with the statistics of exactly those documents."""
+    after the base, with the statistics of exactly those documents; and the term frequencies
+    of those documents numbered densely (the ``BaseTerms`` of their compaction, which keeps
+    this order), so the build compaction publishes need not be analyzed again."""
     n_base = alive.shape[0]
     vocab = dict(base.vocab)
     d_terms, d_rows, d_tfs, d_lengths = count_terms(delta_tokens, vocab, n_base)
@@ -92,5 +94,9 @@ def live_bm25(base: BaseTerms, alive: np.ndarray, delta_tokens: Sequence[list[st
     indptr = np.zeros(doc_freq.size + 1, dtype=np.int64)
     np.cumsum(df[present], out=indptr[1:])
     terms = np.array(sorted(vocab, key=vocab.__getitem__), dtype=object)[present].tolist()
-    return BM25Index(terms, indptr, rows, impacts.astype(np.float32), n_base + len(delta_tokens),
-                     params)
+    index = BM25Index(terms, indptr, rows, impacts.astype(np.float32),
+                      n_base + len(delta_tokens), params)
+    rank = (np.cumsum(live) - 1).astype(np.int32)
+    folded = BaseTerms({t: i for i, t in enumerate(terms)}, term_ids, rank[rows], tfs,
+                       lengths[live])
+    return index, folded

@@ -18,11 +18,13 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from indexes.errors import RetrievalError
 from indexes.wal import Changes, Record
 from indexes.wal.log import read_from, segments
 from retrieval.live.bm25_live import BaseTerms
-from retrieval.live.view import TokenMemo, compose
+from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
 from retrieval.loaded_build import LoadedBuild
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class LogFollower:
 
     def _set_base(self, base: LoadedBuild) -> None:
         self.base = base
+        self._folded: Folded | None = None
         self._terms: BaseTerms | None = None
         self.records: list[Record] = []
         self.applied_seq = base.manifest.log_seq
@@ -77,9 +80,23 @@ class LogFollower:
         with self._lock:
             kept = [r for r in self.records if r.seq > base.manifest.log_seq]
             applied = max(self.applied_seq, base.manifest.log_seq)
+            carried = self._carried_terms(base)
             self._set_base(base)
+            self._terms = carried
             self.records, self.applied_seq = kept, applied
             self._publish()
+
+    def _carried_terms(self, base: LoadedBuild) -> BaseTerms | None:
+        """The new base's term frequencies from the snapshot served now, when the new base
+        is its compaction (same texts, same order): nothing is analyzed again."""
+        folded = self._folded
+        if folded is None or len(folded.hashes) != base.manifest.n_docs:
+            return None
+        try:
+            same = bool(np.array_equal(content_hashes_of(base), folded.hashes))
+        except RetrievalError:
+            return None
+        return folded.terms if same else None
 
     def apply_now(self) -> bool:
         """Read and apply every new whole record; True when something was applied."""
@@ -102,8 +119,8 @@ class LogFollower:
         if self.records and self._terms is None:
             self._terms = BaseTerms.of(self.base.docs, self.base.analyzer,
                                        self.base.bm25.vocab_list)
-        snapshot = (compose(self.base, self._terms, changes, self._memo)
-                    if self._terms is not None else self.base)
+        snapshot, self._folded = (compose(self.base, self._terms, changes, self._memo)
+                                  if self._terms is not None else (self.base, None))
         self._serve(snapshot)
 
     def _read_new(self) -> list[Record] | None:

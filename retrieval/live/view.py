@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexes.bm25 import BM25Params
+from indexes.build import content_hashes
 from indexes.docstore import Document
 from indexes.metadata import value_kind
+from indexes.storage import load_array
 from indexes.wal import Changes
 from retrieval.live.bm25_live import BaseTerms, live_bm25
 from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
@@ -46,14 +48,23 @@ def alive_rows(base: LoadedBuild, changes: Changes) -> np.ndarray:
     return alive
 
 
+@dataclass(frozen=True)
+class Folded:
+    """The live documents' term frequencies, with their content hashes: if the next base
+    build holds exactly these texts in this order (compaction's output), its ``BaseTerms``."""
+
+    terms: BaseTerms
+    hashes: np.ndarray  # S16 (n_live,)
+
+
 def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMemo
-            ) -> LoadedBuild:
+            ) -> tuple[LoadedBuild, Folded | None]:
     """The snapshot serving ``base`` with ``changes`` applied (``base`` itself when the
-    changes touch nothing)."""
+    changes touch nothing), and what a compaction of it would need to re-analyze nothing."""
     alive = alive_rows(base, changes)
     upserted = list(changes.upserts.values())
     if not upserted and alive.all():
-        return base
+        return base, None
     docs = [doc for doc, _ in upserted]
     dim = base.vectors.dim
     delta = (np.stack([v for _, v in upserted]).astype(np.float32) if upserted
@@ -69,10 +80,18 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
     n_live = int(alive.sum()) + len(docs)
     manifest = base.manifest.model_copy(update={
         "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live})
-    return LoadedBuild(
-        path=base.path, manifest=manifest, analyzer=base.analyzer,
-        bm25=live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25)),
+    bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
+    hashes = np.concatenate([content_hashes_of(base)[alive],
+                             content_hashes([d.content for d in docs])])
+    snapshot = LoadedBuild(
+        path=base.path, manifest=manifest, analyzer=base.analyzer, bm25=bm25,
         metadata=live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds),
         vectors=vectors, docs=LiveDocs(base.docs, docs),
         dense=LiveDense(base.dense, vectors, None if alive.all() else alive),
     )
+    return snapshot, Folded(folded, hashes)
+
+
+def content_hashes_of(build: LoadedBuild) -> np.ndarray:
+    """S16 (n_docs,): the build's content hashes (written by every build)."""
+    return load_array(build.path / "vectors" / "content_hashes.npy")
