@@ -86,6 +86,10 @@ def test_writes_after_a_compaction_started_are_kept_and_none_counted_twice(root,
         with load(root) as fresh:  # a process starting now sees the same collection
             again = fresh.search(NEEDLE, query_vector=query_vector, k=5)
             assert ids(again) == ids(result) and again.allowed == 152
+            # The first process reused its analyzed texts for the compacted build; this one
+            # analyzed that build: the same BM25 scores.
+            assert [h.bm25_score for h in again.hits] == pytest.approx(
+                [h.bm25_score for h in result.hits], abs=1e-9)
 
 
 def _write_in_child(root: Path, n: int, ready_fd: int) -> None:
