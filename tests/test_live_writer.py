@@ -108,7 +108,7 @@ def _write_until_killed(root: Path, ack_fd: int) -> None:
         n = 0
         while True:
             n += 1
-            batch = [Document(f"k{n}-{i}", f"text {n} {i} " * 40, metadata={"year": n})
+            batch = [Document(f"k{n}-{i}", f"text {n} {i} " * 2000, metadata={"year": n})
                      for i in range(20)]
             seq = writer.upsert(batch, vectors=unit_vectors(20, n))
             os.write(ack_fd, f"{seq}\n".encode())
