@@ -62,3 +62,12 @@ def _ids(folder, ids):
     path = folder / "ids.txt"
     path.write_text("\n".join(ids) + "\n", encoding="utf-8")
     return path
+
+
+def test_compacting_an_empty_log_keeps_the_live_build(dataset, tmp_path, capsys):
+    docs = scifact_docs(dataset("scifact"), 10)
+    root = tmp_path / "index"
+    build_small(root, docs)
+    live = resolve_build_dir(root)
+    assert main(["compact", str(root)]) == 0
+    assert "0 log records" in capsys.readouterr().out and resolve_build_dir(root) == live

@@ -3,14 +3,13 @@ segments.
 
 The new build's manifest records the last folded sequence number (``log_seq``); a serving
 process that switches to it drops exactly the delta records up to that number in the same
-swap, so no write is invisible or counted twice. The nightly build goes through here too when
-the root has a log (``documents`` then replaces the live build's as the base).
+swap, so no write is invisible or counted twice. After a nightly build of a root with a log,
+``retrieval build`` compacts at once.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -32,12 +31,11 @@ class Folder(Protocol):
     """What compaction needs of the root's writer (``IndexWriter``), whose lock it holds."""
 
     root: Path
+    last_seq: int
 
     def rotate(self) -> int: ...
 
     def reopen(self) -> None: ...
-
-    def vectors_for_texts(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -50,26 +48,22 @@ class CompactionReport:
     seconds: float
 
 
-def compact(writer: Folder, documents: Iterable[Document] | None = None,
-            progress: bool = False) -> CompactionReport:
-    """Fold every record acknowledged so far into a new published build.
+def compact(writer: Folder, progress: bool = False) -> CompactionReport:
+    """Fold every record acknowledged so far into a new published build (vectors reused).
 
     Writes made while it runs go to a new segment and stay in the log for the next one.
-    ``documents`` (the nightly corpus) replaces the live build's documents as the base; their
-    vectors are reused by content hash where known, else encoded by the writer's encoder.
     """
     started = time.perf_counter()
     root = writer.root
-    folded = writer.rotate()
     build = resolve_build_dir(root)
     manifest = read_manifest(build)
+    if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build
+        return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs, 0,
+                                round(time.perf_counter() - started, 3))
+    folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
     changes = Changes.of(records, after=manifest.log_seq)
-    if documents is None:
-        base_docs, base_vectors = _build_documents(build, changes.replaced())
-    else:
-        base_docs = [d for d in documents if d.id not in changes.replaced()]
-        base_vectors = writer.vectors_for_texts([d.content for d in base_docs])
+    base_docs, base_vectors = _build_documents(build, changes.replaced())
     upserted = list(changes.upserts.values())
     docs = base_docs + [doc for doc, _ in upserted]
     vectors = np.concatenate([base_vectors, np.stack([v for _, v in upserted])]) \

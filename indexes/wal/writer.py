@@ -181,10 +181,9 @@ class IndexWriter:
             matrix[todo] = self._encode([texts[i] for i in todo])
         return matrix
 
-    def compact(self, documents: Iterable[Document] | None = None,
-                progress: bool = False) -> CompactionReport:
+    def compact(self, progress: bool = False) -> CompactionReport:
         """Fold the log into a new published build (``indexes.wal.compact``)."""
-        return compact(self, documents, progress)
+        return compact(self, progress)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         info = self.manifest.encoder
