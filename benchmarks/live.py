@@ -155,7 +155,7 @@ def visibility_lag(root: Path, writes: int) -> dict[str, float]:
 
     def watch() -> None:
         while not stop.is_set():
-            build_id = retriever.build_id
+            build_id = retriever.snapshot.build_id
             seq = int(build_id.rsplit("+", 1)[1]) if "+" in build_id else 0
             seen.setdefault(seq, time.monotonic())
             time.sleep(0.001)

@@ -129,7 +129,9 @@ class Retriever:
 
     @property
     def build_id(self) -> str:
-        return self._live.snapshot.build_id
+        """The live build (a result's ``build_id`` adds the applied log position: ``+seq``)."""
+        log = self._log
+        return log.base.build_id if log is not None else self._live.snapshot.build_id
 
     @property
     def snapshot(self) -> LoadedBuild:
@@ -225,7 +227,8 @@ class Retriever:
         """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, whether
         stages run in parallel, reloads."""
         return {"build_id": self.build_id, **self._path.stats(),
-                "reloads": list(self.reload_events[-20:])}
+                "reloads": list(self.reload_events[-20:]),
+                "log": self._log.describe() if self._log is not None else None}
 
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued cache writes are done (tests and orderly shutdown)."""

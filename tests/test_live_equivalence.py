@@ -86,7 +86,7 @@ def test_before_and_after_compaction_equal_a_fresh_build(live_corpus, encoder):
                "candidate_policy": "keyword"}
     with Retriever.load(root, keyword, encoder=encoder) as live, \
             Retriever.load(fresh_root, keyword, encoder=encoder) as fresh:
-        assert live.build_id.endswith("+5") and live.snapshot.manifest.n_docs == 4683
+        assert live.snapshot.build_id.endswith("+5") and live.snapshot.manifest.n_docs == 4683
         for filters in FILTERS:
             assert_same(top10(live, texts, query_vectors, filters),
                         top10(fresh, texts, query_vectors, filters))

@@ -52,6 +52,8 @@ def test_upserts_and_deletes_after_refresh_with_exact_filters(root, docs):
         assert set(ids(result)[:2]) == {"new-1", docs[5].id}
         assert len(ids(result)) == len(set(ids(result)))  # the old version is gone
         assert result.allowed == 151 and result.build_id.endswith("+1")
+        assert retriever.stats()["log"] == {"applied_seq": 1, "base_log_seq": 0, "records": 1}
+        assert retriever.build_id == result.build_id.split("+")[0]  # metrics label the build
         only = retriever.search(NEEDLE, filters={"year": {"gte": 2030}}, query_vector=query_vector)
         assert ids(only) == ["new-1"] and only.allowed == 1
         old_text = retriever.search(docs[5].text[:200], query_vector=query_vector, k=200)

@@ -145,6 +145,11 @@ class LogFollower:
             self._position = (start, end)
         return found
 
+    def describe(self) -> dict[str, int]:
+        """For ``Retriever.stats``: the log position served and the records above the base."""
+        return {"applied_seq": self.applied_seq, "base_log_seq": self.base.manifest.log_seq,
+                "records": len(self.records)}
+
     # -- the background thread ---------------------------------------------------------------
 
     def _run(self) -> None:
