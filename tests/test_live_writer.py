@@ -44,6 +44,7 @@ BAD_UPSERTS = [
     ("vector count", [{"id": "x1", "text": "a"}], np.zeros((2, DIM)), "one 8-dimensional row"),
     ("kind", [{"id": "x1", "text": "a", "metadata": {"year": "recent"}}], None, "number"),
     ("not json", [{"id": "x1", "text": "a", "metadata": {"when": object()}}], None, "not JSON"),
+    ("metadata list", [{"id": "x1", "text": "a", "metadata": ["x"]}], None, "an object"),
     ("empty", [], None, "at least one"),
 ]
 

@@ -33,6 +33,9 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
     elif isinstance(item, Mapping):
         extra = set(item) - {"_id", "id", "text", "title", "metadata"}
         raw_id = item.get("_id", item.get("id"))
+        if not isinstance(item.get("metadata") or {}, Mapping):
+            raise InvalidWriteError(f"document {position} ({raw_id!r}): metadata must be an "
+                                    "object of field -> value")
         doc = Document(id=str(raw_id) if isinstance(raw_id, int | str) else raw_id,  # type: ignore[arg-type]
                        text=item.get("text"), title=item.get("title") or "",  # type: ignore[arg-type]
                        metadata={**(item.get("metadata") or {}), **{k: item[k] for k in extra}})
