@@ -143,12 +143,17 @@ def build_index(
     config: BuildConfig | None = None,
     progress: bool = True,
     publish: bool = True,
+    log_seq: int | None = None,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
 
     With ``publish=False`` the verified build is staged in ``builds/`` without flipping
     ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
     gated ``retrieval.publishing.publish``) makes the staged one live.
+
+    ``log_seq``: the write-ahead log position folded into these documents (compaction sets
+    it); by default the live build's is carried forward, so serving processes keep applying
+    exactly the log records after it (``indexes.wal``).
 
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
@@ -171,6 +176,8 @@ def build_index(
                                         config, progress)
     timer.lap("vectors")
     build_id = new_build_id()
+    if log_seq is None:
+        log_seq = _live_log_seq(root)
     root.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(root, build_id)
     try:
@@ -187,6 +194,7 @@ def build_index(
             analyzer_fingerprint=analyzer.fingerprint, encoder=info,
             bm25=config.bm25.model_dump(mode="json"),
             metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
+            log_seq=log_seq,
         ))
         final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
@@ -197,6 +205,11 @@ def build_index(
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
                        vectors_given=given, published=publish)
+
+
+def _live_log_seq(root: Path) -> int:
+    previous = current_build_dir(root)
+    return read_manifest(previous).log_seq if previous is not None else 0
 
 
 def _vectors_for(

@@ -10,6 +10,9 @@ it); ``from retrieval import ...`` gives every one of them::
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
+    │   └── InvalidWriteError         (also ValueError) an upsert or delete refused before
+    │                                 anything was written (ids, text, vectors, metadata)
+    ├── WriterLockedError             another writer holds the root's write-ahead log
     ├── InvalidQueryError             (also ValueError) bad search input
     │   ├── UnknownFieldError         filter names a field the index does not have
     │   ├── FilterTypeError           filter value has the wrong type for its field
@@ -92,6 +95,14 @@ class EncoderMismatchError(RetrievalError):
 
 class CorpusError(RetrievalError):
     """A document source is unreadable or a document is malformed."""
+
+
+class InvalidWriteError(CorpusError, ValueError):
+    """An upsert or delete is malformed; nothing of it was written."""
+
+
+class WriterLockedError(RetrievalError):
+    """Another writer (this or another process) holds the index root's write-ahead log."""
 
 
 class InvalidQueryError(RetrievalError, ValueError):

@@ -58,6 +58,9 @@ class Manifest(BaseModel):
     bm25: dict[str, Any]
     metadata_fields: dict[str, str]
     files: dict[str, str]  # relative path -> sha256
+    # The write-ahead log's records up to this sequence number are folded into this build
+    # (indexes.wal): readers apply only later ones on top of it.
+    log_seq: int = 0
 
 
 def new_build_id() -> str:

@@ -158,6 +158,10 @@ class MetadataIndex:
         scatter_postings(mask, rows, offsets, self.keyword_ids(field, values))
         return mask
 
+    def keyword_postings(self, field: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(sorted values, int64 offsets (n_values + 1,), int32 rows): a field's postings."""
+        return self._keywords[field]
+
     def keyword_values(self, field: str) -> list[str]:
         return self._keywords[field][0]
 

@@ -5,6 +5,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 """
 
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
+from indexes.wal import IndexWriter
 from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
 from retrieval.cache.codec import CacheValueError
@@ -19,12 +20,14 @@ from retrieval.errors import (
     FilterTypeError,
     FormatVersionError,
     InvalidQueryError,
+    InvalidWriteError,
     LimitExceededError,
     MalformedFilterError,
     MissingArtifactError,
     OverloadedError,
     RetrievalError,
     UnknownFieldError,
+    WriterLockedError,
 )
 from retrieval.feature_stage import RecencyWeight
 from retrieval.features.config import FeatureStoreConfig
@@ -84,8 +87,10 @@ __all__ = [
     "FormatVersionError",
     "GateConfigError",
     "Hit",
+    "IndexWriter",
     "IntegrationError",
     "InvalidQueryError",
+    "InvalidWriteError",
     "LimitExceededError",
     "Limits",
     "MalformedFilterError",
@@ -112,4 +117,5 @@ __all__ = [
     "UnknownFieldError",
     "UnknownNamedFilterError",
     "UnsupportedFilterError",
+    "WriterLockedError",
 ]

@@ -91,6 +91,10 @@ class RetrieverConfig(StrictConfig):
     reload_interval_seconds: float | None = Field(
         None, gt=0, description="poll CURRENT and hot-swap new builds; None = only reload()"
     )
+    live_lag_seconds: float | None = Field(
+        1.0, gt=0, le=60, description="writes to the index root's write-ahead log are "
+        "searchable within this lag (a background thread also hot-swaps builds compaction "
+        "publishes); None = only at load and refresh()")
     deadline_ms: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="default per-search budget; past it a "
         "search degrades (BM25-only ranking, cache/feature reads skipped) instead of waiting. "

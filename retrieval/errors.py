@@ -13,11 +13,13 @@ from indexes.errors import (
     FilterTypeError,
     FormatVersionError,
     InvalidQueryError,
+    InvalidWriteError,
     LimitExceededError,
     MalformedFilterError,
     MissingArtifactError,
     RetrievalError,
     UnknownFieldError,
+    WriterLockedError,
 )
 
 
@@ -55,11 +57,13 @@ __all__ = [
     "FilterTypeError",
     "FormatVersionError",
     "InvalidQueryError",
+    "InvalidWriteError",
     "LimitExceededError",
     "MalformedFilterError",
     "MissingArtifactError",
     "OverloadedError",
     "RetrievalError",
     "UnknownFieldError",
+    "WriterLockedError",
     "closest",
 ]

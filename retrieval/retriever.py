@@ -23,12 +23,13 @@ from indexes.encoders import (
 )
 from indexes.errors import EncoderMismatchError, RetrievalError
 from indexes.history import publication_of
-from indexes.manifest import resolve_build_dir
+from indexes.manifest import CURRENT, resolve_build_dir
 from indexes.warmup import warm_bm25
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
+from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.request import FilterMemo
@@ -84,6 +85,7 @@ class Retriever:
         if self._features is not None:  # snapshot ids for cache keys, off the request path
             self._features.start()
         self._reloader: Any = None
+        self._log: LogFollower | None = None
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
             {"event": "loaded", "build_id": snapshot.build_id, "swapped_at": (now, now)}]
@@ -117,6 +119,9 @@ class Retriever:
             retriever.close()
             raise
         retriever._warm_up()
+        if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
+            retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
+                                         retriever.reload, config.live_lag_seconds)
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
 
@@ -125,7 +130,9 @@ class Retriever:
 
     @property
     def build_id(self) -> str:
-        return self._live.snapshot.build_id
+        """The live build (a result's ``build_id`` adds the applied log position: ``+seq``)."""
+        log = self._log
+        return log.base.build_id if log is not None else self._live.snapshot.build_id
 
     @property
     def snapshot(self) -> LoadedBuild:
@@ -172,12 +179,24 @@ class Retriever:
             self.reload_events.append({"event": "refused", "error": str(exc)})
             return False
         swap_started = time.monotonic()
-        self._live = Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
+        if self._log is not None:  # the new build plus the log records it did not fold
+            self._log.rebase(fresh)
+        else:
+            self._serve(fresh)
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
                                    "swapped_at": (swap_started, time.monotonic()),
                                    **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
+
+    def _serve(self, snapshot: LoadedBuild) -> None:
+        self._live = Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits))
+
+    def refresh(self) -> bool:
+        """Serve a newly published build and every acknowledged write now, without waiting
+        for ``live_lag_seconds``; True when anything changed."""
+        swapped = self.reload()
+        return (self._log.apply_now() if self._log is not None else False) or swapped
 
     def live_windows(self) -> dict[str, tuple[float, float]]:
         """Monotonic-clock window in which each build served: from just before its swap to
@@ -191,6 +210,8 @@ class Retriever:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""
         if self._reloader is not None:
             self._reloader.stop()
+        if self._log is not None:
+            self._log.stop()
         if self._features is not None:
             self._features.stop()
         self._path.close()
@@ -207,7 +228,8 @@ class Retriever:
         """Rolling p50/p95/p99 per stage, cache counters and breaker state, batching, whether
         stages run in parallel, reloads."""
         return {"build_id": self.build_id, **self._path.stats(),
-                "reloads": list(self.reload_events[-20:])}
+                "reloads": list(self.reload_events[-20:]),
+                "log": self._log.describe() if self._log is not None else None}
 
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued cache writes are done (tests and orderly shutdown)."""

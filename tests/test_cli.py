@@ -165,4 +165,5 @@ def test_every_registered_module_adds_its_subcommand():
         assert not added & names, f"{register} re-adds {added & names}"
         names |= added
     assert names == {"build", "verify", "gc", "describe", "search", "features", "demo",
-                     "publish", "rollback", "builds", "diff", "serve"}
+                     "publish", "rollback", "builds", "diff", "serve", "upsert", "delete",
+                     "compact"}

@@ -8,7 +8,19 @@ import sys
 from collections.abc import Callable
 
 from indexes.errors import RetrievalError
-from retrieval.cli import admin, build, demo, describe, features, publish, search, serve
+from retrieval.cli import (
+    admin,
+    build,
+    compact,
+    delete,
+    demo,
+    describe,
+    features,
+    publish,
+    search,
+    serve,
+    upsert,
+)
 from retrieval.cli.common import Subparsers
 
 # Each entry adds one subcommand (or a small group) to the root parser, in --help order.
@@ -18,6 +30,9 @@ COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
     admin.register_gc,
     describe.register,
     search.register,
+    upsert.register,
+    delete.register,
+    compact.register,
     features.register,
     publish.register,
     serve.register,

@@ -13,6 +13,7 @@ from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import read_manifest
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.compact import fold_after_build
 from retrieval.cli.formats import CORPUS_FORMAT
 from retrieval.cli.publish import add_gate_flags, after_build
 
@@ -54,6 +55,7 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))
+    fold_after_build(Path(args.out), encoder)
     return 0
 
 

@@ -1,0 +1,104 @@
+"""Validation of a write before anything reaches the log: every problem is an
+``InvalidWriteError`` naming the document and what to change."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from indexes.docstore import Document
+from indexes.errors import InvalidWriteError
+from indexes.metadata import FieldKind, merge_kinds, value_kind
+from indexes.wal.log import Record
+
+
+def check_documents(documents: Iterable[Document | dict[str, Any]],
+                    kinds: Mapping[str, str]) -> tuple[list[Document], dict[str, str]]:
+    """The documents as ``Document``s and the field kinds including theirs."""
+    docs = [as_document(item, i) for i, item in enumerate(documents)]
+    if not docs:
+        raise InvalidWriteError("no documents to upsert: give at least one")
+    check_unique([d.id for d in docs])
+    merged: dict[str, str | None] = dict(kinds)
+    for doc in docs:
+        for name, value in doc.metadata.items():
+            merged[name] = field_kind(doc.id, name, value, merged.get(name))
+    return docs, {name: kind for name, kind in merged.items() if kind is not None}
+
+
+def as_document(item: Document | dict[str, Any], position: int) -> Document:
+    if isinstance(item, Document):
+        doc = item
+    elif isinstance(item, Mapping):
+        extra = set(item) - {"_id", "id", "text", "title", "metadata"}
+        raw_id = item.get("_id", item.get("id"))
+        if not isinstance(item.get("metadata") or {}, Mapping):
+            raise InvalidWriteError(f"document {position} ({raw_id!r}): metadata must be an "
+                                    "object of field -> value")
+        doc = Document(id=str(raw_id) if isinstance(raw_id, int | str) else raw_id,  # type: ignore[arg-type]
+                       text=item.get("text"), title=item.get("title") or "",  # type: ignore[arg-type]
+                       metadata={**(item.get("metadata") or {}), **{k: item[k] for k in extra}})
+    else:
+        raise InvalidWriteError(f"document {position} is a {type(item).__name__}; give "
+                                "indexes.Document objects or dicts with id and text")
+    if not isinstance(doc.id, str) or not doc.id.strip():
+        raise InvalidWriteError(f"document {position} has no id: every document needs a "
+                                "non-empty string id")
+    if not isinstance(doc.text, str) or not doc.text.strip():
+        raise InvalidWriteError(f"document {doc.id!r} has no text: give it a non-empty text")
+    if not isinstance(doc.title, str) or not isinstance(doc.metadata, dict):
+        raise InvalidWriteError(f"document {doc.id!r}: title must be a string and metadata "
+                                "an object")
+    try:
+        json.dumps(doc.metadata)
+    except (TypeError, ValueError) as exc:
+        raise InvalidWriteError(f"document {doc.id!r}: metadata is not JSON ({exc}); use "
+                                "strings, numbers, booleans, lists and objects") from exc
+    return doc
+
+
+def field_kind(doc_id: str, name: str, value: Any, known: str | None) -> str | None:
+    """The field's kind after this value; refuses a value of another kind than the index's.
+    None: only nested objects so far (stored with the document, not filterable)."""
+    kind = value_kind(value)
+    if kind is None or known is None:
+        return kind or known
+    if merge_kinds({kind, known}) != known:  # type: ignore[arg-type]
+        raise InvalidWriteError(
+            f"document {doc_id!r}: metadata field {name!r} holds a {kind} value "
+            f"({value!r}) but the index's field is {known}; give a {known} value (or rebuild "
+            "the index to change the field's type)")
+    return known
+
+
+def check_ids(ids: Iterable[str]) -> list[str]:
+    checked = list(ids)
+    if not checked:
+        raise InvalidWriteError("no ids to delete: give at least one")
+    for position, doc_id in enumerate(checked):
+        if not isinstance(doc_id, str) or not doc_id.strip():
+            raise InvalidWriteError(f"id {position} ({doc_id!r}) is not a non-empty string")
+    check_unique(checked)
+    return checked
+
+
+def check_unique(ids: list[str]) -> None:
+    seen: set[str] = set()
+    for doc_id in ids:
+        if doc_id in seen:
+            raise InvalidWriteError(f"duplicate id {doc_id!r} in one call: give each document "
+                                    "once per call")
+        seen.add(doc_id)
+
+
+def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str, str]:
+    """Field kinds of the base build plus the fields the log's upserts added."""
+    kinds = dict(base)
+    for record in records:
+        for doc in record.documents:
+            for name, value in doc.metadata.items():
+                kind: FieldKind | None = value_kind(value)
+                if kind is not None and name not in kinds:
+                    kinds[name] = kind
+    return kinds

@@ -1,0 +1,100 @@
+"""Compaction: fold the write-ahead log into a new full build, publish it, retire the folded
+segments.
+
+The new build's manifest records the last folded sequence number (``log_seq``); a serving
+process that switches to it drops exactly the delta records up to that number in the same
+swap, so no write is invisible or counted twice. After a nightly build of a root with a log,
+``retrieval build`` compacts at once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from indexes.analyzer import AnalyzerConfig
+from indexes.bm25 import BM25Params
+from indexes.build import BuildConfig, build_index
+from indexes.docstore import DocStore, Document
+from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.storage import fsync_dir
+from indexes.vectors import VectorStore
+from indexes.wal.log import read_all, segments, wal_dir
+from indexes.wal.state import Changes
+
+
+class Folder(Protocol):
+    """What compaction needs of the root's writer (``IndexWriter``), whose lock it holds."""
+
+    root: Path
+    last_seq: int
+
+    def rotate(self) -> int: ...
+
+    def reopen(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    build_id: str
+    log_seq: int  # records up to here are in the new build
+    records_folded: int
+    n_docs: int
+    segments_retired: int
+    seconds: float
+
+
+def compact(writer: Folder, progress: bool = False) -> CompactionReport:
+    """Fold every record acknowledged so far into a new published build (vectors reused).
+
+    Writes made while it runs go to a new segment and stay in the log for the next one.
+    """
+    started = time.perf_counter()
+    root = writer.root
+    build = resolve_build_dir(root)
+    manifest = read_manifest(build)
+    if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build
+        return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs, 0,
+                                round(time.perf_counter() - started, 3))
+    folded = writer.rotate()
+    records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
+    changes = Changes.of(records, after=manifest.log_seq)
+    base_docs, base_vectors = _build_documents(build, changes.replaced())
+    upserted = list(changes.upserts.values())
+    docs = base_docs + [doc for doc, _ in upserted]
+    vectors = np.concatenate([base_vectors, np.stack([v for _, v in upserted])]) \
+        if upserted else base_vectors
+    config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
+                         bm25=BM25Params(**manifest.bm25),
+                         vector_dtype=manifest.encoder.vector_dtype)  # type: ignore[arg-type]
+    report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
+                         config=config, progress=progress, log_seq=folded)
+    retired = retire(root, folded)
+    writer.reopen()
+    return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
+                            round(time.perf_counter() - started, 3))
+
+
+def _build_documents(build: Path, replaced: set[str]) -> tuple[list[Document], np.ndarray]:
+    """The surviving documents of a build, in row order, and their stored vectors."""
+    store = DocStore.load(build / "docstore")
+    rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
+    vectors = VectorStore.load(build / "vectors").reconstruct_rows(np.asarray(rows, np.int64))
+    return [store.get(r) for r in rows], vectors
+
+
+def retire(root: Path, folded: int) -> int:
+    """Delete the segments whose records are all <= ``folded`` (the newest one is kept)."""
+    existing = segments(root)
+    gone = 0
+    for (_, path), (next_first, _) in zip(existing, existing[1:], strict=False):
+        if next_first - 1 <= folded:
+            path.unlink()
+            gone += 1
+    if gone:
+        fsync_dir(wal_dir(root))
+    return gone

@@ -1,0 +1,164 @@
+"""The write-ahead log's on-disk format: segments of checksummed, sequence-numbered records.
+
+``<root>/wal/<first seq, 20 digits>.wal`` are the segments, oldest first; the writer appends to
+the newest one and compaction starts a new one, so retiring folded records is deleting whole
+files (never rewriting a file a reader may be tailing).
+
+One record, little-endian::
+
+    u32 payload length | u64 sequence number | u32 crc32(seq bytes + payload) | payload
+
+and the payload is ``u32 JSON length | JSON | float32 vector bytes``: the JSON names the
+operation (``upsert`` with its documents and vector shape, or ``delete`` with ids); vectors are
+raw float32 rows, one per upserted document. Nothing is pickled.
+
+A record is whole or absent: a crash mid-append leaves a short or mis-checksummed tail, which
+the writer finds at open and truncates (with a warning). The writer fsyncs before it
+acknowledges, so an acknowledged record is never part of a torn tail.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexes.docstore import Document
+from indexes.errors import CorruptArtifactError
+
+log = logging.getLogger(__name__)
+
+WAL_DIR = "wal"
+SUFFIX = ".wal"
+HEADER = struct.Struct("<IQI")  # payload length, seq, crc32
+JSON_LEN = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One acknowledged write: an upsert of documents (with their vectors) or a delete."""
+
+    seq: int
+    op: str  # "upsert" | "delete"
+    documents: tuple[Document, ...] = ()
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    ids: tuple[str, ...] = ()
+
+
+def wal_dir(root: Path) -> Path:
+    return Path(root) / WAL_DIR
+
+
+def segment_name(first_seq: int) -> str:
+    return f"{first_seq:020d}{SUFFIX}"
+
+
+def segments(root: Path) -> list[tuple[int, Path]]:
+    """(first seq, path) of every segment, oldest first (empty when there is no log)."""
+    directory = wal_dir(root)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.glob(f"*{SUFFIX}"):
+        if path.stem.isdigit():
+            found.append((int(path.stem), path))
+    return sorted(found)
+
+
+def encode_record(record: Record) -> bytes:
+    if record.op == "upsert":
+        vectors = np.ascontiguousarray(record.vectors, dtype="<f4")
+        body: dict[str, Any] = {
+            "op": "upsert", "shape": list(vectors.shape),
+            "docs": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata}
+                     for d in record.documents]}
+        blob = vectors.tobytes()
+    else:
+        body, blob = {"op": "delete", "ids": list(record.ids)}, b""
+    text = json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8")
+    payload = JSON_LEN.pack(len(text)) + text + blob
+    seq_bytes = struct.pack("<Q", record.seq)
+    return HEADER.pack(len(payload), record.seq, zlib.crc32(seq_bytes + payload)) + payload
+
+
+def decode_payload(seq: int, payload: bytes) -> Record:
+    (size,) = JSON_LEN.unpack_from(payload)
+    body = json.loads(payload[JSON_LEN.size:JSON_LEN.size + size].decode("utf-8"))
+    if body["op"] == "delete":
+        return Record(seq, "delete", ids=tuple(body["ids"]))
+    docs = tuple(Document(id=d["id"], text=d["text"], title=d["title"], metadata=d["metadata"])
+                 for d in body["docs"])
+    vectors = np.frombuffer(payload[JSON_LEN.size + size:], dtype="<f4").astype(np.float32)
+    return Record(seq, "upsert", documents=docs, vectors=vectors.reshape(body["shape"]))
+
+
+def scan(data: bytes, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
+    """(seq, end offset, payload) of each whole, checksum-valid record from ``start``; stops
+    at the first short or corrupt one (a torn tail, or bytes still being written)."""
+    at = start
+    while at + HEADER.size <= len(data):
+        length, seq, crc = HEADER.unpack_from(data, at)
+        end = at + HEADER.size + length
+        if end > len(data):
+            return
+        payload = data[at + HEADER.size:end]
+        if zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+            return
+        yield seq, end, payload
+        at = end
+
+
+def read_from(path: Path, offset: int) -> tuple[list[Record], int]:
+    """Whole records of one segment from ``offset``; returns them and the offset after the
+    last whole one. Raises FileNotFoundError when the segment was retired."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    records, consumed = [], 0
+    for seq, end, payload in scan(data):
+        records.append(decode_payload(seq, payload))
+        consumed = end
+    return records, offset + consumed
+
+
+def read_all(root: Path, after: int = 0) -> list[Record]:
+    """Every whole record with seq > ``after``, oldest first."""
+    out: list[Record] = []
+    for _, path in segments(root):
+        try:
+            records, _ = read_from(path, 0)
+        except FileNotFoundError:  # retired meanwhile: folded into the live build
+            continue
+        out.extend(r for r in records if r.seq > after)
+    return out
+
+
+def repair_tail(path: Path) -> tuple[int, int]:
+    """Truncate a torn or corrupt tail of ``path``; returns (last seq or 0, bytes dropped).
+
+    Called by the writer at open, under its lock, before any append.
+    """
+    data = path.read_bytes()
+    last, whole = 0, 0
+    for seq, end, _ in scan(data):
+        if seq <= last:
+            raise CorruptArtifactError(f"{path}: sequence number {seq} after {last}; the log "
+                                       "is damaged, restore it from a backup", path)
+        last, whole = seq, end
+    dropped = len(data) - whole
+    if dropped:
+        log.warning("%s: torn or corrupt tail of %d bytes after seq %d truncated (a write "
+                    "interrupted before it was acknowledged)", path, dropped, last)
+        with open(path, "r+b") as handle:
+            handle.truncate(whole)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return last, dropped

@@ -1,0 +1,47 @@
+"""``retrieval compact``: fold the write-ahead log into a new published build."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from indexes.encoders import Encoder
+from indexes.errors import WriterLockedError
+from indexes.wal import IndexWriter, segments
+from retrieval.cli.common import Subparsers, add_parser
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: Subparsers) -> None:
+    compact = add_parser(subparsers, "compact", "fold the write-ahead log into a new build",
+                         "Writes acknowledged while it runs stay in the log for the next "
+                         "compaction. Serving processes switch to the new build and drop the "
+                         "folded records in one swap. It takes the root's writer lock.")
+    compact.add_argument("index", help="index root")
+    compact.set_defaults(func=run_compact)
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    with IndexWriter(args.index) as writer:
+        report = writer.compact()
+    print(f"published build {report.build_id}: {report.n_docs} documents, "
+          f"{report.records_folded} log records up to seq {report.log_seq} folded, "
+          f"{report.segments_retired} segments retired in {report.seconds} s")
+    return 0
+
+
+def fold_after_build(root: Path, encoder: Encoder | None) -> None:
+    """After a nightly build of a root that has a log: fold the log into it at once (the
+    build carried the folded position forward, so serving processes keep applying the log
+    on top of it until then)."""
+    if not segments(root):
+        return
+    try:
+        with IndexWriter(root, encoder) as writer:
+            report = writer.compact()
+    except WriterLockedError as exc:
+        log.warning("the write-ahead log stays unfolded until `retrieval compact`: %s", exc)
+        return
+    print(f"folded the write-ahead log up to seq {report.log_seq} into build {report.build_id}")

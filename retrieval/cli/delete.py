@@ -1,0 +1,31 @@
+"""``retrieval delete``: delete documents of a live index through its write-ahead log."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from indexes.errors import CorpusError
+from indexes.wal import IndexWriter
+from retrieval.cli.common import Subparsers, add_parser
+
+
+def register(subparsers: Subparsers) -> None:
+    delete = add_parser(subparsers, "delete", "delete documents of a live index by id",
+                        "IDS is a text file with one document id per line (blank lines are "
+                        "skipped); all of them are one acknowledged write.")
+    delete.add_argument("index", help="index root")
+    delete.add_argument("--ids", required=True, help="file of document ids, one per line")
+    delete.set_defaults(func=run_delete)
+
+
+def run_delete(args: argparse.Namespace) -> int:
+    try:
+        lines = Path(args.ids).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
+    ids = [line.strip() for line in lines if line.strip()]
+    with IndexWriter(args.index) as writer:
+        seq = writer.delete(ids)
+    print(f"acknowledged seq {seq}: {len(ids)} ids deleted")
+    return 0

@@ -1,0 +1,97 @@
+"""One searchable snapshot of base build + applied log records: a ``LoadedBuild`` whose parts
+present both as one collection (``parts``), so the one request pipeline runs over it unchanged.
+
+Its ``build_id`` is ``<base build id>+<last applied seq>``: every cache key and every
+per-build memo (filter masks, feature ids) therefore changes with each applied batch, and a
+cached result never hides a write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from indexes.bm25 import BM25Params
+from indexes.build import content_hashes
+from indexes.docstore import Document
+from indexes.metadata import value_kind
+from indexes.storage import load_array
+from indexes.wal import Changes
+from retrieval.live.bm25_live import BaseTerms, live_bm25
+from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
+from retrieval.loaded_build import LoadedBuild
+
+
+@dataclass
+class TokenMemo:
+    """Analyzed delta texts, so a batch re-analyzes only documents it changed."""
+
+    tokens: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def of(self, base: LoadedBuild, docs: list[Document]) -> list[list[str]]:
+        fresh: dict[tuple[str, str], list[str]] = {}
+        for doc in docs:
+            key = (doc.id, doc.content)
+            fresh[key] = self.tokens.get(key) or base.analyzer(doc.content)
+        self.tokens = fresh
+        return list(fresh.values())
+
+
+def alive_rows(base: LoadedBuild, changes: Changes) -> np.ndarray:
+    """bool (n_base,): base rows neither deleted nor superseded by an upsert."""
+    alive = np.ones(base.manifest.n_docs, dtype=bool)
+    for doc_id in changes.replaced():
+        row = base.docs.row_of(doc_id)
+        if row is not None:
+            alive[row] = False
+    return alive
+
+
+@dataclass(frozen=True)
+class Folded:
+    """The live documents' term frequencies, with their content hashes: if the next base
+    build holds exactly these texts in this order (compaction's output), its ``BaseTerms``."""
+
+    terms: BaseTerms
+    hashes: np.ndarray  # S16 (n_live,)
+
+
+def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMemo
+            ) -> tuple[LoadedBuild, Folded | None]:
+    """The snapshot serving ``base`` with ``changes`` applied (``base`` itself when the
+    changes touch nothing), and what a compaction of it would need to re-analyze nothing."""
+    alive = alive_rows(base, changes)
+    upserted = list(changes.upserts.values())
+    if not upserted and alive.all():
+        return base, None
+    docs = [doc for doc, _ in upserted]
+    dim = base.vectors.dim
+    delta = (np.stack([v for _, v in upserted]).astype(np.float32) if upserted
+             else np.zeros((0, dim), dtype=np.float32))
+    kinds = dict(base.metadata.kinds)
+    for doc in docs:
+        for name, value in doc.metadata.items():
+            if name not in kinds:
+                kind = value_kind(value)
+                if kind is not None:
+                    kinds[name] = kind
+    vectors = LiveVectors(base.vectors, delta)
+    n_live = int(alive.sum()) + len(docs)
+    manifest = base.manifest.model_copy(update={
+        "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live})
+    bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
+    hashes = np.concatenate([content_hashes_of(base)[alive],
+                             content_hashes([d.content for d in docs])])
+    snapshot = LoadedBuild(
+        path=base.path, manifest=manifest, analyzer=base.analyzer, bm25=bm25,
+        metadata=live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds),
+        vectors=vectors, docs=LiveDocs(base.docs, docs),
+        dense=LiveDense(base.dense, vectors, None if alive.all() else alive),
+    )
+    return snapshot, Folded(folded, hashes)
+
+
+def content_hashes_of(build: LoadedBuild) -> np.ndarray:
+    """S16 (n_docs,): the build's content hashes (written by every build)."""
+    return load_array(build.path / "vectors" / "content_hashes.npy")
