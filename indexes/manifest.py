@@ -29,6 +29,8 @@ from indexes.errors import (
     MissingArtifactError,
 )
 from indexes.history import flip, rollback_target
+from indexes.long_documents import WindowReport
+from indexes.passages import PassageInfo
 from indexes.storage import fsync_dir, mint_id, read_json, write_json
 
 FORMAT_VERSION = 1
@@ -58,6 +60,10 @@ class Manifest(BaseModel):
     bm25: dict[str, Any]
     metadata_fields: dict[str, str]
     files: dict[str, str]  # relative path -> sha256
+    # Documents longer than the encoder's window (None: not measured, e.g. given vectors).
+    window: WindowReport | None = None
+    # Set when rows are passages of documents (``passages/`` holds parents and offsets).
+    passages: PassageInfo | None = None
 
 
 def new_build_id() -> str:

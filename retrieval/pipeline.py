@@ -27,6 +27,7 @@ from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
+from retrieval.grouping import group_candidates, passage_fields
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
 from retrieval.request import SearchRequest
@@ -106,6 +107,8 @@ def run_pipeline(
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
+    rows, bm25, cosine, fused = group_candidates(snapshot, request, query_vector, mask, rows,
+                                                 bm25, cosine, fused, config)
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
@@ -115,7 +118,8 @@ def run_pipeline(
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
-    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values)
+    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values,
+                     request.context)
             for i, values in zip(order, per_hit, strict=True)]
     timer.lap("hydrate")
     provided = embed_ms is None and query_vector is not None
@@ -220,8 +224,8 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
 
 
 def make_hit(snapshot: LoadedBuild, row: int, score: float, bm25: float, cosine: float,
-             features: dict[str, float]) -> Hit:
+             features: dict[str, float], context: int = 0) -> Hit:
     doc = snapshot.docs.get(row)
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
-               features=features)
+               features=features, **passage_fields(snapshot, row, context))

@@ -1,0 +1,182 @@
+"""Long documents: the window report, passages, grouping by document, offsets and reuse.
+
+Real model, real SciFact abstracts: long documents are two abstracts each, and one of them
+ends with a paragraph on another subject, past the encoder's 256-token window.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexes import BuildConfig, Document, PassageConfig, build_index, read_corpus
+from indexes.errors import CorpusError, InvalidQueryError, LimitExceededError
+from indexes.passages import TokenCounter, split_text
+from retrieval import Retriever
+
+CAR = ("Automobile prices in Norway fell sharply after the government changed its tax rules. "
+       "Dealers reported record sales of vehicles that year.")
+# A paraphrase sharing no word (and no stem) with the paragraph above.
+CAR_QUERY = "cheaper cars in Scandinavia following new levies"
+TARGET = "long-3"
+N_DOCS = 12
+
+
+@pytest.fixture(scope="module")
+def long_docs(dataset) -> list[Document]:
+    abstracts = list(itertools.islice(read_corpus(dataset("scifact")), 2 * N_DOCS))
+    docs = [Document(f"long-{i}", f"{a.text}\n\n{b.text}", a.title, {"group": i % 3})
+            for i, (a, b) in enumerate(zip(abstracts[::2], abstracts[1::2], strict=True))]
+    target = int(TARGET.split("-")[1])
+    docs[target] = Document(TARGET, f"{docs[target].text}\n\n{CAR}", docs[target].title,
+                            docs[target].metadata)
+    return docs
+
+
+@pytest.fixture(scope="module")
+def counter(encoder) -> TokenCounter:
+    return TokenCounter.for_model(encoder.model_path)
+
+
+@pytest.fixture(scope="module")
+def retrievers(long_docs, encoder, tmp_path_factory):
+    """(one vector per document, passages) retrievers over the same long documents."""
+    made = {}
+    for name, config in (("whole", BuildConfig()),
+                         ("passages", BuildConfig(passages=PassageConfig(max_tokens=256)))):
+        root = tmp_path_factory.mktemp(name)
+        build_index(long_docs, root, encoder=encoder, config=config, progress=False)
+        made[name] = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    yield made
+    for retriever in made.values():
+        retriever.close()
+
+
+def test_the_relevant_paragraph_sits_past_the_window(long_docs, counter):
+    target = next(d for d in long_docs if d.id == TARGET)
+    before = target.content[: target.content.index("Automobile")]
+    assert counter.count([before])[0] > counter.window
+
+
+def test_window_report_counts_documents_the_encoder_truncates(retrievers, long_docs, encoder):
+    tokenizer = encoder._model.tokenizer  # the model's own (transformers) tokenizer: an oracle
+    lengths = [len(tokenizer(d.content)["input_ids"]) for d in long_docs]
+    expected = sum(n > 256 for n in lengths)
+    for name, retriever in retrievers.items():
+        window = retriever.snapshot.manifest.window
+        assert window is not None and window.window == 256
+        assert window.over_window == expected > 0
+        assert window.longest_tokens == max(lengths)
+        assert window.rows_over_window == (expected if name == "whole" else 0)
+
+
+def test_paraphrase_past_the_window_found_with_passages_only(retrievers):
+    whole = [h.doc_id for h in retrievers["whole"].search(CAR_QUERY, k=3).hits]
+    grouped = retrievers["passages"].search(CAR_QUERY, k=3, group_by="document").hits
+    assert TARGET not in whole
+    assert grouped[0].doc_id == TARGET
+    assert "Automobile" in grouped[0].text and grouped[0].passage and grouped[0].passage > 0
+
+
+def test_grouping_returns_each_document_once_and_k_documents(retrievers):
+    passages = retrievers["passages"]
+    # Five candidate passages span fewer than five documents: grouping must widen.
+    flat = passages.search("protein expression in cells", k=5, candidates=5).hits
+    assert len({h.doc_id for h in flat}) < 5
+    for k in (1, 5, N_DOCS):
+        hits = passages.search("protein expression in cells", k=k, candidates=5,
+                               group_by="document").hits
+        assert len(hits) == k
+        assert len({h.doc_id for h in hits}) == k
+
+
+def test_grouping_with_a_filter_is_exact_and_capped(retrievers, long_docs):
+    allowed = {d.id for d in long_docs if d.metadata["group"] == 1}
+    hits = retrievers["passages"].search("protein", {"group": 1}, k=10,
+                                         group_by="document").hits
+    assert {h.doc_id for h in hits} == allowed and len(hits) == len(allowed)
+
+
+def test_every_passage_and_context_is_its_documents_text_at_its_offsets(retrievers, long_docs):
+    text_of = {d.id: d.text for d in long_docs}
+    result = retrievers["passages"].search("cell biology", k=30, context=1)
+    assert len(result.hits) == 30
+    for hit in result.hits:
+        parent = text_of[hit.parent_id]
+        assert hit.parent_id == hit.doc_id and hit.start is not None and hit.end is not None
+        assert hit.text == parent[hit.start:hit.end]
+        assert hit.context is not None
+        assert hit.context.text == parent[hit.context.start:hit.context.end]
+        assert hit.context.start <= hit.start and hit.end <= hit.context.end
+        assert hit.context.first_passage <= hit.passage <= hit.context.last_passage
+
+
+def test_whole_document_hits_have_no_passage_fields(retrievers):
+    hit = retrievers["whole"].search("protein", k=1, group_by="document", context=1).hits[0]
+    assert (hit.parent_id, hit.passage, hit.start, hit.end, hit.context) == (None,) * 5
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"group_by": "paragraph"}, InvalidQueryError),
+    ({"context": -1}, InvalidQueryError),
+    ({"context": 1.5}, InvalidQueryError),
+    ({"context": 99}, LimitExceededError),
+])
+def test_bad_grouping_options_are_typed_errors(retrievers, options, error):
+    with pytest.raises(error, match="group_by|context"):
+        retrievers["passages"].search("protein", **options)
+
+
+def test_passages_longer_than_the_window_are_refused(long_docs, encoder, tmp_path):
+    config = BuildConfig(passages=PassageConfig(max_tokens=512, overlap_tokens=0))
+    with pytest.raises(CorpusError, match="max_tokens <= 256"):
+        build_index(long_docs[:1], tmp_path, encoder=encoder, config=config, progress=False)
+
+
+def test_split_prefers_paragraphs_tiles_the_text_and_fits(counter):
+    text = "\n\n".join(" ".join(f"Sentence {p}.{s} has a few words." for s in range(12))
+                       for p in range(4)) + " " + "word " * 400
+    starts = counter.starts([text])[0]
+    spans = split_text(text, starts, budget=60, overlap=12)
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    for before, after in itertools.pairwise(spans):
+        assert after.start <= before.end  # consecutive passages tile the text
+    counts = [counter.count([text[s.start:s.end]])[0] - 2 for s in spans]
+    assert max(counts) <= 60
+    assert sum(text[s.start:s.end].rstrip().endswith(".") for s in spans) >= len(spans) - 8
+
+
+class CountingEncoder:
+    """The real encoder, recording every text it is asked to encode."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.model_path = inner.model_path
+        self.texts: list[str] = []
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        self.texts.extend(texts)
+        return self.inner.encode(texts, batch_size=batch_size)
+
+
+def test_rebuild_reencodes_only_the_changed_passages(encoder, tmp_path: Path):
+    paragraphs = [" ".join(f"Paragraph {p} sentence {s} talks about topic {p}." for s in range(9))
+                  for p in range(4)]
+    config = BuildConfig(passages=PassageConfig(max_tokens=128, overlap_tokens=16))
+    counting = CountingEncoder(encoder)
+    first = build_index([Document("doc", "\n\n".join(paragraphs), "Title")], tmp_path,
+                        encoder=counting, config=config, progress=False)
+    assert first.n_docs == len(counting.texts) >= 4
+    paragraphs[2] = paragraphs[2].replace("sentence 4 talks", "sentence 4 now speaks")
+    counting.texts.clear()
+    second = build_index([Document("doc", "\n\n".join(paragraphs), "Title")], tmp_path,
+                         encoder=counting, config=config, progress=False)
+    assert len(counting.texts) == second.vectors_encoded == 1
+    assert "now speaks" in counting.texts[0]
+    assert second.vectors_reused == second.n_docs - 1
