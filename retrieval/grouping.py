@@ -13,7 +13,7 @@ each side of it: consecutive passages tile their document's text, so it is one s
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +23,6 @@ from retrieval.loaded_build import LoadedBuild
 from retrieval.models import PassageContext
 
 if TYPE_CHECKING:
-    from retrieval.config import RetrieverConfig
     from retrieval.request import SearchRequest
 
 GROUP_BY = ("document",)
@@ -61,40 +60,30 @@ def best_per_document(parents: np.ndarray, scores: np.ndarray) -> np.ndarray:
     return order[np.sort(first)]
 
 
-def group_candidates(
-    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray | None,
-    mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, cosine: np.ndarray,
-    fused: np.ndarray, config: RetrieverConfig,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The candidates reduced to each document's best passage (rows, bm25, cosine, fused).
+Scored = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, bm25, cosine, fused
 
-    Unsplit builds and ungrouped requests pass through: a row is already a document.
+
+def group_candidates(snapshot: LoadedBuild, request: SearchRequest, scored: Scored,
+                     widen: Callable[[int], Scored | None]) -> Scored:
+    """The candidates reduced to each document's best passage.
+
+    ``widen(n)``: the candidates plus the dense leg's top ``n`` rows, re-scored (the
+    pipeline's stages; None without a query vector). Unsplit builds and ungrouped requests
+    pass through: a row is already a document.
     """
     passages = snapshot.passages
     if request.group_by is None or passages is None:
-        return rows, bm25, cosine, fused
-    keep = best_per_document(np.asarray(passages.parent)[rows], fused)
-    if keep.size < request.k and query_vector is not None:
-        rows, bm25, cosine, fused = _widen(snapshot, request, query_vector, mask, rows, bm25,
-                                           config)
-        keep = best_per_document(np.asarray(passages.parent)[rows], fused)
+        return scored
+    keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
+    if keep.size < request.k:
+        info = snapshot.manifest.passages
+        per_document = info.max_per_document if info is not None else 1
+        wider = widen(min(request.k * per_document, snapshot.manifest.n_docs))
+        if wider is not None:
+            scored = wider
+            keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
+    rows, bm25, cosine, fused = scored
     return rows[keep], bm25[keep], cosine[keep], fused[keep]
-
-
-def _widen(
-    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray,
-    mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, config: RetrieverConfig,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Candidates plus the dense top ``k * max_per_document`` rows, re-scored and re-fused."""
-    # Imported here: the pipeline imports this module for its grouping step.
-    from retrieval.pipeline import add_dense, fuse
-
-    info = snapshot.manifest.passages
-    per_document = info.max_per_document if info is not None else 1
-    wide = replace(request, k=min(request.k * per_document, snapshot.manifest.n_docs))
-    rows, bm25 = add_dense(snapshot, wide, query_vector, mask, rows, bm25, config)
-    cosine = snapshot.vectors.scores(query_vector, rows)
-    return rows, bm25, cosine, fuse(bm25, cosine, config)
 
 
 def passage_fields(snapshot: LoadedBuild, row: int, context: int) -> dict[str, Any]:

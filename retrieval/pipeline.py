@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -107,8 +108,9 @@ def run_pipeline(
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
-    rows, bm25, cosine, fused = group_candidates(snapshot, request, query_vector, mask, rows,
-                                                 bm25, cosine, fused, config)
+    rows, bm25, cosine, fused = group_candidates(
+        snapshot, request, (rows, bm25, cosine, fused),
+        lambda n: widened(snapshot, request, query_vector, mask, rows, bm25, n, config))
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
@@ -213,6 +215,21 @@ def add_dense(
             new_scores[found] = scores[order][at][found]
     return (np.concatenate([rows.astype(np.int64), new]),
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
+
+
+def widened(
+    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray | None,
+    mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, n: int,
+    config: RetrieverConfig,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Candidates plus the dense top ``n`` rows, re-ranked and re-fused (grouping by document
+    needs more rows when its candidates span fewer than k documents)."""
+    if query_vector is None:
+        return None
+    rows, bm25 = add_dense(snapshot, replace(request, k=n), query_vector, mask, rows, bm25,
+                           config)
+    cosine = snapshot.vectors.scores(query_vector, rows)
+    return rows, bm25, cosine, fuse(bm25, cosine, config)
 
 
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:

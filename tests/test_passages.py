@@ -1,7 +1,7 @@
 """Long documents: the window report, passages, grouping by document, offsets and reuse.
 
-Real model, real SciFact abstracts: long documents are two abstracts each, and one of them
-ends with a paragraph on another subject, past the encoder's 256-token window.
+Real model, real SciFact abstracts (``passage_fixtures``): long documents are two abstracts
+each, and one of them ends with a paragraph on another subject, past the 256-token window.
 """
 
 from __future__ import annotations
@@ -12,29 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from passage_fixtures import CAR_QUERY, N_DOCS, TARGET
 
-from indexes import BuildConfig, Document, PassageConfig, build_index, read_corpus
+from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import CorpusError, InvalidQueryError, LimitExceededError
 from indexes.passages import TokenCounter, split_text
 from retrieval import Retriever
-
-CAR = ("Automobile prices in Norway fell sharply after the government changed its tax rules. "
-       "Dealers reported record sales of vehicles that year.")
-# A paraphrase sharing no word (and no stem) with the paragraph above.
-CAR_QUERY = "cheaper cars in Scandinavia following new levies"
-TARGET = "long-3"
-N_DOCS = 12
-
-
-@pytest.fixture(scope="module")
-def long_docs(dataset) -> list[Document]:
-    abstracts = list(itertools.islice(read_corpus(dataset("scifact")), 2 * N_DOCS))
-    docs = [Document(f"long-{i}", f"{a.text}\n\n{b.text}", a.title, {"group": i % 3})
-            for i, (a, b) in enumerate(zip(abstracts[::2], abstracts[1::2], strict=True))]
-    target = int(TARGET.split("-")[1])
-    docs[target] = Document(TARGET, f"{docs[target].text}\n\n{CAR}", docs[target].title,
-                            docs[target].metadata)
-    return docs
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +26,10 @@ def counter(encoder) -> TokenCounter:
 
 
 @pytest.fixture(scope="module")
-def retrievers(long_docs, encoder, tmp_path_factory):
+def retrievers(passage_roots, encoder):
     """(one vector per document, passages) retrievers over the same long documents."""
-    made = {}
-    for name, config in (("whole", BuildConfig()),
-                         ("passages", BuildConfig(passages=PassageConfig(max_tokens=256)))):
-        root = tmp_path_factory.mktemp(name)
-        build_index(long_docs, root, encoder=encoder, config=config, progress=False)
-        made[name] = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    made = {name: Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+            for name, root in passage_roots.items()}
     yield made
     for retriever in made.values():
         retriever.close()
