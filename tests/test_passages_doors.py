@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -13,6 +14,7 @@ import uvicorn
 from passage_fixtures import CAR_QUERY, TARGET
 
 from retrieval import InvalidQueryError, Retriever
+from retrieval.cli import main
 from retrieval.client import RemoteRetriever
 from retrieval.integrations.langchain import LangChainRetriever
 from retrieval.integrations.llamaindex import LlamaIndexRetriever
@@ -98,3 +100,34 @@ def test_service_groups_and_returns_offsets_like_the_library(remote, passages):
     assert [len({h.parent_id for h in r.hits}) for r in batch] == [3, 3]
     with pytest.raises(InvalidQueryError, match="group_by"):
         remote.search(QUERY, group_by="chapter")
+
+
+def test_cli_builds_passages_and_searches_grouped(long_docs, tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text}) + "\n"
+                              for d in long_docs[:2]))
+    out = tmp_path / "index"
+    assert main(["build", "--corpus", str(corpus), "--out", str(out), "--passages",
+                 "--passage-tokens", "128", "--passage-overlap", "16"]) == 0
+    printed = capsys.readouterr().out
+    assert "2 of 2 documents (100.0%) are longer than the encoder's 256-token window" in printed
+    assert "passages from 2 documents" in printed and "0 passages exceed the window" in printed
+    assert main(["search", str(out), "protein", "--k", "2", "--group-by", "document"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line[:4].strip(". ")
+             .isdigit()]
+    assert len(lines) == 2 and {line.split()[1].split("#")[0] for line in lines} == {
+        "long-0", "long-1"}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--passage-tokens", "128"], "need --passages"),
+    (["--passages", "--passage-tokens", "100", "--passage-overlap", "60"], "more than half"),
+])
+def test_cli_refuses_bad_passage_options_before_the_model_loads(tmp_path, capsys, argv,
+                                                                message):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"_id": "a", "text": "text"}) + "\n")
+    code = main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "i"), "--model",
+                 str(tmp_path / "no-model"), *argv])
+    assert code == 2
+    assert message in capsys.readouterr().err
