@@ -108,6 +108,7 @@ def run_pipeline(
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
+    reranked = int(rows.size)
     rows, bm25, cosine, fused = group_candidates(
         snapshot, request, (rows, bm25, cosine, fused),
         lambda n: widened(snapshot, request, query_vector, mask, rows, bm25, n, config))
@@ -128,7 +129,7 @@ def run_pipeline(
     status: Any = embed_status or ("provided" if provided else "miss")
     result = SearchResult(
         query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
-        candidates=int(rows.size), allowed=allowed, cache=CacheInfo(embedding=status),
+        candidates=reranked, allowed=allowed, cache=CacheInfo(embedding=status),
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
         features_available=outcome.available if outcome else None, degraded=degraded,
     )
