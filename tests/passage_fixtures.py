@@ -31,11 +31,18 @@ def long_docs(dataset) -> list[Document]:
 
 
 @pytest.fixture(scope="session")
-def passage_roots(long_docs, encoder, tmp_path_factory) -> dict[str, Path]:
-    """Index roots: "whole" (one vector per document) and "passages" (256-token passages)."""
-    roots = {}
-    for name, config in (("whole", BuildConfig()),
-                         ("passages", BuildConfig(passages=PassageConfig(max_tokens=256)))):
-        roots[name] = tmp_path_factory.mktemp(name)
-        build_index(long_docs, roots[name], encoder=encoder, config=config, progress=False)
-    return roots
+def passage_roots(long_docs, encoder, tmp_path_factory):
+    """passage_roots(name) -> index root, built on first use: "whole" (one vector per
+    document) or "passages" (256-token passages)."""
+    configs = {"whole": BuildConfig(),
+               "passages": BuildConfig(passages=PassageConfig(max_tokens=256))}
+    built: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in built:
+            root = tmp_path_factory.mktemp(name)
+            build_index(long_docs, root, encoder=encoder, config=configs[name], progress=False)
+            built[name] = root
+        return built[name]
+
+    return get

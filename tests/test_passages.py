@@ -28,8 +28,8 @@ def counter(encoder) -> TokenCounter:
 @pytest.fixture(scope="module")
 def retrievers(passage_roots, encoder):
     """(one vector per document, passages) retrievers over the same long documents."""
-    made = {name: Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
-            for name, root in passage_roots.items()}
+    made = {name: Retriever.load(passage_roots(name), {"cache": {"backend": "none"}},
+                                 encoder=encoder) for name in ("whole", "passages")}
     yield made
     for retriever in made.values():
         retriever.close()

@@ -26,7 +26,7 @@ QUERY = "protein expression in cells"
 
 @pytest.fixture(scope="module")
 def passages(passage_roots, encoder) -> Iterator[Retriever]:
-    retriever = Retriever.load(passage_roots["passages"], {"cache": {"backend": "none"}},
+    retriever = Retriever.load(passage_roots("passages"), {"cache": {"backend": "none"}},
                                encoder=encoder)
     yield retriever
     retriever.close()
@@ -72,7 +72,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def remote(passage_roots, encoder) -> Iterator[RemoteRetriever]:
     """The HTTP service over the passage build, on a real port, and a client of it."""
-    root = passage_roots["passages"]
+    root = passage_roots("passages")
     app = create_app(root, ServeConfig(), keys=None, loader=lambda: Retriever.load(
         root, {"cache": {"backend": "none"}}, encoder=encoder))
     port = _free_port()
