@@ -17,7 +17,9 @@ from passage_fixtures import CAR_QUERY, N_DOCS, TARGET
 from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import CorpusError, InvalidQueryError, LimitExceededError
 from indexes.passages import TokenCounter, split_text
+from indexes.publish import read_contents
 from retrieval import Retriever
+from retrieval.publishing.structure import content_diff
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +161,6 @@ def test_rebuild_reencodes_only_the_changed_passages(encoder, tmp_path: Path):
     assert len(counting.texts) == second.vectors_encoded == 1
     assert "now speaks" in counting.texts[0]
     assert second.vectors_reused == second.n_docs - 1
+    # The publish gate compares documents: one changed, none added or removed.
+    diff = content_diff(read_contents(first.path), read_contents(second.path))
+    assert diff == {"added": [], "removed": [], "changed": ["doc"]}
