@@ -164,3 +164,15 @@ def test_rebuild_reencodes_only_the_changed_passages(encoder, tmp_path: Path):
     # The publish gate compares documents: one changed, none added or removed.
     diff = content_diff(read_contents(first.path), read_contents(second.path))
     assert diff == {"added": [], "removed": [], "changed": ["doc"]}
+
+
+def test_grouped_and_flat_results_are_cached_apart(passage_roots, encoder):
+    with Retriever.load(passage_roots("passages"), encoder=encoder) as cached:
+        flat = cached.search("protein expression in cells", k=5, candidates=5)
+        grouped = cached.search("protein expression in cells", k=5, candidates=5,
+                                group_by="document")
+        again = cached.search("protein expression in cells", k=5, candidates=5,
+                              group_by="document")
+    assert (flat.cache.result, grouped.cache.result, again.cache.result) == ("miss", "miss",
+                                                                             "hit")
+    assert len({h.doc_id for h in flat.hits}) < 5 == len({h.doc_id for h in grouped.hits})
