@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from indexes.errors import CorpusError
 from indexes.storage import load_array, save_array
 
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]: part of the window, not of any text
+TOKENIZE_BATCH = 2048
 # A title may take at most this share of a passage's budget; a longer one is still embedded
 # whole, and the window report counts the passages it pushes past the window.
 TITLE_SHARE = 4
@@ -85,16 +87,21 @@ class TokenCounter:
 
         return cls(model_dir, max_seq_length(Path(model_dir)))
 
+    def _encodings(self, texts: list[str]) -> Iterator[Any]:
+        # In batches: a tokenizer Encoding holds several Python objects per token.
+        for at in range(0, len(texts), TOKENIZE_BATCH):
+            yield from self._tokenizer.encode_batch(texts[at:at + TOKENIZE_BATCH],
+                                                    add_special_tokens=False)
+
     def starts(self, texts: list[str]) -> list[np.ndarray]:
         """Character offset where each token of each text starts (special tokens excluded)."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
         return [np.fromiter((o[0] for o in e.offsets), dtype=np.int64, count=len(e.offsets))
-                for e in encodings]
+                for e in self._encodings(texts)]
 
     def count(self, texts: list[str]) -> np.ndarray:
         """Tokens the encoder would read of each whole text, special tokens included."""
-        encodings = self._tokenizer.encode_batch(texts, add_special_tokens=False)
-        return np.array([len(e.ids) + SPECIAL_TOKENS for e in encodings], dtype=np.int64)
+        return np.array([len(e.ids) + SPECIAL_TOKENS for e in self._encodings(texts)],
+                        dtype=np.int64)
 
 
 def _units(text: str, token_starts: np.ndarray, budget: int) -> list[tuple[int, int, bool]]:

@@ -112,6 +112,8 @@ def test_cli_builds_passages_and_searches_grouped(long_docs, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "2 of 2 documents (100.0%) are longer than the encoder's 256-token window" in printed
     assert "passages from 2 documents" in printed and "0 passages exceed the window" in printed
+    assert main(["describe", str(out)]) == 0
+    assert "rows are passages" in capsys.readouterr().out
     assert main(["search", str(out), "protein", "--k", "2", "--group-by", "document"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line[:4].strip(". ")
              .isdigit()]
