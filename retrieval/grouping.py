@@ -6,6 +6,7 @@ holds at most one hit per document and ``k`` counts documents. Grouping looks at
 candidate, not only the top-k passages; when the candidates hold fewer than ``k`` documents
 the dense leg is asked for ``k * max_per_document`` more rows, which always spans ``k``
 documents when at least ``k`` are allowed (k - 1 documents have fewer passages than that).
+A degraded search (no query vector in time) has no dense leg: it groups BM25's candidates only.
 
 ``context=n`` adds to each hit the exact slice of its document covering the ``n`` passages on
 each side of it: consecutive passages tile their document's text, so it is one slice.
