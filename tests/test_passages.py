@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from passage_fixtures import CAR_QUERY, N_DOCS, TARGET
 
 from indexes import BuildConfig, Document, PassageConfig, build_index
@@ -129,6 +131,27 @@ def test_split_prefers_paragraphs_tiles_the_text_and_fits(counter):
     counts = [counter.count([text[s.start:s.end]])[0] - 2 for s in spans]
     assert max(counts) <= 60
     assert sum(text[s.start:s.end].rstrip().endswith(".") for s in spans) >= len(spans) - 8
+
+
+WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "supercalifragilistic", "x1",
+                         "naïve", "co-operation", "42"])
+SENTENCES = st.lists(WORDS, min_size=1, max_size=60).map(lambda w: " ".join(w) + ".")
+PARAGRAPHS = st.lists(SENTENCES, min_size=1, max_size=8).map(" ".join)
+TEXTS = st.lists(PARAGRAPHS, min_size=1, max_size=6).map("\n\n".join)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=TEXTS, budget=st.integers(8, 120), overlap=st.integers(0, 60))
+def test_split_property_tiles_and_fits_any_text(counter, text, budget, overlap):
+    starts = counter.starts([text])[0]
+    spans = split_text(text, starts, budget, overlap)
+    assert spans[0].start == 0 and spans[-1].end == len(text)
+    for before, after in itertools.pairwise(spans):
+        assert before.start < after.start <= before.end
+    for span in spans:
+        inside = np.count_nonzero((starts >= span.start) & (starts < span.end))
+        assert inside == span.tokens <= budget
 
 
 class CountingEncoder:
