@@ -6,7 +6,9 @@ holds at most one hit per document and ``k`` counts documents. Grouping looks at
 candidate, not only the top-k passages; when the candidates hold fewer than ``k`` documents
 the dense leg is asked for ``k * max_per_document`` more rows, which always spans ``k``
 documents when at least ``k`` are allowed (k - 1 documents have fewer passages than that).
-A degraded search (no query vector in time) has no dense leg: it groups BM25's candidates only.
+Without the dense leg (the ``keyword`` candidate policy, or a degraded search without its query
+vector) BM25's top ``k * max_per_document`` rows are taken instead: k documents then come back
+when k documents share a term with the query.
 
 ``context=n`` adds to each hit the exact slice of its document covering the ``n`` passages on
 each side of it: consecutive passages tile their document's text, so it is one slice.
@@ -65,12 +67,11 @@ Scored = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, bm25, co
 
 
 def group_candidates(snapshot: LoadedBuild, request: SearchRequest, scored: Scored,
-                     widen: Callable[[int], Scored | None]) -> Scored:
+                     widen: Callable[[int], Scored]) -> Scored:
     """The candidates reduced to each document's best passage.
 
-    ``widen(n)``: the candidates plus the dense leg's top ``n`` rows, re-scored (the
-    pipeline's stages; None without a query vector). Unsplit builds and ungrouped requests
-    pass through: a row is already a document.
+    ``widen(n)``: the candidates plus ``n`` more rows, re-scored (the pipeline's stages).
+    Unsplit builds and ungrouped requests pass through: a row is already a document.
     """
     passages = snapshot.passages
     if request.group_by is None or passages is None:
@@ -79,10 +80,8 @@ def group_candidates(snapshot: LoadedBuild, request: SearchRequest, scored: Scor
     if keep.size < request.k:
         info = snapshot.manifest.passages
         per_document = info.max_per_document if info is not None else 1
-        wider = widen(min(request.k * per_document, snapshot.manifest.n_docs))
-        if wider is not None:
-            scored = wider
-            keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
+        scored = widen(min(request.k * per_document, snapshot.manifest.n_docs))
+        keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
     rows, bm25, cosine, fused = scored
     return rows[keep], bm25[keep], cosine[keep], fused[keep]
 

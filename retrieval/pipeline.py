@@ -222,13 +222,19 @@ def widened(
     snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray | None,
     mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, n: int,
     config: RetrieverConfig,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Candidates plus the dense top ``n`` rows, re-ranked and re-fused (grouping by document
-    needs more rows when its candidates span fewer than k documents)."""
-    if query_vector is None:
-        return None
-    rows, bm25 = add_dense(snapshot, replace(request, k=n), query_vector, mask, rows, bm25,
-                           config)
+    needs more rows when its candidates span fewer than k documents). Without the dense leg
+    (keyword policy, or no query vector in time) BM25's top ``n`` instead."""
+    if query_vector is None or config.candidate_policy == "keyword":
+        wider = replace(request, candidates=max(n, request.candidates))
+        rows, bm25 = bm25_candidates(snapshot, wider, mask, config)
+        if query_vector is None:
+            cosine = np.zeros(rows.size, dtype=np.float32)
+            return rows, bm25, cosine, linear_fusion(bm25, cosine, 0.0)
+    else:
+        rows, bm25 = add_dense(snapshot, replace(request, k=n), query_vector, mask, rows, bm25,
+                               config)
     cosine = snapshot.vectors.scores(query_vector, rows)
     return rows, bm25, cosine, fuse(bm25, cosine, config)
 

@@ -77,6 +77,16 @@ def test_grouping_returns_each_document_once_and_k_documents(retrievers):
         assert len({h.doc_id for h in hits}) == k
 
 
+def test_grouping_widens_by_bm25_under_the_keyword_policy(passage_roots, encoder):
+    config = {"cache": {"backend": "none"}, "candidate_policy": "keyword"}
+    with Retriever.load(passage_roots("passages"), config, encoder=encoder) as keyword:
+        flat = keyword.search("protein expression in cells", k=5, candidates=5).hits
+        hits = keyword.search("protein expression in cells", k=5, candidates=5,
+                              group_by="document").hits
+    assert len({h.doc_id for h in flat}) < 5 == len({h.doc_id for h in hits}) == len(hits)
+    assert all(h.bm25_score > 0 for h in hits)  # no dense-only candidate came in
+
+
 def test_grouping_with_a_filter_is_exact_and_capped(retrievers, long_docs):
     allowed = {d.id for d in long_docs if d.metadata["group"] == 1}
     hits = retrievers["passages"].search("protein", {"group": 1}, k=10,
