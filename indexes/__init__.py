@@ -6,8 +6,10 @@ from indexes.build import BuildConfig, BuildReport, build_index
 from indexes.corpus import read_corpus, read_jsonl, read_qrels, read_queries
 from indexes.docstore import DocStore, Document
 from indexes.encoders import Encoder, SentenceTransformerEncoder, default_model_path
+from indexes.long_documents import WindowReport, split_documents
 from indexes.manifest import EncoderInfo, Manifest
 from indexes.metadata import MetadataIndex
+from indexes.passages import PassageConfig, PassageMap
 from indexes.vectors import VectorStore
 
 __all__ = [
@@ -23,12 +25,16 @@ __all__ = [
     "EncoderInfo",
     "Manifest",
     "MetadataIndex",
+    "PassageConfig",
+    "PassageMap",
     "SentenceTransformerEncoder",
     "VectorStore",
+    "WindowReport",
     "build_index",
     "default_model_path",
     "read_corpus",
     "read_jsonl",
     "read_qrels",
     "read_queries",
+    "split_documents",
 ]

@@ -17,8 +17,14 @@ from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import ANN_DIR, build_ann
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.docstore import DocStore, Document
-from indexes.encoders import Encoder
+from indexes.encoders import Encoder, default_model_path
 from indexes.errors import CorpusError, RetrievalError
+from indexes.long_documents import (
+    WindowReport,
+    split_documents,
+    token_counter_for,
+    window_report,
+)
 from indexes.manifest import (
     FORMAT_VERSION,
     EncoderInfo,
@@ -34,6 +40,7 @@ from indexes.manifest import (
 )
 from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
+from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.storage import load_array, save_array
 from indexes.vectors import VectorDtype, VectorStore
 
@@ -53,6 +60,9 @@ class BuildConfig(BaseModel):
     reuse_from: str | None = Field(
         None, description="index root whose live build's vectors are reused by content hash "
         "(default: the output root, i.e. the previous nightly build)")
+    passages: PassageConfig | None = Field(
+        None, description="split documents into passages that fit the encoder's window "
+        "(default: one row and one vector per document)")
 
 
 @dataclass
@@ -68,6 +78,8 @@ class BuildReport:
     seconds: dict[str, float] = field(default_factory=dict)
     vectors_given: int = 0
     published: bool = True  # False: staged in builds/, CURRENT untouched
+    window: WindowReport | None = None  # documents longer than the encoder's window
+    passages: PassageInfo | None = None  # passage builds: rows are passages
 
     def describe_vectors(self) -> str:
         if self.vectors_given:
@@ -160,9 +172,11 @@ def build_index(
     """
     config = config or BuildConfig()
     root = Path(root)
-    docs = list(documents)
-    _check_ids(docs)
+    parents = list(documents)
+    _check_ids(parents)
     timer = _Stopwatch()
+    docs, passage_map, passage_info, window = _rows_for(parents, encoder, config, progress)
+    timer.lap("split" if passage_map is not None else "window")
     analyzer = Analyzer(config.analyzer)
     texts = [d.content for d in docs]
     from tqdm.auto import tqdm  # here, not at the top: serving imports this package, not tqdm
@@ -187,6 +201,8 @@ def build_index(
         save_array(staging / "vectors" / "content_hashes.npy", hashes)
         build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
         DocStore.build(docs).save(staging / "docstore")
+        if passage_map is not None:
+            passage_map.save(staging / "passages")
         write_manifest(staging, Manifest(
             format_version=FORMAT_VERSION, build_id=build_id,
             created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
@@ -195,6 +211,7 @@ def build_index(
             bm25=config.bm25.model_dump(mode="json"),
             metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
             log_seq=log_seq,
+            window=window, passages=passage_info,
         ))
         final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
@@ -204,7 +221,35 @@ def build_index(
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
-                       vectors_given=given, published=publish)
+                       vectors_given=given, published=publish, window=window,
+                       passages=passage_info)
+
+
+def _rows_for(
+    docs: list[Document], encoder: Encoder | None, config: BuildConfig, progress: bool,
+) -> tuple[list[Document], PassageMap | None, PassageInfo | None, WindowReport | None]:
+    """The rows to index (documents, or their passages) and the window report.
+
+    Without an encoder naming its tokenizer (precomputed vectors) nothing is measured, unless
+    passages are asked for: they are cut with ``passages.tokenizer`` (default: the packaged
+    model's)."""
+    counter = token_counter_for(encoder) if encoder is not None else None
+    if config.passages is None:
+        window = window_report(docs, counter) if counter is not None else None
+        rows, passage_map, info = docs, None, None
+    else:
+        if counter is None:
+            counter = TokenCounter.for_model(Path(config.passages.tokenizer)
+                                             if config.passages.tokenizer
+                                             else default_model_path())
+        rows, passage_map, info, window = split_documents(docs, counter, config.passages)
+    if window is not None:
+        (log.warning if window.rows_over_window else log.info)("%s", window.describe())
+        if progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(window.describe())
+    return rows, passage_map, info, window
 
 
 def _live_log_seq(root: Path) -> int:
@@ -223,7 +268,9 @@ def _vectors_for(
         matrix = np.ascontiguousarray(vectors, dtype=np.float32)
         if matrix.shape != (len(texts), encoder_info.dim):
             raise CorpusError(f"vectors have shape {matrix.shape}; expected "
-                              f"({len(texts)}, {encoder_info.dim}), one row per document")
+                              f"({len(texts)}, {encoder_info.dim}), one row per document "
+                              "(per passage in a passage build: indexes.split_documents "
+                              "gives the passages)")
         info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
         return matrix, info, 0
     if encoder is None:

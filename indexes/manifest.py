@@ -29,6 +29,8 @@ from indexes.errors import (
     MissingArtifactError,
 )
 from indexes.history import flip, rollback_target
+from indexes.long_documents import WindowReport
+from indexes.passages import PassageInfo
 from indexes.storage import fsync_dir, mint_id, read_json, write_json
 
 FORMAT_VERSION = 1
@@ -61,6 +63,10 @@ class Manifest(BaseModel):
     # The write-ahead log's records up to this sequence number are folded into this build
     # (indexes.wal): readers apply only later ones on top of it.
     log_seq: int = 0
+    # Documents longer than the encoder's window (None: not measured, e.g. given vectors).
+    window: WindowReport | None = None
+    # Set when rows are passages of documents (``passages/`` holds parents and offsets).
+    passages: PassageInfo | None = None
 
 
 def new_build_id() -> str:

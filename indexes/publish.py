@@ -25,6 +25,7 @@ from indexes.history import (
     rollback_target,
 )
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
+from indexes.passages import per_document
 from indexes.storage import load_array
 
 
@@ -143,4 +144,6 @@ def read_contents(directory: Path) -> BuildContents:
         raise ArtifactError(f"cannot read the doc ids of {directory}: {exc}",
                             directory / "docstore") from exc
     hashes = np.asarray(load_array(directory / "vectors" / "content_hashes.npy"))
+    if manifest.passages is not None:  # compare documents, not their passages
+        ids, hashes = per_document(ids, hashes)
     return BuildContents(manifest, ids, hashes)

@@ -82,19 +82,22 @@ class RemoteRetriever:
 
     def search(self, query: str, filters: Filters = None, k: int | None = None, *,
                candidates: int | None = None, query_vector: np.ndarray | None = None,
-               deadline_ms: float | None = None) -> SearchResult:
+               deadline_ms: float | None = None, group_by: str | None = None,
+               context: int = 0) -> SearchResult:
         """``Retriever.search`` on the server."""
         _no_vectors(query_vector)
         body = _body(query=query, filters=filters, k=k, candidates=candidates,
-                     deadline_ms=deadline_ms)
+                     deadline_ms=deadline_ms, group_by=group_by, context=context or None)
         return SearchResult.model_validate_json(self._post("/v1/search", body))
 
     def search_batch(self, queries: Sequence[str], filters: Filters = None,
                      k: int | None = None, *, candidates: int | None = None,
-                     query_vectors: np.ndarray | None = None) -> list[SearchResult]:
+                     query_vectors: np.ndarray | None = None, group_by: str | None = None,
+                     context: int = 0) -> list[SearchResult]:
         """``Retriever.search_batch`` on the server (one request)."""
         _no_vectors(query_vectors)
-        body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates)
+        body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates,
+                     group_by=group_by, context=context or None)
         return _batch(self._post("/v1/search/batch", body))
 
     def index_info(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from indexes.docstore import DocStore
 from indexes.errors import CorruptArtifactError
 from indexes.manifest import MANIFEST, Manifest, read_manifest, resolve_build_dir, verify_build
 from indexes.metadata import MetadataIndex
+from indexes.passages import PassageMap
 from indexes.vectors import VectorStore
 
 
@@ -27,6 +28,7 @@ class LoadedBuild:
     vectors: VectorStore
     docs: DocStore
     dense: ExactDense  # the dense leg: IVF when the build has one, else exact search
+    passages: PassageMap | None = None  # rows are passages of documents (passage builds)
 
     @property
     def build_id(self) -> str:
@@ -60,6 +62,8 @@ class LoadedBuild:
             vectors=vectors,
             docs=DocStore.load(directory / "docstore", mmap),
             dense=load_dense(directory, vectors),
+            passages=(PassageMap.load(directory / "passages", mmap)
+                      if manifest.passages is not None else None),
         )
         build._check_shapes()
         return build
@@ -68,6 +72,8 @@ class LoadedBuild:
         n = self.manifest.n_docs
         parts = {"bm25": self.bm25.n_docs, "metadata": self.metadata.n_docs,
                  "vectors": self.vectors.n_docs, "docstore": len(self.docs)}
+        if self.passages is not None:
+            parts["passages"] = self.passages.n_rows
         for name, count in parts.items():
             if count != n:
                 raise CorruptArtifactError(

@@ -11,6 +11,18 @@ from pydantic import BaseModel, ConfigDict, Field
 CacheStatus = Literal["hit", "miss", "off", "provided", "skipped"]
 
 
+class PassageContext(BaseModel):
+    """Neighbouring passages of a hit: ``text`` is ``parent text[start:end]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    start: int
+    end: int
+    first_passage: int
+    last_passage: int
+
+
 class Hit(BaseModel):
     """One retrieved passage with the score of every stage that ranked it.
 
@@ -30,6 +42,15 @@ class Hit(BaseModel):
     features: dict[str, bool | int | float] = Field(
         default_factory=dict, description="feature values, typed as their view declares them "
         "(int64 -> int, bool -> bool, float32/float64 -> float)")
+    # Passage builds: the hit is one passage of document ``parent_id`` (= ``doc_id``);
+    # ``text`` is ``parent text[start:end]``. None in builds of one row per document.
+    parent_id: str | None = Field(None, description="the passage's document (passage builds)")
+    passage: int | None = Field(None, description="position of the passage in its document")
+    start: int | None = Field(None, description="character offset of the passage in the "
+                              "document's text (the title is not counted)")
+    end: int | None = Field(None, description="end offset (exclusive) in the document's text")
+    context: PassageContext | None = Field(
+        None, description="the neighbouring passages, when the search asked for context")
 
 
 class CacheInfo(BaseModel):

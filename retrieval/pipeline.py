@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
+from retrieval.grouping import group_candidates, passage_fields
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
 from retrieval.request import SearchRequest
@@ -106,6 +108,10 @@ def run_pipeline(
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
+    reranked = int(rows.size)
+    rows, bm25, cosine, fused = group_candidates(
+        snapshot, request, (rows, bm25, cosine, fused),
+        lambda n: widened(snapshot, request, query_vector, mask, rows, bm25, n, config))
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
@@ -115,14 +121,15 @@ def run_pipeline(
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
-    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values)
+    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values,
+                     request.context)
             for i, values in zip(order, per_hit, strict=True)]
     timer.lap("hydrate")
     provided = embed_ms is None and query_vector is not None
     status: Any = embed_status or ("provided" if provided else "miss")
     result = SearchResult(
         query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,
-        candidates=int(rows.size), allowed=allowed, cache=CacheInfo(embedding=status),
+        candidates=reranked, allowed=allowed, cache=CacheInfo(embedding=status),
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
         features_available=outcome.available if outcome else None, degraded=degraded,
     )
@@ -211,6 +218,27 @@ def add_dense(
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
 
 
+def widened(
+    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray | None,
+    mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, n: int,
+    config: RetrieverConfig,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates plus the dense top ``n`` rows, re-ranked and re-fused (grouping by document
+    needs more rows when its candidates span fewer than k documents). Without the dense leg
+    (keyword policy, or no query vector in time) BM25's top ``n`` instead."""
+    if query_vector is None or config.candidate_policy == "keyword":
+        wider = replace(request, candidates=max(n, request.candidates))
+        rows, bm25 = bm25_candidates(snapshot, wider, mask, config)
+        if query_vector is None:
+            cosine = np.zeros(rows.size, dtype=np.float32)
+            return rows, bm25, cosine, linear_fusion(bm25, cosine, 0.0)
+    else:
+        rows, bm25 = add_dense(snapshot, replace(request, k=n), query_vector, mask, rows, bm25,
+                               config)
+    cosine = snapshot.vectors.scores(query_vector, rows)
+    return rows, bm25, cosine, fuse(bm25, cosine, config)
+
+
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:
     if config.fusion == "rrf":
         return rrf_fusion(bm25, cosine, config.rrf_k)
@@ -220,8 +248,8 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
 
 
 def make_hit(snapshot: LoadedBuild, row: int, score: float, bm25: float, cosine: float,
-             features: dict[str, float]) -> Hit:
+             features: dict[str, float], context: int = 0) -> Hit:
     doc = snapshot.docs.get(row)
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
-               features=features)
+               features=features, **passage_fields(snapshot, row, context))

@@ -13,6 +13,7 @@ from indexes.lru import LRU
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
 from retrieval.filters.spec_key import spec_key
+from retrieval.grouping import check_grouping
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class SearchRequest:
     filter_key: str
     k: int
     candidates: int
+    group_by: str | None = None  # "document": one hit per document, k counts documents
+    context: int = 0  # neighbouring passages returned with each hit
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -105,7 +108,7 @@ def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
 
 def validate(
     query: Any, filters: Any, k: Any, candidates: Any, config: RetrieverConfig,
-    memo: FilterMemo,
+    memo: FilterMemo, group_by: Any = None, context: Any = 0,
 ) -> SearchRequest:
     """Check every argument of a search against the config and the index's field kinds."""
     text = check_query_text(query, config)
@@ -114,4 +117,5 @@ def validate(
     c = _check_int("candidates", config.candidates if candidates is None else candidates, 1,
                    limits.max_candidates)
     parsed, key = memo.parse(filters)
-    return SearchRequest(text, parsed, key, k, max(c, k))
+    group, around = check_grouping(group_by, context)
+    return SearchRequest(text, parsed, key, k, max(c, k), group, around)

@@ -29,6 +29,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.feature_stage import FeatureStage
+from retrieval.grouping import grouping_key
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
 from retrieval.pipeline import FutureVector, PendingVector, ReadyVector, run_pipeline, timed_encode
@@ -73,11 +74,13 @@ class RequestPath:
 
     def search(self, live: Live, query: str, filters: Any, k: int | None,
                candidates: int | None, query_vector: np.ndarray | None,
-               deadline_ms: float | None) -> SearchResult:
+               deadline_ms: float | None, group_by: Any = None, context: Any = 0
+               ) -> SearchResult:
         deadline = Deadline(check_deadline(deadline_ms, self.config))
         with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
             timer = StageTimer()
-            request = validate(query, filters, k, candidates, self.config, live.filters)
+            request = validate(query, filters, k, candidates, self.config, live.filters,
+                               group_by, context)
             timer.lap("validate")
             # A caller-supplied vector is not part of any key, so its results are not cached.
             cacheable = self.cache is not None and query_vector is None
@@ -122,10 +125,10 @@ class RequestPath:
     # -- many searches -------------------------------------------------------------------------
 
     def search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
-                     candidates: int | None, query_vectors: np.ndarray | None
-                     ) -> list[SearchResult]:
-        requests = [validate(q, filters, k, candidates, self.config, live.filters)
-                    for q in queries]
+                     candidates: int | None, query_vectors: np.ndarray | None,
+                     group_by: Any = None, context: Any = 0) -> list[SearchResult]:
+        requests = [validate(q, filters, k, candidates, self.config, live.filters, group_by,
+                             context) for q in queries]
         with self.in_flight:
             if query_vectors is None and self.cache is not None:
                 return self._cached_batch(live.snapshot, requests)
@@ -175,7 +178,8 @@ class RequestPath:
         return self.cache.keys(
             build_id=snapshot.build_id,
             snapshot_id=self.features.snapshot_key() if self.features is not None else "",
-            config_key=f"{self._config_key}:{request.candidates}", query=request.query,
+            config_key=f"{self._config_key}:{request.candidates}{grouping_key(request)}",
+            query=request.query,
             filter_key=request.filter_key, k=request.k,
             encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
         )

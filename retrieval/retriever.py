@@ -246,15 +246,20 @@ class Retriever:
         candidates: int | None = None,
         query_vector: np.ndarray | None = None,
         deadline_ms: float | None = None,
+        group_by: str | None = None,
+        context: int = 0,
     ) -> SearchResult:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
 
         ``deadline_ms`` (default ``config.deadline_ms``): past it the search degrades instead
         of waiting (``result.degraded``). Raises ``OverloadedError`` at once when
-        ``config.max_in_flight`` searches are already running.
+        ``config.max_in_flight`` searches are already running. In a passage build,
+        ``group_by="document"`` returns each document's best passage only (``k`` counts
+        documents) and ``context=n`` adds the ``n`` passages around each hit
+        (``retrieval.grouping``).
         """
         return self._path.search(self._live, query, filters, k, candidates, query_vector,
-                                 deadline_ms)
+                                 deadline_ms, group_by, context)
 
     def search_batch(
         self,
@@ -264,10 +269,12 @@ class Retriever:
         *,
         candidates: int | None = None,
         query_vectors: np.ndarray | None = None,
+        group_by: str | None = None,
+        context: int = 0,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
         return self._path.search_batch(self._live, queries, filters, k, candidates,
-                                       query_vectors)
+                                       query_vectors, group_by, context)
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:

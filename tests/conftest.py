@@ -14,7 +14,7 @@ from redis_servers import (
     start_standalone,
 )
 
-pytest_plugins = ["data_fixtures"]
+pytest_plugins = ["data_fixtures", "passage_fixtures"]
 
 
 def _require_redis() -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from indexes.analyzer import AnalyzerConfig
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
+from indexes.errors import CorpusError
 from indexes.manifest import read_manifest
+from indexes.passages import PassageConfig
+from indexes.passages import describe as describe_passages
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
 from retrieval.cli.compact import fold_after_build
@@ -30,6 +35,14 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--no-stem", action="store_true", help="disable Snowball stemming")
     build.add_argument("--vector-dtype", choices=["float32", "float16", "int8"], default="float32")
     build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument("--passages", action="store_true",
+                       help="split long documents into passages that fit the encoder's window "
+                       "(search then returns passages; --group-by document in search)")
+    build.add_argument("--passage-tokens", type=int, default=None,
+                       help="passage length in the model's tokens (default 256, the window)")
+    build.add_argument("--passage-overlap", type=int, default=None,
+                       help="tokens repeated between passages cut inside a paragraph "
+                       "(default 32)")
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
     add_gate_flags(build, staging=True)
@@ -42,6 +55,7 @@ def run_build(args: argparse.Namespace) -> int:
         bm25=BM25Params(variant=args.bm25, k1=args.k1, b=args.b),
         vector_dtype=args.vector_dtype,
         batch_size=args.batch_size,
+        passages=passage_config(args),
     )
     # The whole corpus is read and checked before the model loads: input errors come first.
     documents = list(read_corpus(Path(args.corpus)))
@@ -55,8 +69,27 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))
+    if report.window is not None:
+        print(report.window.describe())
+    if report.passages is not None:
+        print(describe_passages(report.passages))
     fold_after_build(Path(args.out), encoder)
     return 0
+
+
+def passage_config(args: argparse.Namespace) -> PassageConfig | None:
+    """``--passages`` with its lengths; a length without ``--passages`` is an error."""
+    lengths = {"max_tokens": args.passage_tokens, "overlap_tokens": args.passage_overlap}
+    given = {name: value for name, value in lengths.items() if value is not None}
+    if not args.passages:
+        if given:
+            raise CorpusError("--passage-tokens and --passage-overlap need --passages")
+        return None
+    try:
+        return PassageConfig(**given)
+    except ValidationError as exc:
+        errors = "; ".join(e["msg"] for e in exc.errors())
+        raise CorpusError(f"invalid passage lengths: {errors}") from exc
 
 
 def describe_fields(kinds: dict[str, str]) -> str:

@@ -10,6 +10,7 @@ import numpy as np
 
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.metadata import MetadataIndex
+from indexes.passages import describe as describe_passages
 from retrieval.cli.common import Subparsers, add_parser
 
 TOP_VALUES = 5
@@ -30,6 +31,10 @@ def run_describe(args: argparse.Namespace) -> int:
     metadata = MetadataIndex.load(directory / "metadata", prefault=False)
     print(f"build {manifest.build_id} at {directory}: {manifest.n_docs} documents, "
           f"encoder {manifest.encoder.encoder_id}, {manifest.encoder.vector_dtype} vectors")
+    if manifest.passages is not None:
+        print(f"rows are passages: {describe_passages(manifest.passages)}")
+    if manifest.window is not None:
+        print(manifest.window.describe())
     if not metadata.kinds:
         print("no metadata fields: filters cannot be used on this index")
     for field, kind in sorted(metadata.kinds.items()):

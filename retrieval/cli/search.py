@@ -21,6 +21,10 @@ def register(subparsers: Subparsers) -> None:
     search.add_argument("--filter", default=None, help=FILTER_HELP)
     search.add_argument("--k", type=int, default=10)
     search.add_argument("--candidates", type=int, default=300)
+    search.add_argument("--group-by", choices=["document"], default=None,
+                        help="one hit per document (passage builds): its best passage")
+    search.add_argument("--context", type=int, default=0,
+                        help="neighbouring passages returned around each hit")
     search.add_argument("--json", action="store_true", help="print the result as JSON")
     search.set_defaults(func=run_search)
 
@@ -28,7 +32,8 @@ def register(subparsers: Subparsers) -> None:
 def run_search(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates))
     filters = parse_filter_arg(args.filter)
-    result = retriever.search(args.query, filters=filters, k=args.k)
+    result = retriever.search(args.query, filters=filters, k=args.k, group_by=args.group_by,
+                              context=args.context)
     _warn_absent_values(retriever, filters)  # stderr: --json output stays parseable
     if args.json:
         print(result.model_dump_json(indent=2))
@@ -49,7 +54,8 @@ def _warn_absent_values(retriever: Retriever, filters: dict | str | None) -> Non
 
 def _print_hits(result: SearchResult) -> None:
     for rank, hit in enumerate(result.hits, start=1):
-        print(f"{rank:>3}. {hit.doc_id}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
+        where = f"#{hit.passage}[{hit.start}:{hit.end}]" if hit.passage is not None else ""
+        print(f"{rank:>3}. {hit.doc_id}{where}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
               f"cos={hit.vector_score:.3f}  {hit.title[:70] or hit.text[:70]}")
     timings = "  ".join(f"{k}={v:.3f}" for k, v in result.timings.items())
     print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}")

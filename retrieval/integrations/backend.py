@@ -16,6 +16,8 @@ from retrieval.models import Hit, SearchResult
 FilterSpec = dict[str, Any] | str | None
 # Keys the adapters add to a document's own metadata; they win over a same-named field.
 SCORE_KEYS = ("score", "bm25_score", "vector_score", "build_id")
+# Keys locating a passage in its document (passage builds only).
+PASSAGE_KEYS = ("parent_id", "passage", "start", "end")
 _METHODS = ("search", "search_batch", "asearch", "asearch_batch")
 
 
@@ -24,11 +26,11 @@ class SearchBackend(Protocol):
     """The public search API of ``Retriever``, as the adapters call it."""
 
     def search(self, query: str, filters: FilterSpec = None, k: int | None = None, *,
-               candidates: int | None = None) -> SearchResult: ...
+               candidates: int | None = None, **grouping: Any) -> SearchResult: ...
 
     def search_batch(self, queries: Sequence[str], filters: FilterSpec = None,
-                     k: int | None = None, *, candidates: int | None = None
-                     ) -> list[SearchResult]: ...
+                     k: int | None = None, *, candidates: int | None = None,
+                     **grouping: Any) -> list[SearchResult]: ...
 
     async def asearch(self, query: str, filters: FilterSpec = None, k: int | None = None,
                       **options: Any) -> SearchResult: ...
@@ -69,12 +71,33 @@ def check_filters(filters: object, accepted: str = "a dict, a DSL string or None
                                "'year >= 2010'")
 
 
+def grouping_options(group_by: object, context: object) -> dict[str, Any]:
+    """``group_by`` / ``context`` for the engine, only when set (backends without passages
+    keep the plain signature)."""
+    options: dict[str, Any] = {}
+    if group_by is not None:
+        options["group_by"] = group_by
+    if context:
+        options["context"] = context
+    return options
+
+
 def passage(hit: Hit) -> str:
-    """The text a framework hands to its model: the title (when there is one), then the body."""
-    return f"{hit.title}\n\n{hit.text}" if hit.title else hit.text
+    """The text a framework hands to its model: the title (when there is one), then the body,
+    or the hit's neighbouring passages when the search asked for context."""
+    body = hit.context.text if hit.context is not None else hit.text
+    return f"{hit.title}\n\n{body}" if hit.title else body
+
+
+def hit_id(hit: Hit) -> str:
+    """A framework object's id: the document id, ``id#position`` for a passage."""
+    return hit.doc_id if hit.passage is None else f"{hit.doc_id}#{hit.passage}"
 
 
 def hit_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
-    """The document's own metadata plus the scores of every stage and the build it came from."""
+    """The document's own metadata plus the scores of every stage and the build it came from,
+    and in passage builds where the passage sits in its document."""
+    located = ({"parent_id": hit.parent_id, "passage": hit.passage, "start": hit.start,
+                "end": hit.end} if hit.parent_id is not None else {})
     return {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
-            "vector_score": hit.vector_score, "build_id": build_id}
+            "vector_score": hit.vector_score, "build_id": build_id, **located}

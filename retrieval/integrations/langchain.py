@@ -13,12 +13,15 @@ from typing import Any
 from pydantic import ConfigDict
 
 from retrieval.errors import InvalidQueryError
+from retrieval.grouping import check_grouping
 from retrieval.integrations.backend import (
     FilterSpec,
     SearchBackend,
     check_backend,
     check_count,
     check_filters,
+    grouping_options,
+    hit_id,
     hit_metadata,
     passage,
 )
@@ -47,12 +50,15 @@ __all__ = ["LangChainRetriever", "to_documents"]
 
 # Options ``invoke`` forwards that are the framework's own, not search options.
 _FRAMEWORK_KWARGS = frozenset({"verbose"})
+_SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context")
 
 
 def to_documents(result: SearchResult) -> list[Document]:
-    """Hits as LangChain documents: id = doc id, page_content = title + text, metadata =
-    the document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id``."""
-    return [Document(id=hit.doc_id, page_content=passage(hit),
+    """Hits as LangChain documents: id = doc id (``id#position`` for a passage),
+    page_content = title + text (or the passage's context when asked for), metadata = the
+    document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id`` and,
+    for passages, ``parent_id``, ``passage``, ``start``, ``end``."""
+    return [Document(id=hit_id(hit), page_content=passage(hit),
                      metadata=hit_metadata(hit, result.build_id)) for hit in result.hits]
 
 
@@ -65,28 +71,32 @@ class LangChainRetriever(BaseRetriever):
     k: int | None = None
     filters: dict[str, Any] | str | None = None
     candidates: int | None = None
+    group_by: str | None = None
+    context: int = 0
 
     def __init__(self, retriever: SearchBackend, *, k: int | None = None,
                  filters: FilterSpec = None, candidates: int | None = None,
-                 **fields: Any) -> None:
+                 group_by: str | None = None, context: int = 0, **fields: Any) -> None:
         # Checked here so bad arguments raise the library's typed errors, not pydantic's.
+        group_by, context = check_grouping(group_by, context)
         super().__init__(retriever=check_backend(retriever), k=check_count("k", k),
                          filters=check_filters(filters),
-                         candidates=check_count("candidates", candidates), **fields)
+                         candidates=check_count("candidates", candidates), group_by=group_by,
+                         context=context, **fields)
 
     # -- one query ----------------------------------------------------------------------------
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any
     ) -> list[Document]:
-        filters, k, candidates = self._options(options)
-        return to_documents(self.retriever.search(query, filters, k, candidates=candidates))
+        filters, k, search = self._options(options)
+        return to_documents(self.retriever.search(query, filters, k, **search))
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **options: Any
     ) -> list[Document]:
-        filters, k, candidates = self._options(options)
-        result = await self.retriever.asearch(query, filters, k, candidates=candidates)
+        filters, k, search = self._options(options)
+        result = await self.retriever.asearch(query, filters, k, **search)
         return to_documents(result)
 
     # -- many queries: one engine call ----------------------------------------------------------
@@ -101,8 +111,8 @@ class LangChainRetriever(BaseRetriever):
                 for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
                                           strict=True)]
         try:
-            filters, k, candidates = self._options(kwargs)
-            results = self.retriever.search_batch(inputs, filters, k, candidates=candidates)
+            filters, k, search = self._options(kwargs)
+            results = self.retriever.search_batch(inputs, filters, k, **search)
         except Exception as exc:
             for run in runs:
                 run.on_retriever_error(exc)
@@ -125,9 +135,8 @@ class LangChainRetriever(BaseRetriever):
                 for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
                                           strict=True)]
         try:
-            filters, k, candidates = self._options(kwargs)
-            results = await self.retriever.asearch_batch(inputs, filters, k,
-                                                         candidates=candidates)
+            filters, k, search = self._options(kwargs)
+            results = await self.retriever.asearch_batch(inputs, filters, k, **search)
         except Exception as exc:
             for run in runs:
                 await run.on_retriever_error(exc)
@@ -141,16 +150,20 @@ class LangChainRetriever(BaseRetriever):
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _options(self, overrides: dict[str, Any]) -> tuple[FilterSpec, int | None, int | None]:
-        """(filters, k, candidates): the per-call value where given, else the configured one."""
-        unknown = set(overrides) - {"k", "filters", "candidates"} - _FRAMEWORK_KWARGS
+    def _options(self, overrides: dict[str, Any]
+                 ) -> tuple[FilterSpec, int | None, dict[str, Any]]:
+        """(filters, k, the other search arguments): the per-call value where given, else the
+        configured one."""
+        unknown = set(overrides) - set(_SEARCH_OPTIONS) - _FRAMEWORK_KWARGS
         if unknown:
             raise InvalidQueryError(f"unknown search option(s) {', '.join(sorted(unknown))}; "
-                                    "per call you can set k, filters and candidates")
+                                    f"per call you can set {', '.join(_SEARCH_OPTIONS)}")
         k = overrides.get("k", self.k)
         filters = overrides.get("filters", self.filters)
-        candidates = overrides.get("candidates", self.candidates)
-        return filters, k, candidates
+        search = {"candidates": overrides.get("candidates", self.candidates),
+                  **grouping_options(overrides.get("group_by", self.group_by),
+                                     overrides.get("context", self.context))}
+        return filters, k, search
 
     def _run_name(self, config: RunnableConfig) -> str:
         return config.get("run_name") or self.get_name()

@@ -11,13 +11,17 @@ and two documents with identical text must stay two results.
 
 from __future__ import annotations
 
+from retrieval.grouping import check_grouping
 from retrieval.integrations.backend import (
+    PASSAGE_KEYS,
     SCORE_KEYS,
     FilterSpec,
     SearchBackend,
     check_backend,
     check_count,
     check_filters,
+    grouping_options,
+    hit_id,
     hit_metadata,
     passage,
 )
@@ -37,17 +41,19 @@ from retrieval.integrations.llamaindex_filters import translate_filters
 __all__ = ["LlamaIndexRetriever", "to_nodes", "translate_filters"]
 
 # Bookkeeping keys kept out of the text LlamaIndex puts in prompts and embeds.
-_HIDDEN_KEYS = [*SCORE_KEYS, "doc_id"]
+_HIDDEN_KEYS = [*SCORE_KEYS, *PASSAGE_KEYS, "doc_id"]
 _ACCEPTED_FILTERS = "MetadataFilters, a dict, a DSL string or None"
 
 
 def to_nodes(result: SearchResult) -> list[NodeWithScore]:
-    """Hits as scored ``TextNode``s: id_ = doc id, text = title + text, metadata = the
-    document's metadata plus ``doc_id``, ``score``, ``bm25_score``, ``vector_score``,
-    ``build_id``; ``NodeWithScore.score`` is the final score."""
+    """Hits as scored ``TextNode``s: id_ = doc id (``id#position`` for a passage), text =
+    title + text (or the passage's context when asked for), metadata = the document's
+    metadata plus ``doc_id``, ``score``, ``bm25_score``, ``vector_score``, ``build_id`` and,
+    for passages, ``parent_id``, ``passage``, ``start``, ``end``; ``NodeWithScore.score`` is
+    the final score."""
     return [
         NodeWithScore(
-            node=TextNode(id_=hit.doc_id, text=passage(hit),
+            node=TextNode(id_=hit_id(hit), text=passage(hit),
                           metadata={**hit_metadata(hit, result.build_id), "doc_id": hit.doc_id},
                           excluded_llm_metadata_keys=list(_HIDDEN_KEYS),
                           excluded_embed_metadata_keys=list(_HIDDEN_KEYS)),
@@ -61,8 +67,11 @@ class LlamaIndexRetriever(BaseRetriever):
 
     def __init__(self, retriever: SearchBackend, *, k: int | None = None,
                  filters: MetadataFilters | FilterSpec = None, candidates: int | None = None,
+                 group_by: str | None = None, context: int = 0,
                  callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
         self.retriever = check_backend(retriever)
+        self.search_options = {"candidates": check_count("candidates", candidates),
+                               **grouping_options(*check_grouping(group_by, context))}
         self.k = check_count("k", k)
         self.candidates = check_count("candidates", candidates)
         self.filters = (translate_filters(filters) if isinstance(filters, MetadataFilters)
@@ -71,9 +80,9 @@ class LlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return to_nodes(self.retriever.search(query_bundle.query_str, self.filters, self.k,
-                                              candidates=self.candidates))
+                                              **self.search_options))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         result = await self.retriever.asearch(query_bundle.query_str, self.filters, self.k,
-                                              candidates=self.candidates)
+                                              **self.search_options)
         return to_nodes(result)

@@ -37,11 +37,13 @@ class QueryVectors:
 
 def rankings(retriever: Retriever, queries: Sequence[str], k: int,
              vectors: QueryVectors) -> list[Ranking]:
-    """Top-k doc ids per query, searched with the given vectors (no encode per search)."""
+    """Top-k doc ids per query, searched with the given vectors (no encode per search); a
+    passage build ranks documents by their best passage, as a whole-document build does."""
     if retriever.encoder is None:
         raise ValueError("no query encoder")
     matrix = vectors.get(retriever.encoder, queries)
-    results = retriever.search_batch(list(queries), k=k, query_vectors=matrix)
+    results = retriever.search_batch(list(queries), k=k, query_vectors=matrix,
+                                     group_by="document")
     return [[hit.doc_id for hit in result.hits] for result in results]
 
 

@@ -135,7 +135,9 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
         body = await parse_body(request, SearchBody)
         result = await state.retriever().asearch(body.query, body.filters, body.k,
                                                  candidates=body.candidates,
-                                                 deadline_ms=body.deadline_ms)
+                                                 deadline_ms=body.deadline_ms,
+                                                 group_by=body.group_by,
+                                                 context=body.context or 0)
         metrics.observe_result(result)
         if settings.log_query_text:
             log.info("search %r: %d hits, %.3f ms", body.query, len(result.hits),
@@ -149,7 +151,9 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                 f"batch has {len(body.queries)} queries, more than the limit "
                 f"{settings.max_batch_queries}; split it or raise server.max_batch_queries")
         results = await state.retriever().asearch_batch(body.queries, body.filters, body.k,
-                                                        candidates=body.candidates)
+                                                        candidates=body.candidates,
+                                                        group_by=body.group_by,
+                                                        context=body.context or 0)
         for result in results:
             metrics.observe_result(result)
         payload = ",".join(r.model_dump_json() for r in results)

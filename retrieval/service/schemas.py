@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from retrieval.models import SearchResult
 
 Filters = dict[str, Any] | str | None
+GROUP_BY_HELP = ('"document": at most one hit per document (its best passage) and k counts '
+                 'documents; passage builds only change anything')
+CONTEXT_HELP = "neighbouring passages returned around each hit (passage builds), 0 to 5"
 FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
                 '("year >= 2010 AND department = \\"cardiology\\"")')
 
@@ -25,6 +28,8 @@ class SearchBody(BaseModel):
     deadline_ms: float | None = Field(
         None, description="budget for this search in ms (default: the server's deadline_ms); "
                           "past it the search degrades (e.g. BM25 only) and says so in degraded")
+    group_by: str | None = Field(None, description=GROUP_BY_HELP)
+    context: int | None = Field(None, description=CONTEXT_HELP)
 
 
 class BatchBody(BaseModel):
@@ -36,6 +41,8 @@ class BatchBody(BaseModel):
     filters: Filters = Field(None, description=FILTERS_HELP)
     k: int | None = None
     candidates: int | None = None
+    group_by: str | None = Field(None, description=GROUP_BY_HELP)
+    context: int | None = Field(None, description=CONTEXT_HELP)
 
 
 class BatchResult(BaseModel):
