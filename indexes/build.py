@@ -174,20 +174,7 @@ def build_index(
     root.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(root, build_id)
     try:
-        bm25.save(staging / "bm25")
-        metadata.save(staging / "metadata")
-        VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
-        save_array(staging / "vectors" / "content_hashes.npy", hashes)
-        build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
-        DocStore.build(docs).save(staging / "docstore")
-        write_manifest(staging, Manifest(
-            format_version=FORMAT_VERSION, build_id=build_id,
-            created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
-            analyzer=config.analyzer.model_dump(mode="json"),
-            analyzer_fingerprint=analyzer.fingerprint, encoder=info,
-            bm25=config.bm25.model_dump(mode="json"),
-            metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
-        ))
+        write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config)
         final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
         discard(staging)
@@ -197,6 +184,30 @@ def build_index(
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
                        vectors_given=given, published=publish)
+
+
+def write_components(
+    directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
+    metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
+    config: BuildConfig,
+) -> None:
+    """Write every component of one build and its manifest into ``directory`` (a whole build,
+    or one shard of a sharded build: ``indexes.sharding``)."""
+    bm25.save(directory / "bm25")
+    metadata.save(directory / "metadata")
+    VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
+    save_array(directory / "vectors" / "content_hashes.npy", hashes)
+    build_ann(matrix, directory / ANN_DIR)  # the dense leg (indexes/ann.py)
+    DocStore.build(docs).save(directory / "docstore")
+    analyzer = Analyzer(config.analyzer)
+    write_manifest(directory, Manifest(
+        format_version=FORMAT_VERSION, build_id=build_id,
+        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+        analyzer=config.analyzer.model_dump(mode="json"),
+        analyzer_fingerprint=analyzer.fingerprint, encoder=info,
+        bm25=config.bm25.model_dump(mode="json"),
+        metadata_fields=dict(metadata.kinds), files=checksum_tree(directory),
+    ))
 
 
 def _vectors_for(
