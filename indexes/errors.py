@@ -10,6 +10,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
+    │   └── ShardCountError           (indexes.sharding) a corpus cannot be split into S shards
     ├── InvalidQueryError             (also ValueError) bad search input
     │   ├── UnknownFieldError         filter names a field the index does not have
     │   ├── FilterTypeError           filter value has the wrong type for its field
@@ -33,6 +34,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── UnknownBuildError         the build id names no build under the root
     │   └── NoRollbackTargetError     the flip history names no previously live build
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── ShardUnavailableError         (retrieval.sharding) a shard has no live replica (``shard``)
     ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss
     │   ├── CacheConfigError          (also a ConfigError)

@@ -1,0 +1,209 @@
+"""Shard builds and sharded search: global BM25 statistics, one manifest and one flip, and
+results equal to the unsharded index's on every SciFact test query (in-process runtime)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from indexes.ann import ExactDense
+from indexes.build import BuildConfig
+from indexes.corpus import read_corpus
+from indexes.docstore import Document
+from indexes.errors import ArtifactError, CorruptArtifactError
+from indexes.manifest import CURRENT, EncoderInfo, read_manifest
+from indexes.publish import publish_build
+from indexes.sharding import (
+    SHARDS_FILE,
+    ShardCountError,
+    build_sharded_index,
+    read_layout,
+    shard_ranges,
+)
+from indexes.synthetic import with_demo_metadata
+from retrieval import ConfigError, Retriever, ShardUnavailableError
+from retrieval.loaded_build import LoadedBuild
+from retrieval.request_path import Live
+from retrieval.sharding import LocalShards, ShardedRetriever
+
+FILTER = {"department": {"$in": ["cardiology", "oncology"]}, "year": {"$gte": 2005}}
+CONFIG = {"cache": {"backend": "none"}}
+
+
+def exact_dense(snapshot: LoadedBuild) -> LoadedBuild:
+    """The build with its dense leg searched exactly: an IVF leg trained per shard is a
+    different approximation than one trained on the whole (see retrieval/sharding/shard.py)."""
+    return dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors))
+
+
+@pytest.fixture(scope="module")
+def scifact_shards(beir_index, dataset, encoder, tmp_path_factory):
+    """(unsharded retriever, {S: sharded retriever}, query texts, query vectors)."""
+    source, queries, _ = beir_index("scifact")
+    docs = list(with_demo_metadata(read_corpus(dataset("scifact"))))
+    config = BuildConfig(reuse_from=str(source))
+    unsharded = Retriever.load(source, CONFIG, encoder=encoder)
+    unsharded._live = Live(exact_dense(unsharded.snapshot), unsharded._live.filters)
+    sharded = {}
+    for count in (2, 4):
+        root = tmp_path_factory.mktemp(f"scifact-{count}-shards")
+        report = build_sharded_index(docs, root, count, encoder=encoder, config=config,
+                                     progress=False)
+        assert report.vectors_reused == len(docs)
+        retriever = ShardedRetriever.load(root, CONFIG, encoder=encoder)
+        for shard in retriever.shards:
+            shard.snapshot = exact_dense(shard.snapshot)
+        sharded[count] = retriever
+    texts = list(queries.values())
+    vectors = encoder.encode(texts, batch_size=64)
+    yield unsharded, sharded, texts, vectors
+    unsharded.close()
+    for retriever in sharded.values():
+        retriever.close()
+
+
+@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("filters", [None, FILTER], ids=["all", "filtered"])
+def test_sharded_results_equal_unsharded_on_scifact(scifact_shards, count, filters):
+    unsharded, sharded, texts, vectors = scifact_shards
+    assert len(texts) == 300
+    fired = 0
+    for text, vector in zip(texts, vectors, strict=True):
+        want = unsharded.search(text, filters, 10, query_vector=vector)
+        got = sharded[count].search(text, filters, 10, query_vector=vector)
+        assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits], text
+        for a, b in zip(got.hits, want.hits, strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-6)
+            assert a.bm25_score == pytest.approx(b.bm25_score, abs=1e-6)
+            assert a.vector_score == pytest.approx(b.vector_score, abs=1e-6)
+            assert a.text == b.text and a.metadata == b.metadata
+        assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
+        fired += want.candidates > min(300, want.allowed)  # the dense leg added rows
+    if filters is not None:
+        assert fired > 0  # the guardrail's sharded path was exercised
+
+
+def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
+    unsharded, sharded, texts, vectors = scifact_shards
+    config = {**CONFIG, "candidate_policy": "union", "fusion": "minmax", "candidates": 50}
+    plain = Retriever(exact_dense(unsharded.snapshot), unsharded.config.model_copy(
+        update={"candidate_policy": "union", "fusion": "minmax", "candidates": 50}), encoder)
+    other = ShardedRetriever.load(sharded[4].shards[0].snapshot.path.parents[1], config,
+                                  encoder=encoder)
+    for shard in other.shards:
+        shard.snapshot = exact_dense(shard.snapshot)
+    for text, vector in list(zip(texts, vectors, strict=True))[:60]:
+        want = plain.search(text, FILTER, 10, query_vector=vector)
+        got = other.search(text, FILTER, 10, query_vector=vector)
+        assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits]
+        assert [h.score for h in got.hits] == pytest.approx([h.score for h in want.hits],
+                                                            abs=1e-6)
+    plain.close()
+    other.close()
+
+
+def test_every_bm25_score_equals_the_unsharded_one(scifact_shards):
+    """Global N, df and avgdl: a shard's postings are the whole index's, bit for bit."""
+    unsharded, sharded, texts, _ = scifact_shards
+    whole = unsharded.snapshot
+    for text in texts[:50]:
+        tokens = whole.analyzer(text)
+        rows, scores = whole.bm25.score_touched(tokens)
+        expected = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+        found = {}
+        for shard in sharded[4].shards:
+            local, local_scores = shard.snapshot.bm25.score_touched(tokens)
+            found.update(zip((local + shard.start).tolist(), local_scores.tolist(), strict=True))
+        assert found == expected
+
+
+def test_sharded_search_encodes_the_query_itself(scifact_shards):
+    unsharded, sharded, texts, _ = scifact_shards
+    got = sharded[2].search(texts[0], k=5)
+    assert got.cache.embedding == "miss" and len(got.hits) == 5
+    assert got.build_id == sharded[2].build_id
+
+
+def _tiny_docs(n: int) -> list[Document]:
+    return [Document(f"d{i}", f"alpha beta {'gamma ' * (i % 4)}doc{i}",
+                     metadata={"group": f"g{i % 3}"}) for i in range(n)]
+
+
+INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
+                   vector_dtype="float32")
+
+
+def _tiny_build(root, shards: int, publish: bool = True, n: int = 30):
+    vectors = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    return build_sharded_index(_tiny_docs(n), root, shards, vectors=vectors,
+                               encoder_info=INFO, progress=False, publish=publish)
+
+
+def test_one_manifest_names_the_shards_and_one_flip_publishes_them(tmp_path):
+    first = _tiny_build(tmp_path, 3)
+    directory, layout = read_layout(tmp_path)
+    assert directory == first.path and [e.start for e in layout.shards] == [0, 10, 20]
+    files = read_manifest(directory).files
+    assert set(files) == {SHARDS_FILE, *(f"shards/{e.name}/manifest.json"
+                                         for e in layout.shards)}
+    staged = _tiny_build(tmp_path, 3, publish=False)
+    assert (tmp_path / CURRENT).read_text().strip() == first.build_id
+    publish_build(tmp_path, staged.build_id)
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        assert retriever.build_id == staged.build_id
+        assert retriever.search("gamma", k=3, query_vector=np.ones(8, np.float32)).hits
+
+
+def test_a_changed_shard_file_is_refused_naming_it(tmp_path):
+    report = _tiny_build(tmp_path, 2)
+    impacts = report.path / "shards" / "shard-001" / "bm25" / "impacts.npy"
+    impacts.write_bytes(impacts.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(CorruptArtifactError, match="shard-001"):
+        ShardedRetriever.load(tmp_path, CONFIG)
+
+
+def test_a_sharded_build_is_not_loaded_as_one_build(tmp_path):
+    _tiny_build(tmp_path, 2)
+    with pytest.raises(ArtifactError, match="ShardedRetriever"):
+        Retriever.load(tmp_path, CONFIG)
+
+
+@pytest.mark.parametrize("count", [0, -1, 31, True])
+def test_impossible_shard_counts_are_refused(tmp_path, count):
+    with pytest.raises(ShardCountError, match="shard"):
+        _tiny_build(tmp_path, count)
+    with pytest.raises(ShardCountError):
+        shard_ranges(5, count if count != 31 else 6)
+
+
+def test_features_are_refused_on_sharded_search(tmp_path):
+    _tiny_build(tmp_path, 2)
+    with pytest.raises(ConfigError, match="sharded"):
+        ShardedRetriever.load(tmp_path, {**CONFIG, "recency": {"field": "year", "weight": 0.1}})
+
+
+class OneShardDown(LocalShards):
+    """Our own runtime interface with one shard unreachable (no replica left)."""
+
+    def answer_all(self, request, vector):
+        answers = super().answer_all(request, vector)
+        answers[1] = ShardUnavailableError("shard-001 has no live replica", "shard-001")
+        return answers
+
+
+def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
+    _tiny_build(tmp_path, 3)
+    vector = np.ones(8, np.float32)
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        full = retriever.search("gamma", k=30, query_vector=vector)
+        retriever.calls = OneShardDown(retriever.shards, retriever.config)
+        with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
+            retriever.search("gamma", k=30, query_vector=vector)
+        assert caught.value.shard == "shard-001"
+        retriever.allow_partial = True
+        partial = retriever.search("gamma", k=30, query_vector=vector)
+    assert partial.degraded == ["partial:shard-001"]
+    assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
+        f"d{i}" for i in range(10, 20)}
