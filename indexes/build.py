@@ -189,15 +189,16 @@ def build_index(
 def write_components(
     directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
-    config: BuildConfig,
+    config: BuildConfig, ann_nlist: int | None = None,
 ) -> None:
     """Write every component of one build and its manifest into ``directory`` (a whole build,
-    or one shard of a sharded build: ``indexes.sharding``)."""
+    or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
+    dense leg (None = by corpus size, 0 = exact search)."""
     bm25.save(directory / "bm25")
     metadata.save(directory / "metadata")
     VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
     save_array(directory / "vectors" / "content_hashes.npy", hashes)
-    build_ann(matrix, directory / ANN_DIR)  # the dense leg (indexes/ann.py)
+    build_ann(matrix, directory / ANN_DIR, nlist=ann_nlist)  # the dense leg (indexes/ann.py)
     DocStore.build(docs).save(directory / "docstore")
     analyzer = Analyzer(config.analyzer)
     write_manifest(directory, Manifest(

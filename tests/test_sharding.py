@@ -33,8 +33,9 @@ CONFIG = {"cache": {"backend": "none"}}
 
 
 def exact_dense(snapshot: LoadedBuild) -> LoadedBuild:
-    """The build with its dense leg searched exactly: an IVF leg trained per shard is a
-    different approximation than one trained on the whole (see retrieval/sharding/shard.py)."""
+    """The build with its dense leg searched exactly, as the shards built with
+    ``dense="exact"`` search theirs: IVF legs trained per shard are a different approximation
+    than one trained on the whole collection."""
     return dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors))
 
 
@@ -50,11 +51,10 @@ def scifact_shards(beir_index, dataset, encoder, tmp_path_factory):
     for count in (2, 4):
         root = tmp_path_factory.mktemp(f"scifact-{count}-shards")
         report = build_sharded_index(docs, root, count, encoder=encoder, config=config,
-                                     progress=False)
+                                     progress=False, dense="exact")
         assert report.vectors_reused == len(docs)
         retriever = ShardedRetriever.load(root, CONFIG, encoder=encoder)
-        for shard in retriever.shards:
-            shard.snapshot = exact_dense(shard.snapshot)
+        assert all(type(s.snapshot.dense) is ExactDense for s in retriever.shards)
         sharded[count] = retriever
     texts = list(queries.values())
     vectors = encoder.encode(texts, batch_size=64)
@@ -92,8 +92,6 @@ def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
         update={"candidate_policy": "union", "fusion": "minmax", "candidates": 50}), encoder)
     other = ShardedRetriever.load(sharded[4].shards[0].snapshot.path.parents[1], config,
                                   encoder=encoder)
-    for shard in other.shards:
-        shard.snapshot = exact_dense(shard.snapshot)
     for text, vector in list(zip(texts, vectors, strict=True))[:60]:
         want = plain.search(text, FILTER, 10, query_vector=vector)
         got = other.search(text, FILTER, 10, query_vector=vector)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -46,6 +47,8 @@ from indexes.sharding.layout import SHARDS_DIR, SHARDS_FILE, ShardEntry, ShardLa
 from indexes.sharding.slices import slice_bm25, slice_metadata
 from indexes.storage import write_json
 
+DenseLeg = Literal["ivf", "exact"]
+
 
 def build_sharded_index(
     documents: Iterable[Document],
@@ -58,11 +61,16 @@ def build_sharded_index(
     config: BuildConfig | None = None,
     progress: bool = True,
     publish: bool = True,
+    dense: DenseLeg = "ivf",
 ) -> BuildReport:
     """Build ``shards`` shard builds of ``documents`` (contiguous row ranges, in input order)
     into one build directory under ``root``, verified, then published atomically.
 
-    Arguments as ``indexes.build.build_index``. Raises ``ShardCountError`` for a shard count
+    Arguments as ``indexes.build.build_index``. ``dense``: each shard's dense leg, ``ivf``
+    (faiss IVF trained on the shard's vectors, sized and calibrated as a whole build's) or
+    ``exact`` (exact inner products: the merged dense top rows are then exactly the global
+    ones, and sharded results equal an exact unsharded index's; costs a scan of the shard's
+    vectors when the guardrail calls the dense leg). Raises ``ShardCountError`` for a shard count
     below 1 or above the number of documents.
     """
     config = config or BuildConfig()
@@ -87,7 +95,7 @@ def build_sharded_index(
     staging = staging_dir(root, build_id)
     try:
         write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
-                      ranges, avgdl)
+                      ranges, avgdl, 0 if dense == "exact" else None)
         final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
         discard(staging)
@@ -103,6 +111,7 @@ def write_sharded(
     staging: Path, build_id: str, docs: list[Document], bm25: BM25Index,
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
     config: BuildConfig, ranges: list[tuple[int, int]], avgdl: float,
+    ann_nlist: int | None = None,
 ) -> None:
     """Write every shard, shards.json and the top manifest naming their checksums."""
     entries = []
@@ -113,7 +122,7 @@ def write_sharded(
         shard_id = f"{build_id}-{name}"
         write_components(directory, shard_id, docs[start:stop], slice_bm25(bm25, start, stop),
                          slice_metadata(metadata, start, stop), matrix[start:stop],
-                         hashes[start:stop], info, config)
+                         hashes[start:stop], info, config, ann_nlist)
         entries.append(ShardEntry(name=name, start=start, stop=stop, build_id=shard_id,
                                   manifest_sha256=sha256_file(directory / MANIFEST)))
     layout = ShardLayout(n_docs=len(docs), avgdl=avgdl, n_terms=len(bm25.vocab_list),
