@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FRAMEWORKS = ("langchain", "langchain_core", "llama_index")
+FRAMEWORKS = ("langchain", "langchain_core", "llama_index", "ray")
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -21,7 +21,7 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_retrieval_loads_no_framework():
-    done = run("import sys, retrieval, retrieval.integrations\n"
+    done = run("import sys, retrieval, retrieval.integrations, retrieval.sharding\n"
                f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}))")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
