@@ -3,13 +3,13 @@ results equal to the unsharded index's on every SciFact test query (in-process r
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
+import json
 
 import numpy as np
 import pytest
 
 from indexes.ann import ExactDense
-from indexes.build import BuildConfig
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.errors import ArtifactError, CorruptArtifactError
@@ -24,42 +24,22 @@ from indexes.sharding import (
 )
 from indexes.synthetic import with_demo_metadata
 from retrieval import ConfigError, Retriever, ShardUnavailableError
-from retrieval.loaded_build import LoadedBuild
-from retrieval.request_path import Live
+from retrieval.cli import main as cli
 from retrieval.sharding import LocalShards, ShardedRetriever
 
 FILTER = {"department": {"$in": ["cardiology", "oncology"]}, "year": {"$gte": 2005}}
 CONFIG = {"cache": {"backend": "none"}}
 
 
-def exact_dense(snapshot: LoadedBuild) -> LoadedBuild:
-    """The build with its dense leg searched exactly, as the shards built with
-    ``dense="exact"`` search theirs: IVF legs trained per shard are a different approximation
-    than one trained on the whole collection."""
-    return dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors))
-
-
 @pytest.fixture(scope="module")
-def scifact_shards(beir_index, dataset, encoder, tmp_path_factory):
+def scifact_shards(scifact_exact, scifact_sharded, encoder):
     """(unsharded retriever, {S: sharded retriever}, query texts, query vectors)."""
-    source, queries, _ = beir_index("scifact")
-    docs = list(with_demo_metadata(read_corpus(dataset("scifact"))))
-    config = BuildConfig(reuse_from=str(source))
-    unsharded = Retriever.load(source, CONFIG, encoder=encoder)
-    unsharded._live = Live(exact_dense(unsharded.snapshot), unsharded._live.filters)
-    sharded = {}
-    for count in (2, 4):
-        root = tmp_path_factory.mktemp(f"scifact-{count}-shards")
-        report = build_sharded_index(docs, root, count, encoder=encoder, config=config,
-                                     progress=False, dense="exact")
-        assert report.vectors_reused == len(docs)
-        retriever = ShardedRetriever.load(root, CONFIG, encoder=encoder)
+    unsharded, texts, vectors = scifact_exact
+    sharded = {count: ShardedRetriever.load(scifact_sharded(count), CONFIG, encoder=encoder)
+               for count in (2, 4)}
+    for retriever in sharded.values():
         assert all(type(s.snapshot.dense) is ExactDense for s in retriever.shards)
-        sharded[count] = retriever
-    texts = list(queries.values())
-    vectors = encoder.encode(texts, batch_size=64)
     yield unsharded, sharded, texts, vectors
-    unsharded.close()
     for retriever in sharded.values():
         retriever.close()
 
@@ -88,7 +68,7 @@ def test_sharded_results_equal_unsharded_on_scifact(scifact_shards, count, filte
 def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
     unsharded, sharded, texts, vectors = scifact_shards
     config = {**CONFIG, "candidate_policy": "union", "fusion": "minmax", "candidates": 50}
-    plain = Retriever(exact_dense(unsharded.snapshot), unsharded.config.model_copy(
+    plain = Retriever(unsharded.snapshot, unsharded.config.model_copy(
         update={"candidate_policy": "union", "fusion": "minmax", "candidates": 50}), encoder)
     other = ShardedRetriever.load(sharded[4].shards[0].snapshot.path.parents[1], config,
                                   encoder=encoder)
@@ -205,3 +185,18 @@ def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
     assert partial.degraded == ["partial:shard-001"]
     assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
         f"d{i}" for i in range(10, 20)}
+
+
+def test_cli_builds_shards_published_by_one_flip(dataset, tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    docs = itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 24)
+    corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text,
+                                          "metadata": d.metadata}) + "\n" for d in docs))
+    out = tmp_path / "index"
+    assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "3",
+                "--shard-dense", "exact"]) == 0
+    assert "published build" in capsys.readouterr().out
+    _, layout = read_layout(out)
+    assert [(e.start, e.stop) for e in layout.shards] == [(0, 8), (8, 16), (16, 24)]
+    assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "0"]) != 0
+    assert "shards must be a positive integer" in capsys.readouterr().err

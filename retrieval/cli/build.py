@@ -11,10 +11,12 @@ from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import read_manifest
+from indexes.sharding import build_sharded_index
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
 from retrieval.cli.formats import CORPUS_FORMAT
 from retrieval.cli.publish import add_gate_flags, after_build
+from retrieval.errors import ConfigError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -31,6 +33,12 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--batch-size", type=int, default=64)
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
+    build.add_argument("--shards", type=int, default=None, metavar="S",
+                       help="write S shard builds sharing the collection's BM25 statistics "
+                       "(serve them with retrieval.sharding); published by one flip")
+    build.add_argument("--shard-dense", choices=["ivf", "exact"], default="ivf",
+                       help="each shard's dense leg: IVF, or exact (sharded results then equal "
+                       "an exact unsharded index's)")
     add_gate_flags(build, staging=True)
     build.set_defaults(func=run_build)
 
@@ -46,9 +54,17 @@ def run_build(args: argparse.Namespace) -> int:
     documents = list(read_corpus(Path(args.corpus)))
     if args.demo_metadata:
         documents = list(with_demo_metadata(documents))
+    if args.shards is not None and args.gate:
+        raise ConfigError("the publish gate does not check sharded builds yet: build with "
+                          "--no-publish and publish with `retrieval publish`", "gate")
     encoder = SentenceTransformerEncoder(args.model)
-    report = build_index(documents, args.out, encoder=encoder, config=config,
-                         publish=not (args.no_publish or args.gate))
+    publish = not (args.no_publish or args.gate)
+    if args.shards is not None:
+        report = build_sharded_index(documents, args.out, args.shards, encoder=encoder,
+                                     config=config, publish=publish, dense=args.shard_dense)
+    else:
+        report = build_index(documents, args.out, encoder=encoder, config=config,
+                             publish=publish)
     if not report.published:
         return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
