@@ -15,7 +15,7 @@ from ray import serve
 
 from retrieval.sharding.ray_serve import APP_NAME, serve_sharded
 
-FILTER = {"department": {"$in": ["cardiology", "oncology"]}, "year": {"$gte": 2005}}
+FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 CONFIG = {"cache": {"backend": "none"}}
 
 
