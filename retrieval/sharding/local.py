@@ -37,17 +37,26 @@ def load_shards(path: str | Path, config: RetrieverConfig) -> tuple[Path, list[S
 
 
 class LocalShards:
-    """``ShardCalls`` over shards in this process."""
+    """``ShardCalls`` over shards in this process.
 
-    def __init__(self, shards: Sequence[Shard], config: RetrieverConfig) -> None:
+    ``parallel``: shards answer in pool threads (a big machine with idle cores); otherwise one
+    after the other on the caller's thread, which pays no thread hand-off (measured in
+    benchmarks/README.md: on 2 busy cores the hand-off costs more than it saves).
+    """
+
+    def __init__(self, shards: Sequence[Shard], config: RetrieverConfig,
+                 parallel: bool = False) -> None:
         self.shards = list(shards)
         self.names = [s.name for s in self.shards]
         self.config = config
+        self.parallel = parallel
         self._pool = ThreadPoolExecutor(max(1, len(self.shards) - 1),
                                         thread_name_prefix="shard")
 
     def answer_all(self, request: SearchRequest, vector: np.ndarray
                    ) -> list[ShardAnswer | ShardUnavailableError]:
+        if not self.parallel:
+            return [s.answer(request, vector, self.config) for s in self.shards]
         first, *rest = self.shards
         futures = [self._pool.submit(s.answer, request, vector, self.config) for s in rest]
         mine = first.answer(request, vector, self.config)
@@ -67,15 +76,17 @@ class ShardedRetriever(ShardRouter):
 
     @classmethod
     def load(cls, path: str | Path, config: RetrieverConfig | dict[str, Any] | None = None, *,
-             encoder: Encoder | None = None, cache: Cache | None = None
-             ) -> ShardedRetriever:
+             encoder: Encoder | None = None, cache: Cache | None = None,
+             parallel: bool = False) -> ShardedRetriever:
+        """Load every shard of a sharded build (or of the live build of an index root);
+        ``parallel`` as ``LocalShards``."""
         if not isinstance(config, RetrieverConfig):
             config = RetrieverConfig(**(config or {}))
         directory, shards = load_shards(path, config)
         manifest = read_manifest(directory)
         if encoder is None:
             encoder = router_encoder(manifest, config)
-        retriever = cls(manifest, [s.start for s in shards], LocalShards(shards, config),
+        retriever = cls(manifest, [s.start for s in shards], LocalShards(shards, config, parallel),
                         config, encoder, cache or make_cache(config.cache))
         for shard in shards:
             shard.warm_up()
