@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.ray:
         from benchmarks.shards_ray import ray_hop
 
-        ray_part = ray_hop(args.ray_docs, setup.texts, setup.vectors, warm, items)
+        ray_part = ray_hop(args.ray_docs, len(setup.texts), args.warmup)
         models["Ray Serve"] = latency_model(draws, merges, ray_part["hop_ms_p50"])
     results = {"docs": args.docs, "setup_s": setup.setup_s, "e2e": e2e, "equal": equal,
                "shard_answer_ms": summarize(draws), "merge_ms": merges, "hop_ms": hop,

@@ -189,16 +189,23 @@ def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
         f"d{i}" for i in range(10, 20)}
 
 
-def test_cli_builds_shards_published_by_one_flip(dataset, tmp_path, capsys):
+def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, capsys):
+    """Also with the fp32 ONNX document encoder: its vectors match the torch model's."""
     corpus = tmp_path / "corpus.jsonl"
     docs = itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 24)
     corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text,
                                           "metadata": d.metadata}) + "\n" for d in docs))
     out = tmp_path / "index"
     assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "3",
-                "--shard-dense", "exact"]) == 0
+                "--shard-dense", "exact", "--doc-encoder", "onnx"]) == 0
     assert "published build" in capsys.readouterr().out
-    _, layout = read_layout(out)
+    directory, layout = read_layout(out)
     assert [(e.start, e.stop) for e in layout.shards] == [(0, 8), (8, 16), (16, 24)]
+    assert ":onnx:" in read_manifest(directory).encoder.encoder_id
+    with ShardedRetriever.load(out, CONFIG, encoder=encoder) as retriever:
+        built = np.concatenate([s.snapshot.vectors.reconstruct_all() for s in retriever.shards])
+    reference = encoder.encode([d.content for d in itertools.islice(
+        with_demo_metadata(read_corpus(dataset("scifact"))), 24)])
+    assert np.min(np.sum(built * reference, axis=1)) >= 0.9999
     assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "0"]) != 0
     assert "shards must be a positive integer" in capsys.readouterr().err

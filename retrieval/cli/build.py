@@ -9,8 +9,8 @@ from indexes.analyzer import AnalyzerConfig
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
-from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import read_manifest
+from indexes.onnx_encoder import make_encoder
 from indexes.sharding import build_sharded_index
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
@@ -25,6 +25,10 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--corpus", required=True, help="BEIR folder or JSONL file (format below)")
     build.add_argument("--out", required=True, help="index root (builds/ and CURRENT)")
     build.add_argument("--model", default=None, help="sentence-transformers model directory")
+    build.add_argument("--doc-encoder", choices=["torch", "onnx"], default="torch",
+                       help="document encoder: sentence-transformers (torch), or its fp32 ONNX "
+                       "export (cosine 1.0000 to torch; ~2x the docs/s on CPU, batches cut "
+                       "by length)")
     build.add_argument("--bm25", choices=["okapi", "lucene"], default="okapi")
     build.add_argument("--k1", type=float, default=1.5)
     build.add_argument("--b", type=float, default=0.75)
@@ -57,7 +61,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.shards is not None and args.gate:
         raise ConfigError("the publish gate does not check sharded builds yet: build with "
                           "--no-publish and publish with `retrieval publish`", "gate")
-    encoder = SentenceTransformerEncoder(args.model)
+    encoder = make_encoder(args.doc_encoder, args.model)
     publish = not (args.no_publish or args.gate)
     if args.shards is not None:
         report = build_sharded_index(documents, args.out, args.shards, encoder=encoder,
