@@ -1,18 +1,27 @@
-"""Sharded search on Ray Serve: one local Ray cluster (2 CPUs) for the whole module, SciFact
-in 2 shards of 2 replicas each behind a router; equality with the unsharded index over
-handles and HTTP, and no failed search while a replica is killed under load."""
+"""Ray: one local cluster (2 CPUs) for the whole module. The Ray Data build against the local
+build; SciFact in 2 shards of 2 replicas each behind a Ray Serve router: equality with the
+unsharded index over handles and HTTP, no failed search while a replica is killed under load."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import ray
 from ray import serve
 
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.errors import CorpusError
+from indexes.ray_build import build_on_ray, read_documents
+from retrieval.loaded_build import LoadedBuild
 from retrieval.sharding.ray_serve import APP_NAME, serve_sharded
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
@@ -26,16 +35,47 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def on_ray(scifact_sharded, scifact_exact):
-    root = scifact_sharded(2)
+def cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        port = free_port()
-        handle = serve_sharded(root, CONFIG, port=port, replicas=2, encode=False)
-        yield handle, port, scifact_exact
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    yield
+    ray.shutdown()
+
+
+def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_path):
+    lines = (dataset("cranfield") / "corpus.jsonl").read_text().splitlines()[:40]
+    whole, many = tmp_path / "all.jsonl", tmp_path / "parts"
+    whole.write_text("\n".join(lines) + "\n")
+    many.mkdir()
+    for name, part in (("a.jsonl", lines[:25]), ("b.jsonl", lines[25:])):
+        (many / name).write_text("\n".join(part) + "\n")
+    local = build_index(read_corpus(whole), tmp_path / "local", encoder=encoder, progress=False)
+    on_ray = build_on_ray(many, tmp_path / "ray", workers=1)
+    assert (on_ray.vectors_encoded, on_ray.vectors_reused) == (40, 0)
+    for name in ("indptr.npy", "rows.npy", "impacts.npy", "vocab.json", "params.json"):
+        assert (local.path / "bm25" / name).read_bytes() == (on_ray.path / "bm25" / name
+                                                             ).read_bytes(), name
+    mine, theirs = (LoadedBuild.load(r.path) for r in (local, on_ray))
+    assert mine.docs.all_ids() == theirs.docs.all_ids()
+    cosines = np.sum(mine.vectors.reconstruct_all() * theirs.vectors.reconstruct_all(), axis=1)
+    assert cosines.min() >= 0.9999
+    again = build_on_ray(many, tmp_path / "ray", workers=1)  # unchanged texts: nothing to encode
+    assert (again.vectors_encoded, again.vectors_reused) == (0, 40)
+    table = tmp_path / "parquet"
+    table.mkdir()
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in lines]),
+                   table / "part-0.parquet")
+    assert [d.id for d in read_documents(table)] == mine.docs.all_ids()
+    with pytest.raises(CorpusError, match="unknown file types"):
+        read_documents(dataset("cranfield") / "qrels")
+
+
+@pytest.fixture(scope="module")
+def on_ray(cluster, scifact_sharded, scifact_exact):
+    root = scifact_sharded(2)
+    port = free_port()
+    handle = serve_sharded(root, CONFIG, port=port, replicas=2, encode=False)
+    yield handle, port, scifact_exact
+    serve.shutdown()
 
 
 def same(got, want) -> None:

@@ -37,6 +37,10 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--batch-size", type=int, default=64)
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
+    build.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                       help="read and encode on a Ray cluster (Ray Data; the ray extra): "
+                       "ADDRESS of a running cluster, or none to start a local one")
+    build.add_argument("--ray-workers", type=int, default=2, help="encoder actors on Ray")
     build.add_argument("--shards", type=int, default=None, metavar="S",
                        help="write S shard builds sharing the collection's BM25 statistics "
                        "(serve them with retrieval.sharding); published by one flip")
@@ -54,6 +58,8 @@ def run_build(args: argparse.Namespace) -> int:
         vector_dtype=args.vector_dtype,
         batch_size=args.batch_size,
     )
+    if args.ray is not None:
+        return run_ray_build(args, config)
     # The whole corpus is read and checked before the model loads: input errors come first.
     documents = list(read_corpus(Path(args.corpus)))
     if args.demo_metadata:
@@ -74,6 +80,29 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))
+    return 0
+
+
+def run_ray_build(args: argparse.Namespace, config: BuildConfig) -> int:
+    """``retrieval build --ray``: the same build with reading and encoding on Ray."""
+    if args.gate or args.demo_metadata:
+        raise ConfigError("--ray builds take neither --gate nor --demo-metadata yet: build with "
+                          "--no-publish, then `retrieval publish`", "ray")
+    import ray
+
+    from indexes.ray_build import build_on_ray
+
+    ray.init(address=None if args.ray == "auto" else args.ray)
+    try:
+        options = {"shards": args.shards, "dense": args.shard_dense} if args.shards else {}
+        report = build_on_ray(args.corpus, args.out, backend=args.doc_encoder, model=args.model,
+                              workers=args.ray_workers, config=config,
+                              publish=not args.no_publish, **options)
+    finally:
+        ray.shutdown()
+    verb = "published" if report.published else "staged"
+    print(f"{verb} build {report.build_id} at {report.path}: {report.n_docs} documents, "
+          f"{report.describe_vectors()} on Ray")
     return 0
 
 
