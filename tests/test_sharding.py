@@ -209,3 +209,16 @@ def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, cap
     assert np.min(np.sum(built * reference, axis=1)) >= 0.9999
     assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "0"]) != 0
     assert "shards must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_router_caches_results_and_embeddings(scifact_sharded, encoder):
+    with ShardedRetriever.load(scifact_sharded(2), encoder=encoder) as retriever:
+        first = retriever.search("vitamin D deficiency", k=5)
+        assert retriever.cache is not None and retriever.cache.cache.flush_writes(5.0)
+        again = retriever.search("vitamin D deficiency", k=5)
+        other_k = retriever.search("vitamin D deficiency", k=3)
+    assert (first.cache.result, first.cache.embedding) == ("miss", "miss")
+    assert again.cache.result == "hit"
+    assert [h.doc_id for h in again.hits] == [h.doc_id for h in first.hits]
+    assert (other_k.cache.result, other_k.cache.embedding) == ("miss", "hit")
+    assert [h.doc_id for h in other_k.hits] == [h.doc_id for h in first.hits][:3]
