@@ -51,7 +51,7 @@ from retrieval.request import FilterMemo, validate
 from retrieval.sharding import LocalShards, Shard, ShardRouter, merge_answers
 
 DIM = 384
-MODEL_SHARDS = (8, 16, 32, 64)
+MODEL_SHARDS = (2, 4, 8, 16, 32, 64)  # 2 and 4: checked against the measured routers
 ANALYZER = AnalyzerConfig(stemmer=None, stop_words=())  # generated words are already terms
 
 
@@ -162,7 +162,7 @@ def plot_model(model: dict[str, dict[int, dict[str, float]]], measured: dict[str
         counts = sorted(series)
         ax.plot(counts, [series[c]["p95"] for c in counts], marker="o", label=f"{label} (model)")
     for label, value in measured.items():
-        ax.scatter([int(label.split("=")[1])], [value], marker="x", s=60,
+        ax.scatter([int(label.split("=")[1].split(",")[0])], [value], marker="x", s=60,
                    label=f"measured p95, {label}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("shards (S)")
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shards", default="2,4")
     p.add_argument("--ray", action="store_true", help="also time the Ray Serve hop")
     p.add_argument("--ray-docs", type=int, default=50_000)
+    p.add_argument("--ray-hop-ms", type=float, default=None,
+                   help="a Ray hop measured before (benchmarks.shards_ray) for the model")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     counts = [int(c) for c in args.shards.split(",")]
@@ -216,14 +218,16 @@ def main(argv: list[str] | None = None) -> None:
 
         ray_part = ray_hop(args.ray_docs, len(setup.texts), args.warmup)
         models["Ray Serve"] = latency_model(draws, merges, ray_part["hop_ms_p50"])
+    elif args.ray_hop_ms is not None:
+        ray_part = {"hop_ms_p50": args.ray_hop_ms, "measured": "before, benchmarks.shards_ray"}
+        models["Ray Serve"] = latency_model(draws, merges, args.ray_hop_ms)
     results = {"docs": args.docs, "setup_s": setup.setup_s, "e2e": e2e, "equal": equal,
                "shard_answer_ms": summarize(draws), "merge_ms": merges, "hop_ms": hop,
                "model": {k: {str(c): v for c, v in m.items()} for k, m in models.items()},
                "ray": ray_part}
     args.out.mkdir(parents=True, exist_ok=True)
     figure = plot_model(models, {k.removeprefix("in-process "): v["p95"]
-                                 for k, v in e2e.items()
-                                 if k.startswith("in-process") and "threads" not in k},
+                                 for k, v in e2e.items() if k.endswith("threads")},
                         args.out / "shards-model.png")
     publish_report("shards", args, results, render(results, largest, figure))
 
