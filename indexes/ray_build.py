@@ -34,11 +34,14 @@ Backend = Literal["torch", "onnx"]
 def source_files(source: str | Path) -> tuple[Literal["json", "parquet"], list[str]]:
     """The files a source names and their format; a CorpusError for anything else."""
     path = Path(source)
+    if not path.exists():
+        raise CorpusError(f"corpus {path} does not exist; give a BEIR folder, JSONL or Parquet "
+                          "files, or a directory of them")
     if path.is_dir() and (path / "corpus.jsonl").is_file():
         return "json", [str(path / "corpus.jsonl")]
     files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     kinds = {p.suffix for p in files}
-    if not files or not path.exists():
+    if not files:
         raise CorpusError(f"corpus {path} has no files; give a BEIR folder, JSONL or Parquet "
                           "files, or a directory of them")
     if kinds <= {".jsonl", ".json"}:

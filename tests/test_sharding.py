@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from indexes.ann import ExactDense
+from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.errors import ArtifactError, CorruptArtifactError
@@ -144,10 +145,15 @@ def test_a_changed_shard_file_is_refused_naming_it(tmp_path):
         ShardedRetriever.load(tmp_path, CONFIG)
 
 
-def test_a_sharded_build_is_not_loaded_as_one_build(tmp_path):
-    _tiny_build(tmp_path, 2)
+def test_a_sharded_build_is_not_loaded_as_one_build_nor_the_reverse(tmp_path):
+    _tiny_build(tmp_path / "sharded", 2)
     with pytest.raises(ArtifactError, match="ShardedRetriever"):
-        Retriever.load(tmp_path, CONFIG)
+        Retriever.load(tmp_path / "sharded", CONFIG)
+    vectors = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    build_index(_tiny_docs(5), tmp_path / "plain", vectors=vectors, encoder_info=INFO,
+                progress=False)
+    with pytest.raises(ArtifactError, match="not a sharded build"):
+        ShardedRetriever.load(tmp_path / "plain", CONFIG)
 
 
 @pytest.mark.parametrize("count", [0, -1, 31, True])

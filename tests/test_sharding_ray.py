@@ -67,6 +67,8 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
     assert [d.id for d in read_documents(table)] == mine.docs.all_ids()
     with pytest.raises(CorpusError, match="unknown file types"):
         read_documents(dataset("cranfield") / "qrels")
+    with pytest.raises(CorpusError, match="does not exist"):
+        read_documents(tmp_path / "nowhere")
 
 
 @pytest.fixture(scope="module")

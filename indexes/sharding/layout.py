@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from indexes.errors import CorpusError, CorruptArtifactError
+from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
 from indexes.manifest import MANIFEST, read_manifest, resolve_build_dir, sha256_file, verify_build
 from indexes.storage import read_json
 
@@ -80,6 +80,9 @@ def read_layout(path: Path, verify: bool = True) -> tuple[Path, ShardLayout]:
     checked; each shard's own files are checked when the shard is loaded.
     """
     directory = resolve_build_dir(Path(path))
+    if not (directory / SHARDS_FILE).is_file():
+        raise ArtifactError(f"{directory} is not a sharded build (no {SHARDS_FILE}): load it "
+                            "with Retriever, or build with --shards", directory)
     if verify:
         verify_build(directory, read_manifest(directory))
     raw = read_json(directory / SHARDS_FILE)
