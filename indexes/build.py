@@ -91,8 +91,13 @@ def _previous_vectors(root: Path, encoder_id: str) -> tuple[dict[bytes, int], Ve
         # Only exact float32 vectors are reused: re-quantizing dequantized codes would drift.
         if manifest.encoder.encoder_id != encoder_id or manifest.encoder.vector_dtype != "float32":
             return None
-        hashes = load_array(previous / "vectors" / "content_hashes.npy")
-        store = VectorStore.load(previous / "vectors")
+        if (previous / "shards.json").is_file():  # a sharded build: its shards' vectors
+            from indexes.sharding.layout import shard_vectors  # lazily: it imports this module
+
+            hashes, store = shard_vectors(previous)
+        else:
+            hashes = load_array(previous / "vectors" / "content_hashes.npy")
+            store = VectorStore.load(previous / "vectors")
     except RetrievalError as exc:
         log.warning("previous build %s not reusable, re-encoding everything: %s", previous, exc)
         return None

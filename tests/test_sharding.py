@@ -3,6 +3,7 @@ results equal to the unsharded index's on every SciFact test query (in-process r
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 
@@ -228,3 +229,31 @@ def test_the_router_caches_results_and_embeddings(scifact_sharded, encoder):
     assert [h.doc_id for h in again.hits] == [h.doc_id for h in first.hits]
     assert (other_k.cache.result, other_k.cache.embedding) == ("miss", "hit")
     assert [h.doc_id for h in other_k.hits] == [h.doc_id for h in first.hits][:3]
+
+
+class CountingEncoder:
+    """An in-memory ``Encoder``: a vector from each text's hash; counts what it encodes."""
+
+    encoder_id = "test:counting:fp32:8"
+    model = "test"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        self.encoded += len(texts)
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+                 for t in texts]
+        rows = np.array([np.random.default_rng(s).normal(size=8) for s in seeds], np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_a_sharded_rebuild_reuses_the_shards_vectors_by_content_hash(tmp_path):
+    encoder = CountingEncoder()
+    first = build_sharded_index(_tiny_docs(30), tmp_path, 3, encoder=encoder, progress=False)
+    assert (first.vectors_encoded, encoder.encoded) == (30, 30)
+    changed = [Document(d.id, d.text + (" changed" if d.id in ("d3", "d17") else ""),
+                        metadata=d.metadata) for d in _tiny_docs(30)]
+    again = build_sharded_index(changed, tmp_path, 2, encoder=encoder, progress=False)
+    assert (again.vectors_reused, again.vectors_encoded, encoder.encoded) == (28, 2, 32)

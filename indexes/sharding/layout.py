@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
 from indexes.manifest import MANIFEST, read_manifest, resolve_build_dir, sha256_file, verify_build
-from indexes.storage import read_json
+from indexes.storage import load_array, read_json
+from indexes.vectors import VectorStore
 
 SHARDS_FILE = "shards.json"
 SHARDS_DIR = "shards"
@@ -97,3 +99,15 @@ def read_layout(path: Path, verify: bool = True) -> tuple[Path, ShardLayout]:
             raise CorruptArtifactError(f"{manifest} differs from the checksum in "
                                        f"{SHARDS_FILE}; rebuild the index", manifest)
     return directory, layout
+
+
+def shard_vectors(path: Path) -> tuple[np.ndarray, VectorStore]:
+    """(content hashes S16 (n,), float32 vectors (n, d)) of every shard in global row order:
+    what a rebuild reuses by content hash (``indexes.build``)."""
+    directory, layout = read_layout(path, verify=False)
+    hashes, blocks = [], []
+    for i in range(len(layout.shards)):
+        vectors = layout.shard_dir(directory, i) / "vectors"
+        hashes.append(load_array(vectors / "content_hashes.npy"))
+        blocks.append(VectorStore.load(vectors).reconstruct_all())
+    return np.concatenate(hashes), VectorStore.build(np.concatenate(blocks), "float32")
