@@ -165,6 +165,7 @@ def plot_model(model: dict[str, dict[int, dict[str, float]]], measured: dict[str
         ax.scatter([int(label.split("=")[1].split(",")[0])], [value], marker="x", s=60,
                    label=f"measured p95, {label}")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")  # the tail past 16 shards dwarfs the rest
     ax.set_xlabel("shards (S)")
     ax.set_ylabel("router p95 (ms)")
     ax.grid(True, which="both", alpha=0.3)
