@@ -180,6 +180,11 @@ class OneShardDown(LocalShards):
         return answers
 
 
+class AllShardsDown(LocalShards):
+    def answer_all(self, request, vector):
+        return [ShardUnavailableError(f"{name} has no live replica", name) for name in self.names]
+
+
 def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
     _tiny_build(tmp_path, 3)
     vector = np.ones(8, np.float32)
@@ -192,6 +197,11 @@ def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
         retriever.allow_partial = True
         partial = retriever.search("gamma", k=30, query_vector=vector)
     assert partial.degraded == ["partial:shard-001"]
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        retriever.calls = AllShardsDown(retriever.shards, retriever.config)
+        retriever.allow_partial = True
+        with pytest.raises(ShardUnavailableError, match="shard-000"):
+            retriever.search("gamma", k=30, query_vector=vector)
     assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
         f"d{i}" for i in range(10, 20)}
 

@@ -134,14 +134,15 @@ class ShardRouter:
                 ) -> SearchResult:
         outcomes = self.calls.answer_all(request, vector)
         timer.lap("shards")
-        answers, missing = [], []
+        answers, failures = [], []
         for outcome in outcomes:
             if isinstance(outcome, ShardUnavailableError):
-                if not self.allow_partial:
-                    raise outcome
-                missing.append(outcome.shard)
+                failures.append(outcome)
             else:
                 answers.append(outcome)
+        if failures and (not self.allow_partial or not answers):
+            raise failures[0]  # partial answers need at least one shard that answered
+        missing = [failure.shard for failure in failures]
         merged = merge_answers(answers, request, self.config, self.starts)
         timer.lap("merge")
         hits = self._hydrate(merged.top)
