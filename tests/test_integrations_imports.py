@@ -44,3 +44,15 @@ def test_missing_extra_names_the_pip_command(module, blocked, extra):
                "    print(exc)\n")
     assert done.returncode == 0, done.stderr
     assert f"pip install 'retrieval[{extra}]'" in done.stdout
+
+
+def test_ray_serve_without_the_ray_extra_names_the_pip_command():
+    done = run("import sys; sys.modules['ray'] = None\n"
+               "from retrieval.integrations import MissingExtraError\n"
+               "try:\n"
+               "    import retrieval.sharding.ray_serve\n"
+               "except MissingExtraError as exc:\n"
+               "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    assert "retrieval.sharding.ray_serve needs ray" in done.stdout
+    assert "pip install 'retrieval[ray]'" in done.stdout

@@ -18,12 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import ray
-from ray import serve
-from ray.exceptions import ActorUnavailableError, RayActorError
-from ray.serve.handle import DeploymentHandle, DeploymentResponse
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+
+from retrieval.integrations.errors import MissingExtraError
+
+try:
+    import ray
+    from ray import serve
+    from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.serve.handle import DeploymentHandle, DeploymentResponse
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+except ImportError as exc:
+    raise MissingExtraError("ray", "ray[data,serve]", __name__) from exc
 
 from indexes.errors import InvalidQueryError, RetrievalError
 from indexes.manifest import read_manifest
