@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -103,8 +104,13 @@ def _previous_vectors(root: Path, encoder_id: str) -> tuple[dict[bytes, int], Ve
         # Only exact float32 vectors are reused: re-quantizing dequantized codes would drift.
         if manifest.encoder.encoder_id != encoder_id or manifest.encoder.vector_dtype != "float32":
             return None
-        hashes = load_array(previous / "vectors" / "content_hashes.npy")
-        store = VectorStore.load(previous / "vectors")
+        if (previous / "shards.json").is_file():  # a sharded build: its shards' vectors
+            from indexes.sharding.layout import shard_vectors  # lazily: it imports this module
+
+            hashes, store = shard_vectors(previous)
+        else:
+            hashes = load_array(previous / "vectors" / "content_hashes.npy")
+            store = VectorStore.load(previous / "vectors")
     except RetrievalError as exc:
         log.warning("previous build %s not reusable, re-encoding everything: %s", previous, exc)
         return None
@@ -195,24 +201,9 @@ def build_index(
     root.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(root, build_id)
     try:
-        bm25.save(staging / "bm25")
-        metadata.save(staging / "metadata")
-        VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
-        save_array(staging / "vectors" / "content_hashes.npy", hashes)
-        build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
-        DocStore.build(docs).save(staging / "docstore")
-        if passage_map is not None:
-            passage_map.save(staging / "passages")
-        write_manifest(staging, Manifest(
-            format_version=FORMAT_VERSION, build_id=build_id,
-            created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
-            analyzer=config.analyzer.model_dump(mode="json"),
-            analyzer_fingerprint=analyzer.fingerprint, encoder=info,
-            bm25=config.bm25.model_dump(mode="json"),
-            metadata_fields=dict(metadata.kinds), files=checksum_tree(staging),
-            log_seq=log_seq,
-            window=window, passages=passage_info,
-        ))
+        write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
+                         passage_map=passage_map, log_seq=log_seq, window=window,
+                         passages=passage_info)
         final = (publish_staged if publish else place)(staging, root, build_id)
     except BaseException:
         discard(staging)
@@ -252,9 +243,46 @@ def _rows_for(
     return rows, passage_map, info, window
 
 
+def refuse_passages(config: BuildConfig, kind: str) -> None:
+    """Passage builds are local and unsharded for now: say so instead of indexing whole
+    documents the caller asked to have split."""
+    if config.passages is not None:
+        raise CorpusError(f"passages are not supported in {kind} builds yet; build passages "
+                          "with a local, unsharded build (without --shards / --ray)")
+
+
 def _live_log_seq(root: Path) -> int:
     previous = current_build_dir(root)
     return read_manifest(previous).log_seq if previous is not None else 0
+
+
+def write_components(
+    directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
+    metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
+    config: BuildConfig, ann_nlist: int | None = None, passage_map: PassageMap | None = None,
+    **manifest_fields: Any,
+) -> None:
+    """Write every component of one build and its manifest into ``directory`` (a whole build,
+    or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
+    dense leg (None = by corpus size, 0 = exact search); ``manifest_fields``: the manifest's
+    optional fields (``log_seq``, ``window``, ``passages``)."""
+    bm25.save(directory / "bm25")
+    metadata.save(directory / "metadata")
+    VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
+    save_array(directory / "vectors" / "content_hashes.npy", hashes)
+    build_ann(matrix, directory / ANN_DIR, nlist=ann_nlist)  # the dense leg (indexes/ann.py)
+    DocStore.build(docs).save(directory / "docstore")
+    if passage_map is not None:
+        passage_map.save(directory / "passages")
+    analyzer = Analyzer(config.analyzer)
+    write_manifest(directory, Manifest(
+        format_version=FORMAT_VERSION, build_id=build_id,
+        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+        analyzer=config.analyzer.model_dump(mode="json"),
+        analyzer_fingerprint=analyzer.fingerprint, encoder=info,
+        bm25=config.bm25.model_dump(mode="json"),
+        metadata_fields=dict(metadata.kinds), files=checksum_tree(directory), **manifest_fields,
+    ))
 
 
 def _vectors_for(

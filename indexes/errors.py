@@ -10,8 +10,9 @@ it); ``from retrieval import ...`` gives every one of them::
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
-    │   └── InvalidWriteError         (also ValueError) an upsert or delete refused before
-    │                                 anything was written (ids, text, vectors, metadata)
+    │   ├── InvalidWriteError         (also ValueError) an upsert or delete refused before
+    │   │                             anything was written (ids, text, vectors, metadata)
+    │   └── ShardCountError           (indexes.sharding) a corpus cannot be split into S shards
     ├── WriterLockedError             another writer holds the root's write-ahead log
     ├── InvalidQueryError             (also ValueError) bad search input
     │   ├── UnknownFieldError         filter names a field the index does not have
@@ -36,6 +37,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── UnknownBuildError         the build id names no build under the root
     │   └── NoRollbackTargetError     the flip history names no previously live build
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── ShardUnavailableError         (retrieval.sharding) a shard has no live replica (``shard``)
     ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss
     │   ├── CacheConfigError          (also a ConfigError)

@@ -5,6 +5,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 """
 
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
+from indexes.sharding.layout import ShardCountError
 from indexes.wal import IndexWriter
 from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
@@ -60,6 +61,7 @@ from retrieval.service.errors import (
     ServiceConfigError,
     ServiceUnavailableError,
 )
+from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.tracing import TracingConfig
 
 __all__ = [
@@ -112,6 +114,8 @@ __all__ = [
     "ServerError",
     "ServiceConfigError",
     "ServiceUnavailableError",
+    "ShardCountError",
+    "ShardUnavailableError",
     "TracingConfig",
     "UnknownBuildError",
     "UnknownFieldError",

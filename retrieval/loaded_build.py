@@ -9,10 +9,11 @@ from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import ExactDense, load_dense
 from indexes.bm25 import BM25Index
 from indexes.docstore import DocStore
-from indexes.errors import CorruptArtifactError
+from indexes.errors import ArtifactError, CorruptArtifactError
 from indexes.manifest import MANIFEST, Manifest, read_manifest, resolve_build_dir, verify_build
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageMap
+from indexes.sharding.layout import SHARDS_FILE
 from indexes.vectors import VectorStore
 
 
@@ -41,6 +42,10 @@ class LoadedBuild:
         Raises MissingArtifactError / CorruptArtifactError / FormatVersionError naming the file.
         """
         directory = resolve_build_dir(Path(path))
+        if (directory / SHARDS_FILE).is_file():
+            raise ArtifactError(f"{directory} is a sharded build: load it with "
+                                "retrieval.sharding.ShardedRetriever (or serve it on Ray)",
+                                directory)
         manifest = read_manifest(directory)
         if verify:
             verify_build(directory, manifest)

@@ -176,14 +176,20 @@ def bm25_candidates(
 def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,
                 snapshot: LoadedBuild) -> bool:
     """Whether the dense leg adds candidates to these BM25 ones (the candidate policy)."""
+    return policy_wants_dense(config, request, bm25,
+                              lambda: has_unknown_term(snapshot, request.query))
+
+
+def policy_wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,
+                       unknown_term: Callable[[], bool]) -> bool:
+    """``wants_dense`` over BM25 scores (best first) from anywhere, e.g. merged shards."""
     if config.candidate_policy == "keyword":
         return False
     if config.candidate_policy == "union":
         return True
     floor = config.guardrail_min_keyword or max(request.k, request.candidates // 10)
     weak = bm25.size == 0 or float(bm25[0]) < config.guardrail_min_bm25
-    return bm25.size < floor or weak or (config.guardrail_unknown_terms
-                                         and has_unknown_term(snapshot, request.query))
+    return bm25.size < floor or weak or (config.guardrail_unknown_terms and unknown_term())
 
 
 def has_unknown_term(snapshot: LoadedBuild, query: str) -> bool:
@@ -207,13 +213,7 @@ def add_dense(
         return rows, bm25
     new_scores = np.zeros(new.size, dtype=np.float64)
     if rows.size >= request.candidates:  # BM25 was cut at C: a new row may still match a term
-        touched, scores = snapshot.bm25.score_touched(snapshot.analyzer(request.query), mask)
-        order = np.argsort(touched)
-        at = np.searchsorted(touched[order], new)
-        at = np.minimum(at, max(touched.size - 1, 0))
-        if touched.size:
-            found = touched[order][at] == new
-            new_scores[found] = scores[order][at][found]
+        new_scores = touched_scores(snapshot, request, mask, new)
     return (np.concatenate([rows.astype(np.int64), new]),
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
 
@@ -237,6 +237,20 @@ def widened(
                                config)
     cosine = snapshot.vectors.scores(query_vector, rows)
     return rows, bm25, cosine, fuse(bm25, cosine, config)
+
+
+def touched_scores(snapshot: LoadedBuild, request: SearchRequest, mask: np.ndarray | None,
+                   rows: np.ndarray) -> np.ndarray:
+    """BM25 score float64 of each of ``rows`` (0 where it holds no query term): one pass over
+    the query terms' postings."""
+    scores_of = np.zeros(rows.size, dtype=np.float64)
+    touched, scores = snapshot.bm25.score_touched(snapshot.analyzer(request.query), mask)
+    if touched.size:
+        order = np.argsort(touched)
+        at = np.minimum(np.searchsorted(touched[order], rows), touched.size - 1)
+        found = touched[order][at] == rows
+        scores_of[found] = scores[order][at][found]
+    return scores_of
 
 
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:

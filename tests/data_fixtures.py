@@ -101,3 +101,46 @@ def uncached_scifact(beir_index, encoder):
     retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
     yield retriever
     retriever.close()
+
+
+@pytest.fixture(scope="session")
+def scifact_exact(beir_index, encoder):
+    """(Retriever over the session's SciFact index with its dense leg searched exactly and
+    caching off, test query texts, their vectors): the reference sharded search equals."""
+    import dataclasses
+
+    from indexes.ann import ExactDense
+    from retrieval import Retriever
+    from retrieval.request_path import Live
+
+    root, queries, _ = beir_index("scifact")
+    retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
+    snapshot = retriever.snapshot
+    retriever._live = Live(dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors)),
+                           retriever._live.filters)
+    texts = list(queries.values())
+    yield retriever, texts, encoder.encode(texts, batch_size=64)
+    retriever.close()
+
+
+@pytest.fixture(scope="session")
+def scifact_sharded(beir_index, dataset, encoder, tmp_path_factory):
+    """scifact_sharded(S) -> root of SciFact in S shards with exact dense legs (vectors reused
+    from the session's SciFact index by content hash); built once per session."""
+    from indexes.sharding import build_sharded_index
+
+    source, _, _ = beir_index("scifact")
+    built: dict[int, Path] = {}
+
+    def get(count: int) -> Path:
+        if count not in built:
+            root = tmp_path_factory.mktemp(f"scifact-{count}-shards")
+            docs = list(with_demo_metadata(read_corpus(dataset("scifact"))))
+            report = build_sharded_index(docs, root, count, encoder=encoder, progress=False,
+                                         config=BuildConfig(reuse_from=str(source)),
+                                         dense="exact")
+            assert report.vectors_reused == len(docs)
+            built[count] = root
+        return built[count]
+
+    return get

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FRAMEWORKS = ("langchain", "langchain_core", "llama_index")
+FRAMEWORKS = ("langchain", "langchain_core", "llama_index", "ray")
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
@@ -21,7 +21,7 @@ def run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_retrieval_loads_no_framework():
-    done = run("import sys, retrieval, retrieval.integrations\n"
+    done = run("import sys, retrieval, retrieval.integrations, retrieval.sharding\n"
                f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}))")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -44,3 +44,15 @@ def test_missing_extra_names_the_pip_command(module, blocked, extra):
                "    print(exc)\n")
     assert done.returncode == 0, done.stderr
     assert f"pip install 'retrieval[{extra}]'" in done.stdout
+
+
+def test_ray_serve_without_the_ray_extra_names_the_pip_command():
+    done = run("import sys; sys.modules['ray'] = None\n"
+               "from retrieval.integrations import MissingExtraError\n"
+               "try:\n"
+               "    import retrieval.sharding.ray_serve\n"
+               "except MissingExtraError as exc:\n"
+               "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    assert "retrieval.sharding.ray_serve needs ray" in done.stdout
+    assert "pip install 'retrieval[ray]'" in done.stdout

@@ -20,10 +20,10 @@ class IntegrationError(RetrievalError):
 class MissingExtraError(IntegrationError, ImportError):
     """An adapter module was imported without its framework installed."""
 
-    def __init__(self, extra: str, package: str) -> None:
+    def __init__(self, extra: str, package: str, module: str | None = None) -> None:
         super().__init__(
-            f"retrieval.integrations.{extra} needs {package}, which is not installed; "
-            f"install it with: pip install 'retrieval[{extra}]'"
+            f"{module or f'retrieval.integrations.{extra}'} needs {package}, which is not "
+            f"installed; install it with: pip install 'retrieval[{extra}]'"
         )
         self.extra = extra
 

@@ -1,0 +1,256 @@
+"""Sharded search against one index, side by side, and a latency model for many shards.
+
+    python -m benchmarks.shards                         # 1M passages, 2 and 4 shards
+    python -m benchmarks.shards --docs 200000 --ray     # smaller, plus the Ray Serve hop
+
+The realistic synthetic corpus (``indexes.synthetic_corpus``: Zipfian vocabulary of 200,000
+words), random unit vectors (dim 384), query vectors given (no encoder), no cache. One search:
+validate -> filter -> BM25 top C -> re-rank -> fuse -> top k -> hydrate (ids only: generated
+passages are arrays). Unsharded: ``Retriever``; in-process shards: ``ShardedRetriever``'s
+router over shards sliced from the same global index (``indexes.sharding``), so both return the
+same hits (checked). Both dense legs are exact: the guardrail rarely fires on these queries.
+
+The latency model: per-shard ``answer`` times (each shard alone, measured) are the draws; a
+router over S shards waits for the slowest of S draws, then merges (the real merge timed over S
+answers made of the measured ones) and pays a hop per search (the in-process fan-out overhead
+measured here, or Ray's with ``--ray``). Predicted router p95 for S = 8 ... 64 shards of the
+measured shard size. ``--ray`` serves a smaller on-disk sharded build on a local Ray cluster
+(2 CPUs) and times the router handle against the in-process router on the same shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import (
+    RESULTS_DIR,
+    markdown_table,
+    measure_side_by_side,
+    percentile_cells,
+    publish_report,
+    summarize,
+)
+from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.ann import ExactDense
+from indexes.docstore import DocStore, Document
+from indexes.manifest import FORMAT_VERSION, EncoderInfo, Manifest
+from indexes.metadata import MetadataIndex
+from indexes.sharding import shard_ranges, slice_bm25, slice_metadata
+from indexes.synthetic import random_unit_vectors
+from indexes.synthetic_corpus import CorpusSpec, bm25_index, generate, metadata_index
+from indexes.synthetic_corpus import queries as corpus_queries
+from indexes.vectors import VectorStore
+from retrieval import Retriever, RetrieverConfig
+from retrieval.loaded_build import LoadedBuild
+from retrieval.request import FilterMemo, validate
+from retrieval.sharding import LocalShards, Shard, ShardRouter, merge_answers
+
+DIM = 384
+MODEL_SHARDS = (2, 4, 8, 16, 32, 64)  # 2 and 4: checked against the measured routers
+ANALYZER = AnalyzerConfig(stemmer=None, stop_words=())  # generated words are already terms
+
+
+def in_memory_build(name: str, bm25: Any, metadata: MetadataIndex, vectors: np.ndarray,
+                    ids: list[str]) -> LoadedBuild:
+    """A LoadedBuild of in-memory components (nothing written: 1M passages stay quick)."""
+    info = EncoderInfo(encoder_id="bench:random:fp32:384", model="bench", dim=DIM,
+                       vector_dtype="float32")
+    analyzer = Analyzer(ANALYZER)
+    manifest = Manifest(format_version=FORMAT_VERSION, build_id=name, created_at="",
+                        n_docs=len(ids), analyzer=ANALYZER.model_dump(mode="json"),
+                        analyzer_fingerprint=analyzer.fingerprint, encoder=info,
+                        bm25=bm25.params.model_dump(mode="json"),
+                        metadata_fields=dict(metadata.kinds), files={})
+    store = VectorStore(vectors, "float32")
+    docs = DocStore.build([Document(i, "", "") for i in ids])
+    return LoadedBuild(Path(name), manifest, analyzer, bm25, metadata, store, docs,
+                       ExactDense(store))
+
+
+class Setup:
+    def __init__(self, n_docs: int, n_queries: int, shard_counts: list[int]) -> None:
+        began = time.perf_counter()
+        corpus = generate(CorpusSpec(n_docs))
+        bm25, metadata = bm25_index(corpus), metadata_index(corpus)
+        vectors = random_unit_vectors(n_docs, DIM, seed=3)
+        ids = [f"doc-{i}" for i in range(n_docs)]
+        self.whole = in_memory_build("whole", bm25, metadata, vectors, ids)
+        self.shards = {}
+        for count in shard_counts:
+            self.shards[count] = [
+                Shard(i, in_memory_build(f"shard-{i:03d}", slice_bm25(bm25, a, b),
+                                         slice_metadata(metadata, a, b), vectors[a:b], ids[a:b]),
+                      a)
+                for i, (a, b) in enumerate(shard_ranges(n_docs, count))]
+        self.texts = [" ".join(t) for t in corpus_queries(corpus, n_queries, seed=1)]
+        self.vectors = random_unit_vectors(n_queries, DIM, seed=4)
+        self.config = RetrieverConfig(cache={"backend": "none"})
+        self.setup_s = time.perf_counter() - began
+
+    def router(self, count: int, parallel: bool) -> ShardRouter:
+        shards = self.shards[count]
+        return ShardRouter(self.whole.manifest, [s.start for s in shards],
+                           LocalShards(shards, self.config, parallel), self.config, None)
+
+
+def per_shard_times(setup: Setup, count: int, items: list[int]) -> tuple[list[float], Any]:
+    """Each shard's ``answer`` timed alone (ms), and the last query's answers (for merges)."""
+    memo = FilterMemo(setup.whole.metadata.kinds, setup.config.limits)
+    times: list[float] = []
+    answers: list[Any] = []
+    for i in items:
+        request = validate(setup.texts[i], None, None, None, setup.config, memo)
+        answers = []
+        for shard in setup.shards[count]:
+            began = time.perf_counter()
+            answers.append(shard.answer(request, setup.vectors[i], setup.config))
+            times.append((time.perf_counter() - began) * 1e3)
+    return times, (request, answers)
+
+
+def merge_ms(setup: Setup, request: Any, answers: list[Any], count: int, repeats: int = 200
+             ) -> float:
+    """Median time of the real merge over ``count`` answers (the measured ones, repeated with
+    their rows shifted so every shard is distinct)."""
+    span = setup.whole.manifest.n_docs
+    many = []
+    for j in range(count):
+        base = answers[j % len(answers)]
+        shifted = type(base)(**{**base.__dict__, "rows": base.rows + span * (j // len(answers)),
+                                "dense_rows": base.dense_rows})
+        many.append(shifted)
+    starts = sorted({int(a.rows.min()) if a.rows.size else 0 for a in many})
+    samples = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        merge_answers(many, request, setup.config, starts or [0])
+        samples.append((time.perf_counter() - began) * 1e3)
+    return float(np.median(samples))
+
+
+def latency_model(draws: list[float], merges: dict[int, float], hop_ms: float,
+                  trials: int = 20_000, seed: int = 0) -> dict[int, dict[str, float]]:
+    """Predicted router latency percentiles per shard count: max of S draws + merge + hop."""
+    rng = np.random.default_rng(seed)
+    pool = np.asarray(draws)
+    model = {}
+    for count, merge in merges.items():
+        slowest = pool[rng.integers(0, pool.size, size=(trials, count))].max(axis=1)
+        total = slowest + merge + hop_ms
+        model[count] = {"p50": float(np.percentile(total, 50)),
+                        "p95": float(np.percentile(total, 95)),
+                        "p99": float(np.percentile(total, 99)), "merge_ms": merge}
+    return model
+
+
+def plot_model(model: dict[str, dict[int, dict[str, float]]], measured: dict[str, float],
+               path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, series in model.items():
+        counts = sorted(series)
+        ax.plot(counts, [series[c]["p95"] for c in counts], marker="o", label=f"{label} (model)")
+    for label, value in measured.items():
+        ax.scatter([int(label.split("=")[1].split(",")[0])], [value], marker="x", s=60,
+                   label=f"measured p95, {label}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")  # the tail past 16 shards dwarfs the rest
+    ax.set_xlabel("shards (S)")
+    ax.set_ylabel("router p95 (ms)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--shards", default="2,4")
+    p.add_argument("--ray", action="store_true", help="also time the Ray Serve hop")
+    p.add_argument("--ray-docs", type=int, default=50_000)
+    p.add_argument("--ray-hop-ms", type=float, default=None,
+                   help="a Ray hop measured before (benchmarks.shards_ray) for the model")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    counts = [int(c) for c in args.shards.split(",")]
+    setup = Setup(args.docs, args.queries, counts)
+    warm, items = list(range(args.warmup)), list(range(args.warmup, args.queries))
+    whole = Retriever(setup.whole, setup.config, None)
+    routers = {f"S={c}{mode}": setup.router(c, mode == ", threads") for c in counts
+               for mode in ("", ", threads")}
+    runners: dict[str, Any] = {"unsharded": lambda i: whole.search(
+        setup.texts[i], None, 10, query_vector=setup.vectors[i])}
+    for name, router in routers.items():
+        runners[f"in-process {name}"] = (lambda r: lambda i: r.search(
+            setup.texts[i], None, 10, query_vector=setup.vectors[i]))(router)
+    samples = measure_side_by_side(runners, items, warm, chunk=50)
+    reference = [[h.doc_id for h in o.hits] for o in samples["unsharded"].outputs]
+    equal = {name: [[h.doc_id for h in o.hits] for o in s.outputs] == reference
+             for name, s in samples.items()}
+    largest = max(counts)
+    draws, (request, answers) = per_shard_times(setup, largest, items)
+    e2e = {name: s.summary() for name, s in samples.items()}
+    # The parallel fan-out's own cost: the threaded router's median minus the median of its
+    # slowest shard per query and of the merge (validation and hydration are in it too).
+    slowest = np.asarray(draws).reshape(-1, largest).max(axis=1)
+    hop = max(0.0, e2e[f"in-process S={largest}, threads"]["p50"] - float(np.median(slowest))
+              - merge_ms(setup, request, answers, largest))
+    merges = {c: merge_ms(setup, request, answers, c) for c in MODEL_SHARDS}
+    models = {"in-process": latency_model(draws, merges, hop)}
+    ray_part: dict[str, Any] = {}
+    if args.ray:
+        from benchmarks.shards_ray import ray_hop
+
+        ray_part = ray_hop(args.ray_docs, len(setup.texts), args.warmup)
+        models["Ray Serve"] = latency_model(draws, merges, ray_part["hop_ms_p50"])
+    elif args.ray_hop_ms is not None:
+        ray_part = {"hop_ms_p50": args.ray_hop_ms, "measured": "before, benchmarks.shards_ray"}
+        models["Ray Serve"] = latency_model(draws, merges, args.ray_hop_ms)
+    results = {"docs": args.docs, "setup_s": setup.setup_s, "e2e": e2e, "equal": equal,
+               "shard_answer_ms": summarize(draws), "merge_ms": merges, "hop_ms": hop,
+               "model": {k: {str(c): v for c, v in m.items()} for k, m in models.items()},
+               "ray": ray_part}
+    args.out.mkdir(parents=True, exist_ok=True)
+    figure = plot_model(models, {k.removeprefix("in-process "): v["p95"]
+                                 for k, v in e2e.items() if k.endswith("threads")},
+                        args.out / "shards-model.png")
+    publish_report("shards", args, results, render(results, largest, figure))
+
+
+def render(r: dict[str, Any], largest: int, figure: Path | None) -> str:
+    lines = [f"## Sharded search: {r['docs']:,} passages", "",
+             f"setup {r['setup_s']:.0f} s; hits equal to unsharded: {r['equal']}", ""]
+    lines.append(markdown_table(["search", "p50 / p95 / p99 ms"],
+                                [[k, percentile_cells(v)] for k, v in r["e2e"].items()]))
+    shard = r["shard_answer_ms"]
+    lines += ["", f"one shard's answer (S={largest}): {percentile_cells(shard)} ms; in-process "
+              f"fan-out overhead (hop) {r['hop_ms']:.3f} ms at p50", ""]
+    rows = [[kind, c, f"{v['merge_ms']:.3f}", f"{v['p50']:.2f}", f"{v['p95']:.2f}"]
+            for kind, model in r["model"].items() for c, v in model.items()]
+    lines.append(markdown_table(["runtime", "S", "merge ms", "predicted p50", "predicted p95"],
+                                rows))
+    if r["ray"]:
+        lines += ["", f"Ray Serve hop: {r['ray']}"]
+    if figure is not None:
+        lines += ["", f"![latency model]({figure.name})"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

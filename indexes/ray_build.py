@@ -1,0 +1,179 @@
+"""The build on Ray: Ray Data reads the corpus and encodes documents on an actor pool (the
+encoder loaded once per actor), the driver reduces the BM25 statistics over the whole
+collection and writes the same verified artifact as ``indexes.build``, published atomically.
+
+Needs the ``ray`` extra and a connected cluster (``ray.init()`` or ``ray.init(ADDRESS)``).
+
+Sources: a BEIR folder (its corpus.jsonl), JSONL files, Parquet files, or a directory of either
+(many files). Rows are read in file order (Ray Data's ``preserve_order``), so row i of the build
+is the i-th document of the sources, as in a local build. Vectors are reused from the live
+build by content hash first; only the remaining documents travel to the encoder actors.
+
+What runs where: reading and parsing, and encoding (the ~99% of a build's time) run on the
+cluster; analysis, the global BM25 reduce (N, df per term, avgdl, the okapi idf floor over the
+whole vocabulary) and writing run on the driver, which also holds every document once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from indexes.build import (
+    BuildConfig,
+    BuildReport,
+    _previous_vectors,
+    build_index,
+    content_hashes,
+    refuse_passages,
+)
+from indexes.corpus import _document
+from indexes.docstore import Document
+from indexes.errors import CorpusError
+from indexes.manifest import EncoderInfo
+
+Backend = Literal["torch", "onnx"]
+
+
+def source_files(source: str | Path) -> tuple[Literal["json", "parquet"], list[str]]:
+    """The files a source names and their format; a CorpusError for anything else."""
+    path = Path(source)
+    if not path.exists():
+        raise CorpusError(f"corpus {path} does not exist; give a BEIR folder, JSONL or Parquet "
+                          "files, or a directory of them")
+    if path.is_dir() and (path / "corpus.jsonl").is_file():
+        return "json", [str(path / "corpus.jsonl")]
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    kinds = {p.suffix for p in files}
+    if not files:
+        raise CorpusError(f"corpus {path} has no files; give a BEIR folder, JSONL or Parquet "
+                          "files, or a directory of them")
+    if kinds <= {".jsonl", ".json"}:
+        return "json", [str(p) for p in files]
+    if kinds <= {".parquet"}:
+        return "parquet", [str(p) for p in files]
+    raise CorpusError(f"corpus {path} mixes or holds unknown file types {sorted(kinds)}; give "
+                      ".jsonl or .parquet files")
+
+
+def read_documents(source: str | Path) -> list[Document]:
+    """Every document of ``source`` read by Ray Data, in file order."""
+    import ray.data
+
+    ray.data.DataContext.get_current().execution_options.preserve_order = True
+    kind, files = source_files(source)
+    dataset = (ray.data.read_json(files, lines=True) if kind == "json"
+               else ray.data.read_parquet(files))
+    documents = [_document(_plain(row), Path(str(source)), number)
+                 for number, row in enumerate(dataset.iter_rows(), start=1)]
+    if not documents:
+        raise CorpusError(f"the corpus {source} is empty: give at least one document")
+    return documents
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    """A row as plain Python values (Arrow scalars and numpy values converted), nulls dropped:
+    a column absent from some files is null in their rows."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return [plain(v) for v in value.tolist()]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items() if v is not None}
+        return value
+    return {k: plain(v) for k, v in dict(row).items() if v is not None}
+
+
+class EncodeActor:
+    """A Ray Data actor: the encoder is loaded once, then encodes batches of texts."""
+
+    def __init__(self, backend: Backend, model: str | None, batch_size: int) -> None:
+        from indexes.onnx_encoder import make_encoder
+
+        self.encoder = make_encoder(backend, model)
+        self.batch_size = batch_size
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        texts = [str(t) for t in batch["text"]]
+        return {"row": batch["row"],
+                "vector": self.encoder.encode(texts, batch_size=self.batch_size)}
+
+
+def encode_on_ray(texts: Sequence[str], rows: Sequence[int], backend: Backend,
+                  model: str | None, workers: int, batch_size: int, dim: int,
+                  cpus_per_worker: float = 1.0) -> np.ndarray:
+    """float32 (len(texts), dim): the vectors of ``rows`` encoded by ``workers`` actors."""
+    import ray.data
+
+    vectors = np.zeros((len(texts), dim), dtype=np.float32)
+    if not rows:
+        return vectors
+    items = [{"row": int(r), "text": texts[r]} for r in rows]
+    blocks = max(1, min(len(items) // batch_size, workers * 8))
+    dataset = ray.data.from_items(items, override_num_blocks=blocks).map_batches(
+        EncodeActor, fn_constructor_kwargs={"backend": backend, "model": model,
+                                            "batch_size": batch_size},
+        batch_size=batch_size * 4, concurrency=workers, num_cpus=cpus_per_worker)
+    for batch in dataset.iter_batches(batch_format="numpy", batch_size=None):
+        vectors[batch["row"]] = batch["vector"]
+    return vectors
+
+
+def encoder_info(backend: Backend, model: str | None) -> EncoderInfo:
+    from indexes.onnx_encoder import make_encoder
+
+    probe = make_encoder(backend, model)  # the id names model, backend and dimension
+    return EncoderInfo(encoder_id=probe.encoder_id, model=probe.model, dim=probe.dim,
+                       vector_dtype="float32")
+
+
+def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "torch",
+                 model: str | None = None, workers: int = 2, cpus_per_worker: float = 1.0,
+                 config: BuildConfig | None = None, publish: bool = True,
+                 shards: int | None = None, **shard_options: Any) -> BuildReport:
+    """Build ``source`` into ``root`` on the connected Ray cluster (see the module docstring);
+    ``shards`` as ``indexes.sharding.build_sharded_index``."""
+    config = config or BuildConfig()
+    refuse_passages(config, "Ray")
+    documents = read_documents(source)
+    texts = [d.content for d in documents]
+    info = encoder_info(backend, model)
+    reused, todo = _reuse(texts, Path(config.reuse_from or root), info, config)
+    encoded = encode_on_ray(texts, todo, backend, model, workers, config.batch_size, info.dim,
+                            cpus_per_worker)
+    vectors = np.where(np.isin(np.arange(len(texts)), todo)[:, None], encoded, reused)
+    if shards is not None:
+        from indexes.sharding import build_sharded_index
+
+        report = build_sharded_index(documents, root, shards, vectors=vectors,
+                                     encoder_info=info, config=config, progress=False,
+                                     publish=publish, **shard_options)
+    else:
+        report = build_index(documents, root, vectors=vectors, encoder_info=info,
+                             config=config, progress=False, publish=publish)
+    report.vectors_given = 0
+    report.vectors_encoded = len(todo)
+    report.vectors_reused = len(texts) - len(todo)
+    return report
+
+
+def _reuse(texts: Sequence[str], source: Path, info: EncoderInfo, config: BuildConfig
+           ) -> tuple[np.ndarray, list[int]]:
+    """(vectors found in the live build by content hash, rows still to encode)."""
+    vectors = np.zeros((len(texts), info.dim), dtype=np.float32)
+    previous = _previous_vectors(source, info.encoder_id) if config.reuse_vectors else None
+    if previous is None:
+        return vectors, list(range(len(texts)))
+    row_of, store = previous
+    todo = []
+    for i, digest in enumerate(content_hashes(texts)):
+        row = row_of.get(bytes(digest))
+        if row is None:
+            todo.append(i)
+        else:
+            vectors[i] = store.reconstruct_rows(np.array([row]))[0]
+    return vectors, todo

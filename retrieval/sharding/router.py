@@ -1,0 +1,160 @@
+"""The router of a sharded search: validate, encode once, fan out, merge once, hydrate.
+
+The router is the same for every runtime; a runtime (``ShardCalls``) only carries the two
+calls to the shards: in-process threads over local shards (``local``) or Ray Serve handles
+(``ray_serve``). The result cache and the embedding cache sit here, at the router, keyed like
+the unsharded ``Retriever``'s (the sharded build's id is part of every key).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
+from indexes.errors import EncoderMismatchError, InvalidQueryError
+from indexes.manifest import Manifest
+from retrieval.cache import Cache
+from retrieval.config import RetrieverConfig
+from retrieval.errors import ConfigError
+from retrieval.models import CacheInfo, Hit, SearchResult
+from retrieval.request import FilterMemo, SearchRequest, validate
+from retrieval.request_cache import RequestCache
+from retrieval.request_path import served_from_cache
+from retrieval.sharding.errors import ShardUnavailableError
+from retrieval.sharding.merge import merge_answers
+from retrieval.sharding.shard import HitRequest, ShardAnswer
+from retrieval.timing import StageTimer
+
+
+class ShardCalls(Protocol):
+    """How a runtime reaches the shards. Both calls raise ``ShardUnavailableError`` (or
+    return it in place of an answer) for a shard with no live replica."""
+
+    @property
+    def names(self) -> Sequence[str]: ...
+
+    def answer_all(self, request: SearchRequest, vector: np.ndarray
+                   ) -> list[ShardAnswer | ShardUnavailableError]: ...
+
+    def hydrate(self, wanted: dict[int, list[HitRequest]]) -> dict[int, list[Hit]]: ...
+
+
+def router_encoder(manifest: Manifest, config: RetrieverConfig) -> Encoder | None:
+    """The query encoder a sharded build names (as ``retriever.default_encoder``)."""
+    if config.encoder_model_path is None and manifest.encoder.model != DEFAULT_MODEL:
+        return None
+    from indexes.onnx_encoder import make_encoder
+
+    if config.encoder_backend == "torch":
+        from indexes.encoders import SentenceTransformerEncoder
+
+        return SentenceTransformerEncoder(config.encoder_model_path)
+    return make_encoder(config.encoder_backend, config.encoder_model_path)
+
+
+def check_config(config: RetrieverConfig) -> None:
+    if config.features or config.recency is not None or config.feature_store is not None:
+        raise ConfigError("features and recency are not supported on sharded search yet; "
+                          "remove them from the config of a sharded index", "features")
+
+
+class ShardRouter:
+    """Searches a sharded build through ``calls``; thread-safe."""
+
+    def __init__(self, manifest: Manifest, starts: Sequence[int], calls: ShardCalls,
+                 config: RetrieverConfig, encoder: Encoder | None, cache: Cache | None = None,
+                 allow_partial: bool = False) -> None:
+        check_config(config)
+        if encoder is not None and (
+                not compatible_query_encoder(encoder.encoder_id, manifest.encoder.encoder_id)
+                or encoder.dim != manifest.encoder.dim):
+            raise EncoderMismatchError(
+                f"query encoder {encoder.encoder_id!r} does not match the index's "
+                f"{manifest.encoder.encoder_id!r}; use the encoder the index was built with")
+        self.manifest = manifest
+        self.starts = list(starts)
+        self.calls = calls
+        self.config = config
+        self.encoder = encoder
+        self.allow_partial = allow_partial
+        self.filters = FilterMemo(manifest.metadata_fields, config.limits)
+        self.cache = RequestCache(cache, config.cache) if cache is not None else None
+        self._config_key = config.fingerprint()
+
+    @property
+    def build_id(self) -> str:
+        return self.manifest.build_id
+
+    def search(self, query: str, filters: dict[str, Any] | str | None = None,
+               k: int | None = None, *, candidates: int | None = None,
+               query_vector: np.ndarray | None = None) -> SearchResult:
+        """As ``Retriever.search``: the best ``k`` documents of all shards."""
+        timer = StageTimer()
+        request = validate(query, filters, k, candidates, self.config, self.filters)
+        lookup = None
+        if self.cache is not None and query_vector is None:
+            lookup = self.cache.lookup_many([self._keys(request)], self.build_id,
+                                            self.manifest.encoder.dim)[0]
+            timer.lap("cache")
+            if lookup.result is not None:
+                return served_from_cache(lookup.result, request, timer)
+        cached = lookup.embedding if lookup is not None else None
+        vector = cached if cached is not None else query_vector
+        if vector is None:
+            vector = self._encode(request.query)
+            timer.lap("embed")
+        result = self._search(request, vector, timer)
+        status: Any = "hit" if cached is not None else (
+            "provided" if query_vector is not None else "miss")
+        result.cache = CacheInfo(result="miss" if lookup is not None else "off",
+                                 embedding=status)
+        if lookup is not None and self.cache is not None and not result.degraded:
+            self.cache.store(lookup, result, vector)
+        return result
+
+    def _keys(self, request: SearchRequest) -> tuple[str, str | None]:
+        assert self.cache is not None
+        return self.cache.keys(
+            build_id=self.build_id, snapshot_id="",
+            config_key=f"{self._config_key}:{request.candidates}", query=request.query,
+            filter_key=request.filter_key, k=request.k,
+            encoder_id=self.encoder.encoder_id if self.encoder is not None else None)
+
+    def _encode(self, text: str) -> np.ndarray:
+        if self.encoder is None:
+            raise InvalidQueryError("this index was built from external vectors: pass "
+                                    "query_vector (its encoder is not known here)")
+        return np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
+
+    def _search(self, request: SearchRequest, vector: np.ndarray, timer: StageTimer
+                ) -> SearchResult:
+        outcomes = self.calls.answer_all(request, vector)
+        timer.lap("shards")
+        answers, failures = [], []
+        for outcome in outcomes:
+            if isinstance(outcome, ShardUnavailableError):
+                failures.append(outcome)
+            else:
+                answers.append(outcome)
+        if failures and (not self.allow_partial or not answers):
+            raise failures[0]  # partial answers need at least one shard that answered
+        missing = [failure.shard for failure in failures]
+        merged = merge_answers(answers, request, self.config, self.starts)
+        timer.lap("merge")
+        hits = self._hydrate(merged.top)
+        timer.lap("hydrate")
+        return SearchResult(query=request.query, hits=hits, timings=timer.finish(),
+                            build_id=self.build_id, candidates=merged.candidates,
+                            allowed=merged.allowed,
+                            degraded=[f"partial:{name}" for name in missing])
+
+    def _hydrate(self, top: list[tuple[int, HitRequest]]) -> list[Hit]:
+        wanted: dict[int, list[HitRequest]] = defaultdict(list)
+        for shard, item in top:
+            wanted[shard].append(item)
+        found = {shard: iter(hits) for shard, hits in self.calls.hydrate(dict(wanted)).items()}
+        return [next(found[shard]) for shard, _ in top]

@@ -1,0 +1,286 @@
+"""Shard builds and sharded search: global BM25 statistics, one manifest and one flip, and
+results equal to the unsharded index's on every SciFact test query (in-process runtime)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from indexes.ann import ExactDense
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.docstore import Document
+from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
+from indexes.manifest import CURRENT, EncoderInfo, read_manifest
+from indexes.publish import publish_build
+from indexes.sharding import (
+    SHARDS_FILE,
+    ShardCountError,
+    build_sharded_index,
+    read_layout,
+    shard_ranges,
+)
+from indexes.synthetic import with_demo_metadata
+from retrieval import ConfigError, Retriever, ShardUnavailableError
+from retrieval.cli import main as cli
+from retrieval.sharding import LocalShards, ShardedRetriever
+
+FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
+# ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
+TIGHT = {"department": "cardiology", "doc_type": "review", "year": {"gte": 2015}}
+CONFIG = {"cache": {"backend": "none"}}
+
+
+@pytest.fixture(scope="module")
+def scifact_shards(scifact_exact, scifact_sharded, encoder):
+    """(unsharded retriever, {S: sharded retriever}, query texts, query vectors)."""
+    unsharded, texts, vectors = scifact_exact
+    sharded = {count: ShardedRetriever.load(scifact_sharded(count), CONFIG, encoder=encoder)
+               for count in (2, 4)}
+    for retriever in sharded.values():
+        assert all(type(s.snapshot.dense) is ExactDense for s in retriever.shards)
+    yield unsharded, sharded, texts, vectors
+    for retriever in sharded.values():
+        retriever.close()
+
+
+@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("filters", [None, FILTER, TIGHT], ids=["all", "filtered", "tight"])
+def test_sharded_results_equal_unsharded_on_scifact(scifact_shards, count, filters):
+    unsharded, sharded, texts, vectors = scifact_shards
+    assert len(texts) == 300
+    fired = 0
+    for text, vector in zip(texts, vectors, strict=True):
+        want = unsharded.search(text, filters, 10, query_vector=vector)
+        got = sharded[count].search(text, filters, 10, query_vector=vector)
+        assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits], text
+        for a, b in zip(got.hits, want.hits, strict=True):
+            assert a.score == pytest.approx(b.score, abs=1e-6)
+            assert a.bm25_score == pytest.approx(b.bm25_score, abs=1e-6)
+            assert a.vector_score == pytest.approx(b.vector_score, abs=1e-6)
+            assert a.text == b.text and a.metadata == b.metadata
+        assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
+        fired += any(h.bm25_score == 0 for h in want.hits)  # a row only the dense leg found
+    if filters is TIGHT:
+        assert fired > 0  # the guardrail's sharded path was exercised
+
+
+def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
+    unsharded, sharded, texts, vectors = scifact_shards
+    config = {**CONFIG, "candidate_policy": "union", "fusion": "minmax", "candidates": 50}
+    plain = Retriever(unsharded.snapshot, unsharded.config.model_copy(
+        update={"candidate_policy": "union", "fusion": "minmax", "candidates": 50}), encoder)
+    other = ShardedRetriever.load(sharded[4].shards[0].snapshot.path.parents[1], config,
+                                  encoder=encoder)
+    for text, vector in list(zip(texts, vectors, strict=True))[:60]:
+        want = plain.search(text, FILTER, 10, query_vector=vector)
+        got = other.search(text, FILTER, 10, query_vector=vector)
+        assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits]
+        assert [h.score for h in got.hits] == pytest.approx([h.score for h in want.hits],
+                                                            abs=1e-6)
+    plain.close()
+    other.close()
+
+
+def test_every_bm25_score_equals_the_unsharded_one(scifact_shards):
+    """Global N, df and avgdl: a shard's postings are the whole index's, bit for bit."""
+    unsharded, sharded, texts, _ = scifact_shards
+    whole = unsharded.snapshot
+    for text in texts[:50]:
+        tokens = whole.analyzer(text)
+        rows, scores = whole.bm25.score_touched(tokens)
+        expected = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+        found = {}
+        for shard in sharded[4].shards:
+            local, local_scores = shard.snapshot.bm25.score_touched(tokens)
+            found.update(zip((local + shard.start).tolist(), local_scores.tolist(), strict=True))
+        assert found == expected
+
+
+def test_sharded_search_encodes_the_query_itself(scifact_shards):
+    unsharded, sharded, texts, _ = scifact_shards
+    got = sharded[2].search(texts[0], k=5)
+    assert got.cache.embedding == "miss" and len(got.hits) == 5
+    assert got.build_id == sharded[2].build_id
+
+
+def _tiny_docs(n: int) -> list[Document]:
+    return [Document(f"d{i}", f"alpha beta {'gamma ' * (i % 4)}doc{i}",
+                     metadata={"group": f"g{i % 3}"}) for i in range(n)]
+
+
+INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
+                   vector_dtype="float32")
+
+
+def _tiny_build(root, shards: int, publish: bool = True, n: int = 30):
+    vectors = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
+    return build_sharded_index(_tiny_docs(n), root, shards, vectors=vectors,
+                               encoder_info=INFO, progress=False, publish=publish)
+
+
+def test_one_manifest_names_the_shards_and_one_flip_publishes_them(tmp_path):
+    first = _tiny_build(tmp_path, 3)
+    directory, layout = read_layout(tmp_path)
+    assert directory == first.path and [e.start for e in layout.shards] == [0, 10, 20]
+    files = read_manifest(directory).files
+    assert set(files) == {SHARDS_FILE, *(f"shards/{e.name}/manifest.json"
+                                         for e in layout.shards)}
+    staged = _tiny_build(tmp_path, 3, publish=False)
+    assert (tmp_path / CURRENT).read_text().strip() == first.build_id
+    publish_build(tmp_path, staged.build_id)
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        assert retriever.build_id == staged.build_id
+        assert retriever.search("gamma", k=3, query_vector=np.ones(8, np.float32)).hits
+
+
+def test_a_changed_shard_file_is_refused_naming_it(tmp_path):
+    report = _tiny_build(tmp_path, 2)
+    impacts = report.path / "shards" / "shard-001" / "bm25" / "impacts.npy"
+    impacts.write_bytes(impacts.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(CorruptArtifactError, match="shard-001"):
+        ShardedRetriever.load(tmp_path, CONFIG)
+
+
+def test_a_sharded_build_is_not_loaded_as_one_build_nor_the_reverse(tmp_path):
+    _tiny_build(tmp_path / "sharded", 2)
+    with pytest.raises(ArtifactError, match="ShardedRetriever"):
+        Retriever.load(tmp_path / "sharded", CONFIG)
+    vectors = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
+    build_index(_tiny_docs(5), tmp_path / "plain", vectors=vectors, encoder_info=INFO,
+                progress=False)
+    with pytest.raises(ArtifactError, match="not a sharded build"):
+        ShardedRetriever.load(tmp_path / "plain", CONFIG)
+
+
+@pytest.mark.parametrize("count", [0, -1, 31, True])
+def test_impossible_shard_counts_are_refused(tmp_path, count):
+    with pytest.raises(ShardCountError, match="shard"):
+        _tiny_build(tmp_path, count)
+    with pytest.raises(ShardCountError):
+        shard_ranges(5, count if count != 31 else 6)
+
+
+def test_features_are_refused_on_sharded_search(tmp_path):
+    _tiny_build(tmp_path, 2)
+    with pytest.raises(ConfigError, match="sharded"):
+        ShardedRetriever.load(tmp_path, {**CONFIG, "recency": {"field": "year", "weight": 0.1}})
+
+
+class OneShardDown(LocalShards):
+    """Our own runtime interface with one shard unreachable (no replica left)."""
+
+    def answer_all(self, request, vector):
+        answers = super().answer_all(request, vector)
+        answers[1] = ShardUnavailableError("shard-001 has no live replica", "shard-001")
+        return answers
+
+
+class AllShardsDown(LocalShards):
+    def answer_all(self, request, vector):
+        return [ShardUnavailableError(f"{name} has no live replica", name) for name in self.names]
+
+
+def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
+    _tiny_build(tmp_path, 3)
+    vector = np.ones(8, np.float32)
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        full = retriever.search("gamma", k=30, query_vector=vector)
+        retriever.calls = OneShardDown(retriever.shards, retriever.config)
+        with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
+            retriever.search("gamma", k=30, query_vector=vector)
+        assert caught.value.shard == "shard-001"
+        retriever.allow_partial = True
+        partial = retriever.search("gamma", k=30, query_vector=vector)
+    assert partial.degraded == ["partial:shard-001"]
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        retriever.calls = AllShardsDown(retriever.shards, retriever.config)
+        retriever.allow_partial = True
+        with pytest.raises(ShardUnavailableError, match="shard-000"):
+            retriever.search("gamma", k=30, query_vector=vector)
+    assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
+        f"d{i}" for i in range(10, 20)}
+
+
+def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, capsys):
+    """Also with the fp32 ONNX document encoder: its vectors match the torch model's."""
+    corpus = tmp_path / "corpus.jsonl"
+    docs = itertools.islice(with_demo_metadata(read_corpus(dataset("scifact"))), 24)
+    corpus.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text,
+                                          "metadata": d.metadata}) + "\n" for d in docs))
+    out = tmp_path / "index"
+    assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "3",
+                "--shard-dense", "exact", "--doc-encoder", "onnx"]) == 0
+    assert "published build" in capsys.readouterr().out
+    directory, layout = read_layout(out)
+    assert [(e.start, e.stop) for e in layout.shards] == [(0, 8), (8, 16), (16, 24)]
+    assert ":onnx:" in read_manifest(directory).encoder.encoder_id
+    with ShardedRetriever.load(out, CONFIG, encoder=encoder) as retriever:
+        built = np.concatenate([s.snapshot.vectors.reconstruct_all() for s in retriever.shards])
+    reference = encoder.encode([d.content for d in itertools.islice(
+        with_demo_metadata(read_corpus(dataset("scifact"))), 24)])
+    assert np.min(np.sum(built * reference, axis=1)) >= 0.9999
+    assert cli(["build", "--corpus", str(corpus), "--out", str(out), "--shards", "0"]) != 0
+    assert "shards must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_router_caches_results_and_embeddings(scifact_sharded, encoder):
+    with ShardedRetriever.load(scifact_sharded(2), encoder=encoder) as retriever:
+        first = retriever.search("vitamin D deficiency", k=5)
+        assert retriever.cache is not None and retriever.cache.cache.flush_writes(5.0)
+        again = retriever.search("vitamin D deficiency", k=5)
+        other_k = retriever.search("vitamin D deficiency", k=3)
+    assert (first.cache.result, first.cache.embedding) == ("miss", "miss")
+    assert again.cache.result == "hit"
+    assert [h.doc_id for h in again.hits] == [h.doc_id for h in first.hits]
+    assert (other_k.cache.result, other_k.cache.embedding) == ("miss", "hit")
+    assert [h.doc_id for h in other_k.hits] == [h.doc_id for h in first.hits][:3]
+
+
+class CountingEncoder:
+    """An in-memory ``Encoder``: a vector from each text's hash; counts what it encodes."""
+
+    encoder_id = "test:counting:fp32:8"
+    model = "test"
+    dim = 8
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        self.encoded += len(texts)
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+                 for t in texts]
+        rows = np.array([np.random.default_rng(s).normal(size=8) for s in seeds], np.float32)
+        return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_a_sharded_rebuild_reuses_the_shards_vectors_by_content_hash(tmp_path):
+    encoder = CountingEncoder()
+    first = build_sharded_index(_tiny_docs(30), tmp_path, 3, encoder=encoder, progress=False)
+    assert (first.vectors_encoded, encoder.encoded) == (30, 30)
+    changed = [Document(d.id, d.text + (" changed" if d.id in ("d3", "d17") else ""),
+                        metadata=d.metadata) for d in _tiny_docs(30)]
+    again = build_sharded_index(changed, tmp_path, 2, encoder=encoder, progress=False)
+    assert (again.vectors_reused, again.vectors_encoded, encoder.encoded) == (28, 2, 32)
+
+
+def test_passage_builds_are_refused_sharded_and_on_ray(tmp_path):
+    """Passages are cut by the local builder only: asking a sharded or a Ray build for them is
+    a clear error, never a build of whole documents."""
+    from indexes.build import BuildConfig
+    from indexes.passages import PassageConfig
+    from indexes.ray_build import build_on_ray
+
+    config = BuildConfig(passages=PassageConfig())
+    vectors = np.zeros((4, 8), dtype=np.float32)
+    with pytest.raises(CorpusError, match="passages are not supported in sharded builds"):
+        build_sharded_index(_tiny_docs(4), tmp_path, 2, vectors=vectors, encoder_info=INFO,
+                            config=config, progress=False)
+    with pytest.raises(CorpusError, match="passages are not supported in Ray builds"):
+        build_on_ray(tmp_path / "corpus.jsonl", tmp_path / "ray", config=config)
+    assert not (tmp_path / CURRENT).exists()

@@ -1,0 +1,144 @@
+"""Ray: one local cluster (2 CPUs) for the whole module. The Ray Data build against the local
+build; SciFact in 2 shards of 2 replicas each behind a Ray Serve router: equality with the
+unsharded index over handles and HTTP, no failed search while a replica is killed under load."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray import serve
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.errors import CorpusError
+from indexes.ray_build import build_on_ray, read_documents
+from retrieval.loaded_build import LoadedBuild
+from retrieval.sharding.ray_serve import APP_NAME, serve_sharded
+
+FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
+CONFIG = {"cache": {"backend": "none"}}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_path):
+    lines = (dataset("cranfield") / "corpus.jsonl").read_text().splitlines()[:40]
+    whole, many = tmp_path / "all.jsonl", tmp_path / "parts"
+    whole.write_text("\n".join(lines) + "\n")
+    many.mkdir()
+    for name, part in (("a.jsonl", lines[:25]), ("b.jsonl", lines[25:])):
+        (many / name).write_text("\n".join(part) + "\n")
+    local = build_index(read_corpus(whole), tmp_path / "local", encoder=encoder, progress=False)
+    on_ray = build_on_ray(many, tmp_path / "ray", workers=1)
+    assert (on_ray.vectors_encoded, on_ray.vectors_reused) == (40, 0)
+    for name in ("indptr.npy", "rows.npy", "impacts.npy", "vocab.json", "params.json"):
+        assert (local.path / "bm25" / name).read_bytes() == (on_ray.path / "bm25" / name
+                                                             ).read_bytes(), name
+    mine, theirs = (LoadedBuild.load(r.path) for r in (local, on_ray))
+    assert mine.docs.all_ids() == theirs.docs.all_ids()
+    cosines = np.sum(mine.vectors.reconstruct_all() * theirs.vectors.reconstruct_all(), axis=1)
+    assert cosines.min() >= 0.9999
+    again = build_on_ray(many, tmp_path / "ray", workers=1)  # unchanged texts: nothing to encode
+    assert (again.vectors_encoded, again.vectors_reused) == (0, 40)
+    table = tmp_path / "parquet"
+    table.mkdir()
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in lines]),
+                   table / "part-0.parquet")
+    assert [d.id for d in read_documents(table)] == mine.docs.all_ids()
+    with pytest.raises(CorpusError, match="unknown file types"):
+        read_documents(dataset("cranfield") / "qrels")
+    with pytest.raises(CorpusError, match="does not exist"):
+        read_documents(tmp_path / "nowhere")
+
+
+@pytest.fixture(scope="module")
+def on_ray(cluster, scifact_sharded, scifact_exact):
+    root = scifact_sharded(2)
+    port = free_port()
+    handle = serve_sharded(root, CONFIG, port=port, replicas=2, encode=False)
+    yield handle, port, scifact_exact
+    serve.shutdown()
+
+
+def same(got, want) -> None:
+    assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits]
+    assert [h.score for h in got.hits] == pytest.approx([h.score for h in want.hits], abs=1e-6)
+    assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
+
+
+@pytest.mark.parametrize("filters", [None, FILTER], ids=["all", "filtered"])
+def test_ray_serve_results_equal_unsharded_on_scifact(on_ray, filters):
+    handle, _, (unsharded, texts, vectors) = on_ray
+    assert len(texts) == 300
+    with ThreadPoolExecutor(4) as pool:  # concurrent callers, as a router serves them
+        answers = list(pool.map(
+            lambda pair: handle.search.remote(pair[0], filters, 10, None, pair[1]).result(),
+            zip(texts, vectors, strict=True)))
+    for text, vector, got in zip(texts, vectors, answers, strict=True):
+        same(got, unsharded.search(text, filters, 10, query_vector=vector))
+
+
+def test_http_route_answers_like_the_unsharded_index(on_ray):
+    _, port, (unsharded, texts, vectors) = on_ray
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        for text, vector in list(zip(texts, vectors, strict=True))[:20]:
+            response = client.post("/search", json={"query": text, "filters": FILTER, "k": 10,
+                                                    "query_vector": vector.tolist()})
+            assert response.status_code == 200, response.text
+            want = unsharded.search(text, FILTER, 10, query_vector=vector)
+            assert [h["doc_id"] for h in response.json()["hits"]] == [
+                h.doc_id for h in want.hits]
+        bad = client.post("/search", json={"query": "x", "k": 0, "query_vector": [0.0] * 384})
+        assert bad.status_code == 400 and bad.json()["error"] == "InvalidQueryError"
+
+
+def _replicas(deployment: str) -> list[str]:
+    prefix = f"SERVE_REPLICA::{APP_NAME}#{deployment}#"
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(prefix)]
+
+
+def test_killing_a_replica_under_load_fails_no_search(on_ray):
+    handle, _, (unsharded, texts, vectors) = on_ray
+    victims = _replicas("shard-000")
+    assert len(victims) == 2
+    done = threading.Event()
+    count = {"served": 0}
+    lock = threading.Lock()
+
+    def search(i: int):
+        result = handle.search.remote(texts[i % 300], None, 10, None, vectors[i % 300]).result()
+        with lock:
+            count["served"] += 1
+            if count["served"] == 40:
+                done.set()
+        return i, result
+
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(search, i) for i in range(240)]
+        assert done.wait(60)
+        ray.kill(ray.get_actor(victims[0], namespace="serve"), no_restart=True)
+        results = [f.result() for f in futures]  # any failed search raises here
+    assert len(results) == 240
+    for i, got in results[::10]:
+        same(got, unsharded.search(texts[i % 300], None, 10, query_vector=vectors[i % 300]))
