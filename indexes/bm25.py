@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, top_rows, touched_rows
+from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, maxscore_top_rows, term_maxima
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
@@ -112,6 +113,8 @@ class BM25Index:
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
         self._allowed = AllowedRowsMemo()
+        self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
+        self.pruning = True  # MaxScore on long postings; False: always the exhaustive kernel
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -208,18 +211,29 @@ class BM25Index:
             return general_rows(*args, k, self._buffer(), *self._general_buffers())
         if k < 0:
             return touched_rows(*args, self._buffer())
+        lengths = self.indptr[ids + 1] - self.indptr[ids]
+        postings = int(lengths.sum())
         if mask is not None:
-            allowed = self._selective_rows(ids, mask)
+            allowed = self._selective_rows(lengths, postings, mask)
             if allowed is not None:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
+        if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
+            return maxscore_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
+                                     ids, weights, mask_arr, use_mask, k)
         return top_rows(*args, k, self._buffer())
 
-    def _selective_rows(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray | None:
+    def term_max(self) -> np.ndarray:
+        """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);
+        one pass over the impacts on first use (~0.1 s at 1M passages)."""
+        if self._term_max is None:
+            self._term_max = term_maxima(self.indptr, self.impacts)[0]
+        return self._term_max
+
+    def _selective_rows(self, lengths: np.ndarray, postings: int, mask: np.ndarray
+                        ) -> np.ndarray | None:
         """The mask's sorted allowed rows when intersecting them with the query's postings is
         estimated cheaper than walking the postings (``bm25_filtered``), else None."""
-        lengths = self.indptr[ids + 1] - self.indptr[ids]
-        postings = int(lengths.sum())
         limit = int(postings / GALLOP_COST)  # the cost is at least GALLOP_COST per allowed row
         if limit < 1:
             return None
