@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, top_rows, touched_rows
-from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, maxscore_top_rows, term_maxima
+from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
@@ -114,7 +114,7 @@ class BM25Index:
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
         self._allowed = AllowedRowsMemo()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
-        self.pruning = True  # MaxScore on long postings; False: always the exhaustive kernel
+        self.pruning = True  # pruned top C on long postings; False: always the exhaustive kernel
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -219,8 +219,8 @@ class BM25Index:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
         if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
-            return maxscore_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
-                                     ids, weights, mask_arr, use_mask, k)
+            return pruned_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
+                                   ids, weights, mask_arr, use_mask, k, self._buffer())
         return top_rows(*args, k, self._buffer())
 
     def term_max(self) -> np.ndarray:

@@ -11,7 +11,7 @@ from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
 from indexes import bm25_pruned
 from indexes.bm25 import BM25Index
-from indexes.bm25_pruned import maxscore_top_rows, term_maxima
+from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
 
 
 def _positive(index: BM25Index, ids: np.ndarray) -> bool:
@@ -20,16 +20,18 @@ def _positive(index: BM25Index, ids: np.ndarray) -> bool:
 
 @SETTINGS
 @given(cases(), st.booleans())
-def test_maxscore_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int],
+def test_pruned_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int],
                                     use_mask: bool) -> None:
     index, tokens, mask, k = case
     ids, weights = index.query_terms(tokens)
     if not _positive(index, ids):
         return  # both kernels need positive impacts; the general kernel handles these queries
     everything = np.ones(index.n_docs, dtype=bool)
-    got = maxscore_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
-                            weights, mask, use_mask, k)
+    scratch = np.zeros(index.n_docs)
+    got = pruned_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
+                          weights, mask, use_mask, k, scratch)
     assert_same(got, exhaustive(index, tokens, mask if use_mask else everything, k))
+    assert not scratch.any()  # the scratch contract: left all zeros
 
 
 @st.composite
@@ -50,15 +52,15 @@ def tied_corpora(draw: st.DrawFn) -> tuple[BM25Index, list[str], int]:
 
 @SETTINGS
 @given(tied_corpora())
-def test_maxscore_keeps_the_lowest_rows_among_ties(case: tuple[BM25Index, list[str], int]
+def test_pruned_keeps_the_lowest_rows_among_ties(case: tuple[BM25Index, list[str], int]
                                                    ) -> None:
     index, tokens, k = case
     ids, weights = index.query_terms(tokens)
     if not _positive(index, ids):
         return
     everything = np.ones(index.n_docs, dtype=bool)
-    got = maxscore_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
-                            weights, everything, False, k)
+    got = pruned_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
+                          weights, everything, False, k, np.zeros(index.n_docs))
     assert_same(got, exhaustive(index, tokens, everything, k))
 
 
@@ -71,8 +73,8 @@ def test_the_index_prunes_long_queries_and_agrees(monkeypatch) -> None:
     index = BM25Index.build(docs)
     monkeypatch.setattr("indexes.bm25.PRUNE_MIN_POSTINGS", 0)
     calls = []
-    real = bm25_pruned.maxscore_top_rows
-    monkeypatch.setattr("indexes.bm25.maxscore_top_rows",
+    real = bm25_pruned.pruned_top_rows
+    monkeypatch.setattr("indexes.bm25.pruned_top_rows",
                         lambda *args: calls.append(1) or real(*args))
     reference = BM25Index(index.vocab_list, index.indptr, index.rows, index.impacts,
                           index.n_docs, index.params)
@@ -93,3 +95,24 @@ def test_term_maxima() -> None:
     highest, lowest = term_maxima(indptr, impacts)
     np.testing.assert_array_equal(highest, [2.0, 0.0, 0.75])
     np.testing.assert_array_equal(lowest, [0.5, 0.0, 0.25])
+
+
+def test_long_lists_of_frequent_words_are_skipped() -> None:
+    """A rare word in a few documents, frequent words in many: the top 5 comes from the rare
+    word's documents, so the frequent words' postings are pruned (few candidates), and the
+    result is still the exhaustive one."""
+    rng = np.random.default_rng(2)
+    docs = [["common", *(f"filler{t}" for t in rng.integers(0, 50, size=8))]
+            for _ in range(20_000)]
+    for row in rng.choice(len(docs), 40, replace=False):
+        docs[row].append("rare")
+    index = BM25Index.build(docs)
+    query = ["common", "rare", "filler1"]
+    ids, weights = index.query_terms(query)
+    everything = np.ones(index.n_docs, dtype=bool)
+    scratch = np.zeros(index.n_docs)
+    args = (index.indptr, index.rows, index.impacts, index.term_max(), ids, weights,
+            everything, False, 5, scratch)
+    candidates = prune_candidates(*args)
+    assert 5 <= candidates.shape[0] <= 40 and not scratch.any()
+    assert_same(pruned_top_rows(*args), exhaustive(index, query, everything, 5))
