@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
+from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.request import FilterMemo
@@ -73,7 +75,10 @@ class Retriever:
         self.config = config
         self.encoder = encoder
         self.root = root
-        self._live = Live(snapshot, FilterMemo(snapshot.metadata.kinds, config.limits))
+        # Registered filters; their masks are bound per build, before it serves (see reload).
+        self._named = NamedFilters(config.limits.max_filter_clauses, config.limits.max_in_values)
+        self._swap_lock = threading.Lock()  # a registration and a swap never interleave
+        self._live = self._bind(snapshot)
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
@@ -130,6 +135,12 @@ class Retriever:
     def snapshot(self) -> LoadedBuild:
         return self._live.snapshot
 
+    def _bind(self, snapshot: LoadedBuild) -> Live:
+        """``snapshot`` with its filter memo and every named filter's mask computed for it."""
+        named = self._named.bind(snapshot.metadata)  # a spec the build rejects raises here
+        return Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits,
+                                         named=named))
+
     def _check_dependencies(self) -> None:
         """Configuration against reality, once at load: Redis credentials and certificates
         (``ConfigError``), weighted views and features (``ConfigError`` with the closest
@@ -166,12 +177,14 @@ class Retriever:
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
             fresh.bm25.top_candidates(["warmup"], 1)
+            with self._swap_lock:  # named masks are computed before the swap, not on a request
+                live = self._bind(fresh)
+                swap_started = time.monotonic()
+                self._live = live
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})
             return False
-        swap_started = time.monotonic()
-        self._live = Live(fresh, FilterMemo(fresh.metadata.kinds, self.config.limits))
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
                                    "swapped_at": (swap_started, time.monotonic()),
                                    **publication_of(self.root, fresh.build_id)})
@@ -211,6 +224,33 @@ class Retriever:
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued cache writes are done (tests and orderly shutdown)."""
         return self._cache.cache.flush_writes(timeout) if self._cache is not None else True
+
+    # -- named filters -----------------------------------------------------------------------
+
+    def register_filter(self, name: str, spec: dict[str, Any] | str) -> int:
+        """Register ``spec`` under ``name`` (replacing any filter of that name); searches then
+        refer to it as ``filters={"$named": name}``, optionally with inline clauses ANDed to
+        it. Its mask is computed now and again for each new build, never on a request.
+        Returns the number of documents it allows in the live build. A spec the build rejects
+        raises the filter's usual error and registers nothing."""
+        with self._swap_lock:
+            live = self._live
+            bound = self._named.register(name, spec, live.filters.named, live.snapshot.metadata)
+            live.filters.named = bound
+        return bound.get(name).allowed
+
+    def unregister_filter(self, name: str) -> None:
+        """Remove a named filter; searches referring to it then raise UnknownNamedFilterError."""
+        with self._swap_lock:
+            live = self._live
+            if name not in live.filters.named.entries:
+                raise UnknownNamedFilterError(f"no filter named {name!r} is registered; "
+                                              f"registered: {self._named.names()}")
+            live.filters.named = self._named.unregister(name, live.filters.named)
+
+    def named_filters(self) -> dict[str, int]:
+        """Registered filter names and how many documents each allows in the live build."""
+        return {name: e.allowed for name, e in sorted(self._live.filters.named.entries.items())}
 
     # -- search -----------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ from retrieval.models import SearchResult
 
 Filters = dict[str, Any] | str | None
 FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
-                '("year >= 2010 AND department = \\"cardiology\\"")')
+                '("year >= 2010 AND department = \\"cardiology\\""); {"$named": "name"} '
+                'refers to a filter registered in the service\'s Retriever (ANDed with any '
+                'other keys of the object)')
 
 
 class SearchBody(BaseModel):
