@@ -8,7 +8,10 @@ evaluates the BM25 formula. Two variants:
 - ``lucene``: Lucene's BM25 (``log(1 + (N - n + 0.5) / (n + 0.5))`` idf, no ``k1 + 1``).
 
 The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
-``indexes.bm25_kernels`` and ``indexes.topk``. A score is the float64 sum, in query-term order,
+``indexes.bm25_kernels`` and ``indexes.topk``; per query it picks the kernel: under a filter,
+galloping over the allowed rows (``bm25_filtered``) when they are few, else a bitset walk
+(``bm25_bitset``) for up to 30% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
+else the exhaustive kernel. A score is the float64 sum, in query-term order,
 of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
 agrees to rtol 1e-6 (tests/test_bm25.py).
 """
@@ -24,6 +27,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.bm25_bitset import BITSET_MAX_SHARE, BitsetMemo, bitset_top_rows
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, top_rows, touched_rows
 from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
@@ -113,6 +117,7 @@ class BM25Index:
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
         self._allowed = AllowedRowsMemo()
+        self._bitsets = BitsetMemo()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
         self.pruning = True  # pruned top C on long postings; False: always the exhaustive kernel
 
@@ -218,6 +223,10 @@ class BM25Index:
             if allowed is not None:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
+            bits, n_allowed = self._bitsets.bits(mask)
+            if n_allowed <= BITSET_MAX_SHARE * self.n_docs:
+                return bitset_top_rows(self.indptr, self.rows, self.impacts, ids, weights, bits,
+                                       k, self._buffer())
         if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
             return pruned_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
                                    ids, weights, mask_arr, use_mask, k, self._buffer())

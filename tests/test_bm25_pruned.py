@@ -1,6 +1,7 @@
-"""MaxScore pruning (``indexes.bm25_pruned``) against the exhaustive kernel: the same top C,
-scores bit for bit and ties (score desc, row asc), on random corpora, queries and masks, called
-directly and through ``BM25Index`` (whose cost model picks the kernel per query)."""
+"""MaxScore pruning (``indexes.bm25_pruned``) and the bitset kernel (``indexes.bm25_bitset``)
+against the exhaustive kernel: the same top C, scores bit for bit and ties (score desc, row
+asc), on random corpora, queries and masks, called directly and through ``BM25Index`` (whose
+cost model picks the kernel per query)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
 from indexes import bm25_pruned
 from indexes.bm25 import BM25Index
+from indexes.bm25_bitset import bitset_top_rows
 from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
 
 
@@ -116,3 +118,18 @@ def test_long_lists_of_frequent_words_are_skipped() -> None:
     candidates = prune_candidates(*args)
     assert 5 <= candidates.shape[0] <= 40 and not scratch.any()
     assert_same(pruned_top_rows(*args), exhaustive(index, query, everything, 5))
+
+
+@SETTINGS
+@given(cases())
+def test_bitset_kernel_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int]
+                                         ) -> None:
+    index, tokens, mask, k = case
+    ids, weights = index.query_terms(tokens)
+    if not _positive(index, ids):
+        return
+    scratch = np.zeros(index.n_docs)
+    got = bitset_top_rows(index.indptr, index.rows, index.impacts, ids, weights,
+                          np.packbits(mask, bitorder="little"), k, scratch)
+    assert_same(got, exhaustive(index, tokens, mask, k))
+    assert not scratch.any()
