@@ -10,7 +10,7 @@ evaluates the BM25 formula. Two variants:
 The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
 ``indexes.bm25_kernels`` and ``indexes.topk``; per query it picks the kernel: under a filter,
 galloping over the allowed rows (``bm25_filtered``) when they are few, else a bitset walk
-(``bm25_bitset``) for up to 30% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
+(``bm25_bitset``) for up to 10% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
 else the exhaustive kernel. A score is the float64 sum, in query-term order,
 of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
 agrees to rtol 1e-6 (tests/test_bm25.py).
@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.bm25_bitset import BITSET_MAX_SHARE, BitsetMemo, bitset_top_rows
+from indexes.bm25_bitset import BITSET_COST, BITSET_MAX_SHARE, BitsetMemo, bitset_top_rows
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, top_rows, touched_rows
 from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
@@ -219,12 +219,15 @@ class BM25Index:
         lengths = self.indptr[ids + 1] - self.indptr[ids]
         postings = int(lengths.sum())
         if mask is not None:
-            allowed = self._selective_rows(lengths, postings, mask)
+            bits, n_allowed = self._bitsets.bits(mask)
+            use_bits = n_allowed <= BITSET_MAX_SHARE * self.n_docs
+            # What galloping must beat: the bitset walk, else the exhaustive kernel.
+            budget = postings * BITSET_COST if use_bits else float(postings)
+            allowed = self._selective_rows(lengths, budget, mask)
             if allowed is not None:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
-            bits, n_allowed = self._bitsets.bits(mask)
-            if n_allowed <= BITSET_MAX_SHARE * self.n_docs:
+            if use_bits:
                 return bitset_top_rows(self.indptr, self.rows, self.impacts, ids, weights, bits,
                                        k, self._buffer())
         if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
@@ -239,15 +242,16 @@ class BM25Index:
             self._term_max = term_maxima(self.indptr, self.impacts)[0]
         return self._term_max
 
-    def _selective_rows(self, lengths: np.ndarray, postings: int, mask: np.ndarray
+    def _selective_rows(self, lengths: np.ndarray, budget: float, mask: np.ndarray
                         ) -> np.ndarray | None:
         """The mask's sorted allowed rows when intersecting them with the query's postings is
-        estimated cheaper than walking the postings (``bm25_filtered``), else None."""
-        limit = int(postings / GALLOP_COST)  # the cost is at least GALLOP_COST per allowed row
+        estimated cheaper than ``budget`` exhaustive posting visits (``bm25_filtered``), else
+        None."""
+        limit = int(budget / GALLOP_COST)  # the cost is at least GALLOP_COST per allowed row
         if limit < 1:
             return None
         allowed = self._allowed.rows(mask, limit)
-        if allowed is None or gallop_cost(lengths, allowed.shape[0]) >= postings:
+        if allowed is None or gallop_cost(lengths, allowed.shape[0]) >= budget:
             return None
         return allowed
 
