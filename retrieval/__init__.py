@@ -25,6 +25,7 @@ from retrieval.errors import (
     OverloadedError,
     RetrievalError,
     UnknownFieldError,
+    UnknownNamedFilterError,
 )
 from retrieval.feature_stage import RecencyWeight
 from retrieval.features.config import FeatureStoreConfig
@@ -37,7 +38,6 @@ from retrieval.features.errors import (
     FeatureStoreError,
 )
 from retrieval.features.ranking import FeatureWeights
-from retrieval.filters.named import UnknownNamedFilterError
 from retrieval.integrations.errors import (
     IntegrationError,
     MissingExtraError,

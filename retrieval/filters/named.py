@@ -25,14 +25,10 @@ from typing import Any
 import numpy as np
 
 from indexes.metadata import MetadataIndex
-from retrieval.errors import InvalidQueryError, MalformedFilterError
+from retrieval.errors import InvalidQueryError, MalformedFilterError, UnknownNamedFilterError
 from retrieval.filters.evaluate import evaluate_counted
 from retrieval.filters.nodes import Filter, Mask, canonical
 from retrieval.filters.parse import parse_filter
-
-
-class UnknownNamedFilterError(InvalidQueryError):
-    """A search referred to a filter name that was never registered."""
 
 
 @dataclass(frozen=True)
