@@ -20,7 +20,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
     │   │   └── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
-    │   ├── UnknownNamedFilterError   (retrieval.filters) no filter is registered by that name
+    │   ├── UnknownNamedFilterError   (retrieval.errors) no filter is registered by that name
     │   ├── MalformedRequestError     (retrieval.service) 400: the HTTP body is not JSON
     │   ├── RequestFieldError         (retrieval.service) 422: unknown, missing or mistyped field
     │   ├── FeatureRequestError       (retrieval.features) bad feature-read input

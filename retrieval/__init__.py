@@ -28,6 +28,7 @@ from retrieval.errors import (
     OverloadedError,
     RetrievalError,
     UnknownFieldError,
+    UnknownNamedFilterError,
     WriterLockedError,
 )
 from retrieval.feature_stage import RecencyWeight
@@ -41,7 +42,6 @@ from retrieval.features.errors import (
     FeatureStoreError,
 )
 from retrieval.features.ranking import FeatureWeights
-from retrieval.filters.named import UnknownNamedFilterError
 from retrieval.integrations.errors import (
     IntegrationError,
     MissingExtraError,

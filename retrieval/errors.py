@@ -42,6 +42,10 @@ class OverloadedError(RetrievalError):
     """
 
 
+class UnknownNamedFilterError(InvalidQueryError):
+    """A search referred (``{"$named": name}``) to a filter name that was never registered."""
+
+
 def closest(name: str, choices: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
@@ -64,6 +68,7 @@ __all__ = [
     "OverloadedError",
     "RetrievalError",
     "UnknownFieldError",
+    "UnknownNamedFilterError",
     "WriterLockedError",
     "closest",
 ]

@@ -27,6 +27,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
 from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
+from retrieval.filters.named import combined_mask
 from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
 from retrieval.grouping import group_candidates, passage_fields
 from retrieval.loaded_build import LoadedBuild
@@ -156,6 +157,8 @@ def apply_features(
 
 def filter_mask(snapshot: LoadedBuild, request: SearchRequest) -> tuple[np.ndarray | None, int]:
     """Boolean mask of allowed rows (None = all) and the allowed count."""
+    if request.named is not None:
+        return combined_mask(request.named, request.filter, snapshot.metadata)
     if request.filter is None:
         return None, snapshot.manifest.n_docs
     return evaluate_counted(request.filter, snapshot.metadata)

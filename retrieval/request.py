@@ -12,6 +12,13 @@ from indexes.errors import InvalidQueryError, LimitExceededError
 from indexes.lru import LRU
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
+from retrieval.filters.named import (
+    NO_NAMED_FILTERS,
+    BoundFilters,
+    NamedMask,
+    named_key,
+    split_named,
+)
 from retrieval.filters.spec_key import spec_key
 from retrieval.grouping import check_grouping
 
@@ -27,6 +34,7 @@ class SearchRequest:
     candidates: int
     group_by: str | None = None  # "document": one hit per document, k counts documents
     context: int = 0  # neighbouring passages returned with each hit
+    named: NamedMask | None = None  # a registered filter ({"$named": ...}), ANDed with ``filter``
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
@@ -68,9 +76,10 @@ class FilterMemo:
     """
 
     def __init__(self, kinds: Mapping[str, str], limits: Limits, size: int = 1024,
-                 max_weight: int = 400_000) -> None:
+                 max_weight: int = 400_000, named: BoundFilters = NO_NAMED_FILTERS) -> None:
         self.kinds = kinds
         self.limits = limits
+        self.named = named  # this build's named filters (replaced whole when one registers)
         # Entries weigh their number of filter values: large IN lists are bounded in total.
         self._entries: LRU[Any, tuple[Filter | None, str, int]] = LRU(
             size, max_weight, lambda key, entry: entry[2])
@@ -116,6 +125,10 @@ def validate(
     k = _check_int("k", config.default_k if k is None else k, 1, limits.max_k)
     c = _check_int("candidates", config.candidates if candidates is None else candidates, 1,
                    limits.max_candidates)
+    name, filters = split_named(filters)
     parsed, key = memo.parse(filters)
     group, around = check_grouping(group_by, context)
-    return SearchRequest(text, parsed, key, k, max(c, k), group, around)
+    named = memo.named.get(name) if name is not None else None
+    if named is not None:
+        key = named_key(named, key)
+    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
+from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
@@ -75,7 +77,10 @@ class Retriever:
         self.config = config
         self.encoder = encoder
         self.root = root
-        self._live = Live(snapshot, FilterMemo(snapshot.metadata.kinds, config.limits))
+        # Registered filters; their masks are bound per build, before it serves (see reload).
+        self._named = NamedFilters(config.limits.max_filter_clauses, config.limits.max_in_values)
+        self._swap_lock = threading.Lock()  # a registration and a swap never interleave
+        self._live = self._bind(snapshot)
         self._cache = RequestCache(cache, config.cache) if cache is not None else None
         self._features = (FeatureStage(feature_store, config.features, config.recency,
                                        config.feature_snapshot_refresh_seconds)
@@ -138,6 +143,12 @@ class Retriever:
     def snapshot(self) -> LoadedBuild:
         return self._live.snapshot
 
+    def _bind(self, snapshot: LoadedBuild) -> Live:
+        """``snapshot`` with its filter memo and every named filter's mask computed for it."""
+        named = self._named.bind(snapshot.metadata)  # a spec the build rejects raises here
+        return Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits,
+                                         named=named))
+
     def _check_dependencies(self) -> None:
         """Configuration against reality, once at load: Redis credentials and certificates
         (``ConfigError``), weighted views and features (``ConfigError`` with the closest
@@ -174,6 +185,7 @@ class Retriever:
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
             warm_bm25(fresh.bm25)
+            self._named.bind(fresh.metadata)  # a build that cannot serve a named filter: refused
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})
@@ -190,7 +202,10 @@ class Retriever:
         return True
 
     def _serve(self, snapshot: LoadedBuild) -> None:
-        self._live = Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits))
+        """Serve ``snapshot`` (a build, or a build plus its live delta), every named filter's
+        mask computed for it first: not on a request."""
+        with self._swap_lock:  # a registration and a swap never interleave
+            self._live = self._bind(snapshot)
 
     def refresh(self) -> bool:
         """Serve a newly published build and every acknowledged write now, without waiting
@@ -234,6 +249,33 @@ class Retriever:
     def flush_cache_writes(self, timeout: float = 5.0) -> bool:
         """Wait until queued cache writes are done (tests and orderly shutdown)."""
         return self._cache.cache.flush_writes(timeout) if self._cache is not None else True
+
+    # -- named filters -----------------------------------------------------------------------
+
+    def register_filter(self, name: str, spec: dict[str, Any] | str) -> int:
+        """Register ``spec`` under ``name`` (replacing any filter of that name); searches then
+        refer to it as ``filters={"$named": name}``, optionally with inline clauses ANDed to
+        it. Its mask is computed now and again for each new build, never on a request.
+        Returns the number of documents it allows in the live build. A spec the build rejects
+        raises the filter's usual error and registers nothing."""
+        with self._swap_lock:
+            live = self._live
+            bound = self._named.register(name, spec, live.filters.named, live.snapshot.metadata)
+            live.filters.named = bound
+        return bound.get(name).allowed
+
+    def unregister_filter(self, name: str) -> None:
+        """Remove a named filter; searches referring to it then raise UnknownNamedFilterError."""
+        with self._swap_lock:
+            live = self._live
+            if name not in live.filters.named.entries:
+                raise UnknownNamedFilterError(f"no filter named {name!r} is registered; "
+                                              f"registered: {self._named.names()}")
+            live.filters.named = self._named.unregister(name, live.filters.named)
+
+    def named_filters(self) -> dict[str, int]:
+        """Registered filter names and how many documents each allows in the live build."""
+        return {name: e.allowed for name, e in sorted(self._live.filters.named.entries.items())}
 
     # -- search -----------------------------------------------------------------------------
 

@@ -72,8 +72,11 @@ def test_selective_masks_take_the_filtered_path_and_agree() -> None:
     mask.flags.writeable = False
     tokens = ["w1", "w2", "w3"]
     ids, _ = index.query_terms(tokens)
-    assert index._selective_rows(ids, mask) is not None  # few allowed rows: filtered
-    assert index._selective_rows(ids, np.ones(len(docs), dtype=bool)) is None  # all: exhaustive
+    lengths = index.indptr[ids + 1] - index.indptr[ids]
+    postings = int(lengths.sum())
+    assert index._selective_rows(lengths, postings, mask) is not None  # few allowed: filtered
+    everything = np.ones(len(docs), dtype=bool)
+    assert index._selective_rows(lengths, postings, everything) is None  # all: exhaustive
     for k in (1, 10, 300):
         assert_same(index.top_candidates(tokens, k, mask), exhaustive(index, tokens, mask, k))
 

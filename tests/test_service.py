@@ -25,7 +25,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from indexes.corpus import read_corpus
 from indexes.synthetic import with_demo_metadata
-from retrieval import LimitExceededError, Retriever, RetrieverConfig, UnknownFieldError
+from retrieval import (
+    LimitExceededError,
+    Retriever,
+    RetrieverConfig,
+    UnknownFieldError,
+    UnknownNamedFilterError,
+)
 from retrieval.client import RemoteRetriever
 from retrieval.service import AuthenticationError
 
@@ -40,6 +46,8 @@ grace_period_seconds = 20.0
 max_batch_queries = 128
 [retriever]
 reload_interval_seconds = 0.25
+[named_filters]
+cardio = { department = "cardiology" }
 """
 MAX_BODY = 65_536  # set through RETRIEVAL_SERVER__MAX_BODY_BYTES, so overrides are exercised
 
@@ -159,6 +167,16 @@ def test_remote_retriever_async_and_typed_errors(served: Server) -> None:
             assert len(single.hits) == 3 and [len(r.hits) for r in batch] == [2] * 4
             with pytest.raises(UnknownFieldError, match="colour"):
                 await remote.asearch("x", filters={"colour": "red"})
+            # A filter registered by name in the service config, ANDed with inline clauses.
+            recent = {"year": {"gte": 2010}}
+            named = await remote.asearch(served.queries[1], {"$named": "cardio", **recent})
+            inline = await remote.asearch(served.queries[1],
+                                          {"department": "cardiology", **recent})
+            assert named.hits and [h.doc_id for h in named.hits] == \
+                [h.doc_id for h in inline.hits]
+            assert all(h.metadata["year"] >= 2010 for h in named.hits)
+            with pytest.raises(UnknownNamedFilterError, match="nobody"):
+                await remote.asearch("x", filters={"$named": "nobody"})
 
     asyncio.run(run())
     with RemoteRetriever(served.url, api_key=KEY) as remote:

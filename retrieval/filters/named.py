@@ -5,24 +5,30 @@ its mask is computed once per build, when the build is bound, never on a request
 against one build's metadata and returns a ``BoundFilters``, an immutable name -> (filter,
 canonical key, read-only mask, allowed count) table for that build. A serving layer binds the
 next build before swapping it in, so the first request after a swap finds its masks ready.
+
+A search refers to a named filter with the top-level key ``"$named"`` of a dict filter, alone
+(``{"$named": "tenant-42"}``) or with inline clauses, which are ANDed with it
+(``{"$named": "tenant-42", "year": {"gte": 2020}}``). Being part of the filter object, the
+reference travels unchanged through the HTTP service, ``RemoteRetriever`` and the framework
+adapters. Result-cache keys hold a digest of the named filter's canonical form, so
+re-registering a name under another spec never serves the old results.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from indexes.metadata import MetadataIndex
-from retrieval.errors import InvalidQueryError
+from retrieval.errors import InvalidQueryError, MalformedFilterError, UnknownNamedFilterError
 from retrieval.filters.evaluate import evaluate_counted
 from retrieval.filters.nodes import Filter, Mask, canonical
 from retrieval.filters.parse import parse_filter
-
-
-class UnknownNamedFilterError(InvalidQueryError):
-    """A search referred to a filter name that was never registered."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class NamedMask:
     key: str  # canonical form: part of result-cache keys, like an inline filter's
     mask: Mask | None
     allowed: int
+    digest: str  # short stand-in for ``key`` (which holds every value of a large IN)
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,55 @@ class NamedFilters:
         parsed = parse_filter(spec, metadata.kinds, max_clauses=self.max_clauses,
                               max_in_values=self.max_in_values)
         if parsed is None:
-            return NamedMask(None, "", None, metadata.n_docs)
+            return NamedMask(None, "", None, metadata.n_docs, _digest(""))
         mask, allowed = evaluate_counted(parsed, metadata)
-        return NamedMask(parsed, canonical(parsed), mask, allowed)
+        key = canonical(parsed)
+        return NamedMask(parsed, key, mask, allowed, _digest(key))
+
+
+def _digest(key: str) -> str:
+    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
+
+
+NAMED_KEY = "$named"
+NO_NAMED_FILTERS = BoundFilters({}, 0)
+
+
+def split_named(spec: Any) -> tuple[str | None, Any]:
+    """(the name a filter refers to or None, the filter without the reference or None)."""
+    if type(spec) is not dict or NAMED_KEY not in spec:
+        return None, spec
+    name = spec[NAMED_KEY]
+    if not isinstance(name, str) or not name:
+        raise MalformedFilterError(f"{NAMED_KEY} takes the name of a registered filter (a "
+                                   f"non-empty string), got {name!r}")
+    rest = {key: value for key, value in spec.items() if key != NAMED_KEY}
+    return name, rest or None
+
+
+def named_key(entry: NamedMask, inline_key: str) -> str:
+    """The filter key of a search using ``entry`` (and an inline filter of key
+    ``inline_key``): what result-cache keys hold."""
+    own = f"{NAMED_KEY}={entry.digest}"
+    return f"{own}&{inline_key}" if inline_key else own
+
+
+def combined_mask(entry: NamedMask, inline: Filter | None, metadata: MetadataIndex
+                  ) -> tuple[Mask | None, int]:
+    """(mask, allowed) of a named filter ANDed with an inline one (None: everything allowed).
+
+    The named mask alone is returned as bound (no work); the AND of the two is remembered in
+    the build's mask cache, under the named filter's digest and the inline filter.
+    """
+    if inline is None:
+        return entry.mask, entry.allowed
+    mask, allowed = evaluate_counted(inline, metadata)
+    if entry.mask is None:
+        return mask, allowed
+    key = (NAMED_KEY, entry.digest, inline)
+    found = metadata.masks.get(key)
+    if found is not None and found[1] is not None:
+        return found[0], found[1]
+    both = np.logical_and(entry.mask, mask)
+    count = int(np.count_nonzero(both))
+    return metadata.masks.put(key, both, count), count

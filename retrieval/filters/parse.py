@@ -54,7 +54,7 @@ def _parse_dict(spec: object, ctx: Context, depth: int, where: str = "") -> Filt
             clauses.append(neg(_parse_dict(value, ctx, depth + 1, key)))
         elif not isinstance(key, str) or key.startswith("$"):
             raise MalformedFilterError(f"unknown filter key {show(key)}: keys are field names "
-                                       "or $and, $or, $not")
+                                       "or $and, $or, $not ($named only at the top level)")
         else:
             clauses.append(_parse_field(key, value, ctx))
     return conj(clauses)

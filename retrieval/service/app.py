@@ -56,7 +56,7 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                loader: Loader | None = None) -> Starlette:
     """The service for ``index_root``; the build loads in the background once it starts."""
     settings = config.server
-    state = ServiceState(Path(index_root), config.retriever, loader)
+    state = ServiceState(Path(index_root), config.retriever, loader, config.named_filters)
     metrics = ServiceMetrics()
 
     @asynccontextmanager

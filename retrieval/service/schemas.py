@@ -13,7 +13,9 @@ GROUP_BY_HELP = ('"document": at most one hit per document (its best passage) an
                  'documents; passage builds only change anything')
 CONTEXT_HELP = "neighbouring passages returned around each hit (passage builds), 0 to 5"
 FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
-                '("year >= 2010 AND department = \\"cardiology\\"")')
+                '("year >= 2010 AND department = \\"cardiology\\""); {"$named": "name"} '
+                'refers to a filter registered in the service\'s Retriever (ANDed with any '
+                'other keys of the object)')
 
 
 class SearchBody(BaseModel):

@@ -70,6 +70,9 @@ class ServeConfig(BaseModel):
 
     server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
     retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)  # type: ignore[arg-type]
+    named_filters: dict[str, dict[str, Any] | str] = Field(
+        default_factory=dict, description="filters registered by name when the index loads "
+        "(``Retriever.register_filter``); requests refer to them as {\"$named\": name}")
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

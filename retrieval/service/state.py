@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from indexes.errors import RetrievalError
 from retrieval.config import RetrieverConfig
+from retrieval.errors import ConfigError
 from retrieval.retriever import Retriever
 from retrieval.service.errors import ServiceUnavailableError
 
@@ -31,9 +32,11 @@ class ServiceState:
     """Readiness, draining and the one retriever of this worker process."""
 
     def __init__(self, index_root: Path, config: RetrieverConfig,
-                 loader: Loader | None = None) -> None:
+                 loader: Loader | None = None,
+                 named_filters: Mapping[str, dict[str, Any] | str] | None = None) -> None:
         self.index_root = index_root
         self._loader = loader or (lambda: Retriever.load(index_root, config))
+        self.named_filters = dict(named_filters or {})  # registered once loaded
         self._retriever: Retriever | None = None
         self.load_error: str | None = None
         self.draining = threading.Event()
@@ -49,6 +52,7 @@ class ServiceState:
     def _load(self) -> None:
         try:
             retriever = self._loader()
+            register_named_filters(retriever, self.named_filters)
         except RetrievalError as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("cannot load the index under %s: %s", self.index_root, exc)
@@ -124,6 +128,18 @@ class ServiceState:
             timer.start()
 
         signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def register_named_filters(retriever: Retriever,
+                           named_filters: Mapping[str, dict[str, Any] | str]) -> None:
+    """Register the config's named filters; on a bad one the retriever is closed and the error
+    (which names the filter) raised, so /readyz reports it."""
+    for name, spec in named_filters.items():
+        try:
+            retriever.register_filter(name, spec)
+        except RetrievalError as exc:
+            retriever.close()
+            raise ConfigError(f"named filter {name!r} in the service config: {exc}") from exc
 
 
 def describe_index(retriever: Retriever) -> dict[str, Any]:

@@ -1,0 +1,135 @@
+"""MaxScore pruning (``indexes.bm25_pruned``) and the bitset kernel (``indexes.bm25_bitset``)
+against the exhaustive kernel: the same top C, scores bit for bit and ties (score desc, row
+asc), on random corpora, queries and masks, called directly and through ``BM25Index`` (whose
+cost model picks the kernel per query)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
+
+from indexes import bm25_pruned
+from indexes.bm25 import BM25Index
+from indexes.bm25_bitset import bitset_top_rows
+from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
+
+
+def _positive(index: BM25Index, ids: np.ndarray) -> bool:
+    return not index._nonpositive or index._nonpositive.isdisjoint(ids.tolist())
+
+
+@SETTINGS
+@given(cases(), st.booleans())
+def test_pruned_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int],
+                                    use_mask: bool) -> None:
+    index, tokens, mask, k = case
+    ids, weights = index.query_terms(tokens)
+    if not _positive(index, ids):
+        return  # both kernels need positive impacts; the general kernel handles these queries
+    everything = np.ones(index.n_docs, dtype=bool)
+    scratch = np.zeros(index.n_docs)
+    got = pruned_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
+                          weights, mask, use_mask, k, scratch)
+    assert_same(got, exhaustive(index, tokens, mask if use_mask else everything, k))
+    assert not scratch.any()  # the scratch contract: left all zeros
+
+
+@st.composite
+def tied_corpora(draw: st.DrawFn) -> tuple[BM25Index, list[str], int]:
+    """Many identical documents among others: scores tie across rows at the cut-off, the case
+    where pruning must not drop a lower row that ties the C-th score."""
+    base = [f"w{t}" for t in draw(st.lists(st.integers(0, 5), min_size=2, max_size=6))]
+    copies = draw(st.integers(2, 60))
+    others = draw(st.lists(st.lists(st.integers(0, 8), min_size=1, max_size=8), max_size=80))
+    docs = [[f"w{t}" for t in doc] for doc in others]
+    positions = sorted(draw(st.lists(st.integers(0, len(docs)), min_size=copies,
+                                     max_size=copies)))
+    for shift, at in enumerate(positions):
+        docs.insert(at + shift, list(base))
+    query = [f"w{t}" for t in draw(st.lists(st.integers(0, 8), min_size=2, max_size=6))]
+    return BM25Index.build(docs), query, draw(st.integers(1, copies + 3))
+
+
+@SETTINGS
+@given(tied_corpora())
+def test_pruned_keeps_the_lowest_rows_among_ties(case: tuple[BM25Index, list[str], int]
+                                                   ) -> None:
+    index, tokens, k = case
+    ids, weights = index.query_terms(tokens)
+    if not _positive(index, ids):
+        return
+    everything = np.ones(index.n_docs, dtype=bool)
+    got = pruned_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
+                          weights, everything, False, k, np.zeros(index.n_docs))
+    assert_same(got, exhaustive(index, tokens, everything, k))
+
+
+def test_the_index_prunes_long_queries_and_agrees(monkeypatch) -> None:
+    """Through ``top_candidates`` with pruning forced on every query (threshold 0), with and
+    without masks, against the same index with pruning off."""
+    rng = np.random.default_rng(5)
+    docs = [[f"w{t}" for t in rng.zipf(1.2, size=rng.integers(5, 40)) % 400]
+            for _ in range(5_000)]
+    index = BM25Index.build(docs)
+    monkeypatch.setattr("indexes.bm25.PRUNE_MIN_POSTINGS", 0)
+    calls = []
+    real = bm25_pruned.pruned_top_rows
+    monkeypatch.setattr("indexes.bm25.pruned_top_rows",
+                        lambda *args: calls.append(1) or real(*args))
+    reference = BM25Index(index.vocab_list, index.indptr, index.rows, index.impacts,
+                          index.n_docs, index.params)
+    reference.pruning = False
+    masks = [None, rng.random(len(docs)) < 0.5, rng.random(len(docs)) < 0.05]
+    for _ in range(60):
+        tokens = [f"w{t}" for t in rng.zipf(1.1, size=rng.integers(2, 9)) % 420]
+        for mask in masks:
+            for k in (1, 10, 300):
+                assert_same(index.top_candidates(tokens, k, mask),
+                            reference.top_candidates(tokens, k, mask))
+    assert len(calls) > 100  # the pruned kernel really served these queries
+
+
+def test_term_maxima() -> None:
+    indptr = np.array([0, 3, 3, 5], dtype=np.int64)
+    impacts = np.array([0.5, 2.0, 1.0, 0.25, 0.75], dtype=np.float32)
+    highest, lowest = term_maxima(indptr, impacts)
+    np.testing.assert_array_equal(highest, [2.0, 0.0, 0.75])
+    np.testing.assert_array_equal(lowest, [0.5, 0.0, 0.25])
+
+
+def test_long_lists_of_frequent_words_are_skipped() -> None:
+    """A rare word in a few documents, frequent words in many: the top 5 comes from the rare
+    word's documents, so the frequent words' postings are pruned (few candidates), and the
+    result is still the exhaustive one."""
+    rng = np.random.default_rng(2)
+    docs = [["common", *(f"filler{t}" for t in rng.integers(0, 50, size=8))]
+            for _ in range(20_000)]
+    for row in rng.choice(len(docs), 40, replace=False):
+        docs[row].append("rare")
+    index = BM25Index.build(docs)
+    query = ["common", "rare", "filler1"]
+    ids, weights = index.query_terms(query)
+    everything = np.ones(index.n_docs, dtype=bool)
+    scratch = np.zeros(index.n_docs)
+    args = (index.indptr, index.rows, index.impacts, index.term_max(), ids, weights,
+            everything, False, 5, scratch)
+    candidates = prune_candidates(*args)
+    assert 5 <= candidates.shape[0] <= 40 and not scratch.any()
+    assert_same(pruned_top_rows(*args), exhaustive(index, query, everything, 5))
+
+
+@SETTINGS
+@given(cases())
+def test_bitset_kernel_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int]
+                                         ) -> None:
+    index, tokens, mask, k = case
+    ids, weights = index.query_terms(tokens)
+    if not _positive(index, ids):
+        return
+    scratch = np.zeros(index.n_docs)
+    got = bitset_top_rows(index.indptr, index.rows, index.impacts, ids, weights,
+                          np.packbits(mask, bitorder="little"), k, scratch)
+    assert_same(got, exhaustive(index, tokens, mask, k))
+    assert not scratch.any()
