@@ -1,4 +1,5 @@
-"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat).
+"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat;
+HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors and stored as ``ann/ivf.faiss`` (checksummed in
 the manifest like every file) plus ``ann/ann.json`` (kind, nlist, nprobe). ``nprobe`` is the
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from indexes.vectors import VectorStore
 log = logging.getLogger(__name__)
 
 ANN_DIR = "ann"
+AnnKind = Literal["ivf", "hnsw"]
 INDEX_FILE = "ivf.faiss"
 TARGET_RECALL = 0.98
 # Calibration queries are the corpus' own vectors, which sit closer to their neighbours than
@@ -147,10 +149,12 @@ class IvfDense(ExactDense):
             nprobe *= 4
 
 
-def build_ann(matrix: np.ndarray, directory: Path, *, nlist: int | None = None,
-              calibration_queries: int = 200, seed: int = 0) -> dict[str, Any]:
-    """Train, fill, calibrate and save the IVF index of ``matrix`` float32 (n, d) under
-    ``directory``; returns what was written to ``ann.json`` (with the recall ladder)."""
+def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
+              nlist: int | None = None, calibration_queries: int = 200, seed: int = 0
+              ) -> dict[str, Any]:
+    """Build, calibrate and save the dense leg (``kind`` IVF or HNSW) of ``matrix`` float32
+    (n, d) under ``directory``; returns what was written to ``ann.json`` (with the recall
+    ladder). Corpora too small for IVF lists get exact search whatever the kind."""
     import faiss
 
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
@@ -161,6 +165,10 @@ def build_ann(matrix: np.ndarray, directory: Path, *, nlist: int | None = None,
         meta: dict[str, Any] = {"kind": "exact", "n_docs": n}
         write_json(directory / "ann.json", meta)
         return meta
+    if kind == "hnsw":
+        from indexes.ann_hnsw import build_hnsw
+
+        return build_hnsw(matrix, directory, calibration_queries=calibration_queries, seed=seed)
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
@@ -206,6 +214,10 @@ def load_dense(build_dir: Path, vectors: VectorStore) -> ExactDense:
     meta = read_json(directory / "ann.json")
     if meta["kind"] == "exact":
         return ExactDense(vectors)
+    if meta["kind"] == "hnsw":
+        from indexes.ann_hnsw import load_hnsw
+
+        return load_hnsw(directory, vectors, meta)
     import faiss
 
     return IvfDense(vectors, faiss.read_index(str(directory / INDEX_FILE)), int(meta["nprobe"]))

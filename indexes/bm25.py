@@ -237,6 +237,24 @@ class BM25Index:
         """
         return self._search(tokens, -1, mask)
 
+    def score_rows(self, tokens: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """BM25 scores float64 (m,) of the given rows int (m,) (0 where no query term occurs).
+
+        A binary search of the rows in each query term's postings (rows ascend within a
+        term): O(m log df) per term, so scoring a few dense-leg rows never walks the postings.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        scores = np.zeros(rows.size, dtype=np.float64)
+        ids, weights = self.query_terms(tokens)
+        for term, weight in zip(ids.tolist(), weights.tolist(), strict=True):
+            start, end = int(self.indptr[term]), int(self.indptr[term + 1])
+            postings = self.rows[start:end]
+            at = np.minimum(np.searchsorted(postings, rows), max(end - start - 1, 0))
+            if end > start:
+                found = postings[at] == rows
+                scores[found] += weight * self.impacts[start + at[found]].astype(np.float64)
+        return scores
+
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
-from indexes.ann import ANN_DIR, build_ann
+from indexes.ann import ANN_DIR, AnnKind, build_ann
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.docstore import DocStore, Document
 from indexes.encoders import Encoder
@@ -50,6 +50,8 @@ class BuildConfig(BaseModel):
     vector_dtype: VectorDtype = "float32"
     batch_size: int = Field(64, ge=1)
     reuse_vectors: bool = True
+    ann: AnnKind = Field("ivf", description="the dense leg's index: ivf (faiss IVF-Flat) or "
+                         "hnsw (faiss HNSW-Flat); benchmarks/README.md compares them")
     reuse_from: str | None = Field(
         None, description="index root whose live build's vectors are reused by content hash "
         "(default: the output root, i.e. the previous nightly build)")
@@ -178,7 +180,7 @@ def build_index(
         metadata.save(staging / "metadata")
         VectorStore.build(matrix, config.vector_dtype).save(staging / "vectors")
         save_array(staging / "vectors" / "content_hashes.npy", hashes)
-        build_ann(matrix, staging / ANN_DIR)  # the dense leg (indexes/ann.py)
+        build_ann(matrix, staging / ANN_DIR, kind=config.ann)  # the dense leg (indexes/ann.py)
         DocStore.build(docs).save(staging / "docstore")
         write_manifest(staging, Manifest(
             format_version=FORMAT_VERSION, build_id=build_id,

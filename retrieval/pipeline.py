@@ -5,7 +5,7 @@ Candidates come from BM25 and, by ``candidate_policy``, from the dense leg (``in
 ``guardrail`` adds the dense top ``dense_candidates`` when BM25 finds too few candidates (a
 misspelled or paraphrased query), ``union`` always adds them. Dense-only candidates get their
 real BM25 score: 0 when BM25 returned fewer than C rows (then every row sharing a query term is
-already a candidate), else looked up from one pass over the query terms' postings.
+already a candidate), else a binary search of each row in the query terms' postings.
 
 The query embedding arrives as a ``PendingVector``: already known (cache hit, caller-supplied,
 batch-encoded) or still being computed concurrently while filter and BM25 run.
@@ -200,13 +200,7 @@ def add_dense(
         return rows, bm25
     new_scores = np.zeros(new.size, dtype=np.float64)
     if rows.size >= request.candidates:  # BM25 was cut at C: a new row may still match a term
-        touched, scores = snapshot.bm25.score_touched(snapshot.analyzer(request.query), mask)
-        order = np.argsort(touched)
-        at = np.searchsorted(touched[order], new)
-        at = np.minimum(at, max(touched.size - 1, 0))
-        if touched.size:
-            found = touched[order][at] == new
-            new_scores[found] = scores[order][at][found]
+        new_scores = snapshot.bm25.score_rows(snapshot.analyzer(request.query), new)
     return (np.concatenate([rows.astype(np.int64), new]),
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
 
