@@ -29,6 +29,8 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--no-stem", action="store_true", help="disable Snowball stemming")
     build.add_argument("--vector-dtype", choices=["float32", "float16", "int8"], default="float32")
     build.add_argument("--batch-size", type=int, default=64)
+    build.add_argument("--ann", choices=["ivf", "hnsw"], default="ivf",
+                       help="the dense leg's index (benchmarks/README.md compares them)")
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
     add_gate_flags(build, staging=True)
@@ -41,6 +43,7 @@ def run_build(args: argparse.Namespace) -> int:
         bm25=BM25Params(variant=args.bm25, k1=args.k1, b=args.b),
         vector_dtype=args.vector_dtype,
         batch_size=args.batch_size,
+        ann=args.ann,
     )
     # The whole corpus is read and checked before the model loads: input errors come first.
     documents = list(read_corpus(Path(args.corpus)))
