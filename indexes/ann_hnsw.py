@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.ann import (
+from indexes.ann_exact import (
     EXACT_ALLOWED_BELOW,
     TARGET_RECALL,
     ExactDense,
