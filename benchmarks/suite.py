@@ -54,7 +54,7 @@ from benchmarks.peers import PEERS, PeerData, System, make_peers
 from benchmarks.quality import SUITE_METRICS, evaluate_run, run_from_outputs
 from benchmarks.search import rank_bm25_budget
 from benchmarks.workloads import Workload, load_workload
-from retrieval import Retriever
+from retrieval import Retriever, RetrieverConfig
 from retrieval.latency import by_stage, summarize
 
 K, QUALITY_K, CONCURRENCY = 10, 1000, (1, 4, 16)
@@ -99,13 +99,14 @@ def our_systems(w: Workload, args: argparse.Namespace, notes: dict[str, str]
                 ) -> tuple[list[System], dict[str, tuple[Retriever, tuple[str, str]]], Retriever]:
     """Search-path systems (vector given), end-to-end runners (encoder in the call), and the
     default configuration's retriever."""
-    default = f"ours (C={args.candidates}, zscore {args.weight}, guardrail)"
+    policy = RetrieverConfig().candidate_policy
+    default = f"ours (C={args.candidates}, zscore {args.weight}, {policy})"
     variants: dict[str, dict[str, Any]] = {
         default: {}, "ours, BM25 only (weight 0)": {"vector_weight": 0.0,
                                                      "candidate_policy": "keyword"},
         "ours, RRF k=60": {"fusion": "rrf"},
         "ours, keyword policy": {"candidate_policy": "keyword"},
-        "ours, union policy (+ dense top-100)": {"candidate_policy": "union"}}
+        "ours, guardrail policy": {"candidate_policy": "guardrail"}}
     systems, loaded = [], {}
     for label, extra in variants.items():
         loaded[label] = Retriever.load(w.root, {**base_config(args), **extra}, encoder=w.encoder)

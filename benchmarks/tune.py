@@ -7,14 +7,21 @@ Stages (each keeps the best of the one before, by SciFact train nDCG@10):
   A. fusion normalization x weight: minmax / zscore at w in 0.5..0.9, and rrf (C=300, union)
   B. candidate policy x C: keyword / guardrail / union at C in 100, 300, 1000
   C. title boost: BM25 over the title twice (precomputed vectors reused, no re-encoding)
+  D. dense budget: union with C' (dense_candidates) in 10..100, and C' = 30 at C = 200, 500
 
-Query vectors are computed once per collection, so each point costs only the search path.
+    python -m benchmarks.tune --stages D      # stage D only (no title-boosted builds)
+
+Query vectors are encoded once per collection and kept under build/tune/ (keyed by the texts
+and the encoder id), so each point, and each rerun, costs only the search path.
 Every point reports nDCG@10 and recall@100 on every qrels set; only train picks.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +40,7 @@ from retrieval import Retriever, RetrieverConfig
 DATA = REPO.parent / "shared" / "data"
 WORK = REPO / "build" / "tune"
 WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
+DENSE_BUDGETS = (10, 20, 30, 50, 100)
 
 
 @dataclass
@@ -66,8 +74,22 @@ def load_collection(name: str, encoder: Any, boosts: tuple[int, ...]) -> Collect
               if (path / "qrels" / f"{s}.tsv").is_file()}
     wanted = set().union(*splits.values())
     queries = {q: t for q, t in read_queries(path / "queries.jsonl").items() if q in wanted}
-    vectors = dict(zip(queries, encoder.encode(list(queries.values())), strict=True))
+    encoded = cached_encode(encoder, list(queries.values()), WORK / f"{name}-queries")
+    vectors = dict(zip(queries, encoded, strict=True))
     return Collection(name, roots, splits, queries, vectors)
+
+
+def cached_encode(encoder: Any, texts: list[str], stem: Path) -> np.ndarray:
+    """Query vectors from ``stem``-<hash>.npy when the same texts were encoded by the same
+    encoder before (tuning reruns cost only the search path), else encoded and stored."""
+    key = hashlib.sha256(json.dumps([encoder.encoder_id, texts]).encode()).hexdigest()[:16]
+    path = stem.with_name(f"{stem.name}-{key}.npy")
+    if path.is_file():
+        return np.load(path, allow_pickle=False)
+    vectors = np.asarray(encoder.encode(texts), dtype=np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, vectors, allow_pickle=False)
+    return vectors
 
 
 def score(c: Collection, config: RetrieverConfig, repeats: int, encoder: Any
@@ -80,6 +102,9 @@ def score(c: Collection, config: RetrieverConfig, repeats: int, encoder: Any
             vectors = np.stack([c.vectors[q] for q in queries])
             out[split] = evaluate_run(qrels, retriever_run(retriever, queries,
                                                            query_vectors=vectors))
+            # What a k=10 caller sees: the dense leg then adds max(C', 10) rows, not 100.
+            out[split]["ndcg@10 (k=10)"] = evaluate_run(qrels, retriever_run(
+                retriever, queries, k=10, query_vectors=vectors), ("ndcg@10",))["ndcg@10"]
         return out
     finally:
         retriever.close()
@@ -99,8 +124,8 @@ def pick_split(c: Collection) -> str:
     return "train" if "train" in c.qrels else "test"
 
 
-def sweep(collections: list[Collection], encoder: Any, boosts: tuple[int, ...]
-          ) -> list[dict[str, Any]]:
+def sweep(collections: list[Collection], encoder: Any, boosts: tuple[int, ...],
+          stages: str = "ABCD") -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = []
     tune = collections[0]
 
@@ -109,8 +134,8 @@ def sweep(collections: list[Collection], encoder: Any, boosts: tuple[int, ...]
         point = {"stage": stage, "title_repeats": repeats, **knobs,
                  "scores": {c.name: score(c, config, repeats, encoder) for c in collections}}
         points.append(point)
-        print(stage, repeats, knobs, round(point["scores"][tune.name][pick_split(tune)]
-                                           ["ndcg@10"], 4), flush=True)
+        print(stage, repeats, knobs, {k: round(v, 4) for k, v in point["scores"][tune.name][
+            pick_split(tune)].items()}, flush=True)
         return point
 
     def best(stage: str) -> dict[str, Any]:
@@ -118,6 +143,9 @@ def sweep(collections: list[Collection], encoder: Any, boosts: tuple[int, ...]
                    key=lambda p: p["scores"][tune.name][pick_split(tune)]["ndcg@10"])
 
     run("baseline", candidate_policy="keyword", vector_weight=0.0)
+    if stages == "D":
+        dense_budget(run, {"fusion": "zscore", "vector_weight": 0.6})
+        return points
     for fusion in ("minmax", "zscore"):
         for weight in WEIGHTS:
             run("A", candidate_policy="union", fusion=fusion, vector_weight=weight)
@@ -131,12 +159,22 @@ def sweep(collections: list[Collection], encoder: Any, boosts: tuple[int, ...]
     knobs.update(candidate_policy=b["candidate_policy"], candidates=b["candidates"])
     for repeats in (r for r in boosts if r > 1):
         run("C", repeats, **knobs)
+    dense_budget(run, {"fusion": knobs["fusion"], "vector_weight": knobs["vector_weight"]})
     return points
+
+
+def dense_budget(run: Callable[..., dict[str, Any]], knobs: dict[str, Any]) -> None:
+    """D. How few dense rows buy union's recall: the dense leg's cost grows with C'."""
+    for dense in DENSE_BUDGETS:
+        run("D", candidate_policy="union", dense_candidates=dense, **knobs)
+    for candidates in (200, 500):
+        run("D", candidate_policy="union", dense_candidates=30, candidates=candidates, **knobs)
+    run("D", candidate_policy="guardrail", **knobs)
 
 
 def report(points: list[dict[str, Any]], dense: dict[str, Any], names: list[str]) -> str:
     knobs = ("stage", "title_repeats", "candidate_policy", "fusion", "vector_weight",
-             "candidates")
+             "candidates", "dense_candidates")
     headers = [*knobs, *(f"{n} {s}" for n in names for s in ("train", "test")
                          if s in points[0]["scores"][n])]
     rows = []
@@ -146,23 +184,28 @@ def report(points: list[dict[str, Any]], dense: dict[str, Any], names: list[str]
             for s in ("train", "test"):
                 if s in points[0]["scores"][n]:
                     m = p["scores"][n][s]
-                    cells.append(f"{m['ndcg@10']:.4f} / {m['recall@100']:.3f}")
+                    cells.append(f"{m['ndcg@10']:.4f} / {m['recall@100']:.3f}"
+                                 + (f" ({m['ndcg@10 (k=10)']:.4f})" if "ndcg@10 (k=10)" in m
+                                    else ""))
         rows.append(cells)
-    return ("nDCG@10 / recall@100 per collection and qrels split; the default is picked on "
-            f"{names[0]} train only.\n\n" + markdown_table(headers, rows))
+    return ("nDCG@10 / recall@100 of k=100 runs (nDCG@10 of k=10 runs) per collection and "
+            f"qrels split; the default is picked on {names[0]} train only.\n\n"
+            + markdown_table(headers, rows))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--collections", nargs="+", default=["scifact", "cranfield", "cisi"])
     parser.add_argument("--title-repeats", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--stages", choices=("ABCD", "D"), default="ABCD",
+                        help="D: only the dense budget (C') stage, at z-score 0.6")
     args = parser.parse_args()
     from indexes.encoders import SentenceTransformerEncoder
 
     encoder = SentenceTransformerEncoder()
-    boosts = (1, *args.title_repeats)
+    boosts = (1, *args.title_repeats) if args.stages != "D" else (1,)
     collections = [load_collection(n, encoder, boosts) for n in args.collections]
-    points = sweep(collections, encoder, boosts)
+    points = sweep(collections, encoder, boosts, args.stages)
     dense = {"stage": "dense-only (exact)",
              "scores": {c.name: dense_scores(c, encoder) for c in collections}}
     markdown = report(points, dense, args.collections)

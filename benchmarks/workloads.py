@@ -23,6 +23,7 @@ from indexes import Analyzer, AnalyzerConfig, BuildConfig, Document, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
 from indexes.manifest import current_build_dir, read_manifest, resolve_build_dir
 from indexes.synthetic import (
+    clustered_unit_vectors,
     random_unit_vectors,
     synthetic_vocabulary_documents,
     with_demo_metadata,
@@ -94,7 +95,8 @@ def reuse_source(args: argparse.Namespace) -> str | None:
 def build_report(docs: list[Document], root: Path, args: argparse.Namespace, **source: Any
                  ) -> dict[str, Any]:
     config = BuildConfig(vector_dtype=args.vector_dtype, reuse_vectors=not args.fresh_build,
-                         reuse_from=reuse_source(args))
+                         reuse_from=reuse_source(args),
+                         **({"ann": args.ann} if getattr(args, "ann", None) else {}))
     started = time.perf_counter()
     report = build_index(docs, root, config=config, progress=not args.tiny, **source)
     return {"seconds": {**report.seconds, "total": round(time.perf_counter() - started, 3)},
@@ -158,22 +160,28 @@ def synthetic_workload(args: argparse.Namespace) -> Workload:
 
     n = args.synthetic
     docs = list(synthetic_vocabulary_documents(n))
-    root = args.work / f"synthetic-{n}"  # shared with benchmarks.search: built once per size
+    # Clustered vectors (benchmarks.policies) give the dense leg's ANN index neighbours to find.
+    clustered, ann = getattr(args, "clustered_vectors", False), getattr(args, "ann", None)
+    suffix = f"-clustered-{ann or BuildConfig().ann}" if clustered else ""
+    root = args.work / f"synthetic-{n}{suffix}"  # shared with benchmarks.search: built once
     live = current_build_dir(root)
     manifest = read_manifest(live) if live is not None else None
     if (live is not None and manifest is not None and manifest.n_docs == n
             and manifest.encoder == RANDOM_ENCODER):
         build = {"cached": True, "build_id": manifest.build_id, "sizes": artifact_sizes(live)}
     else:
-        build = build_report(docs, root, args, vectors=random_unit_vectors(n, RANDOM_ENCODER.dim),
-                             encoder_info=RANDOM_ENCODER)
+        vectors = (clustered_unit_vectors(n, RANDOM_ENCODER.dim) if clustered
+                   else random_unit_vectors(n, RANDOM_ENCODER.dim))
+        build = build_report(docs, root, args, vectors=vectors, encoder_info=RANDOM_ENCODER)
         manifest = read_manifest(resolve_build_dir(root))
     tokens = tokenize_corpus(Analyzer(AnalyzerConfig(**manifest.analyzer)),
                              [d.content for d in docs])
     count = args.queries or 1000 + args.warmup
     texts = synthetic_queries(*tokens, count)
+    query_vectors = (clustered_unit_vectors(count, RANDOM_ENCODER.dim, seed=2, centers_of=n)
+                     if clustered else random_unit_vectors(count, RANDOM_ENCODER.dim, seed=2))
     return Workload(f"synthetic-{n}", "synthetic", root, [f"s{i}" for i in range(count)], texts,
-                    [None] * count, random_unit_vectors(count, RANDOM_ENCODER.dim, seed=2), None,
+                    [None] * count, query_vectors, None,
                     None, min(args.warmup, count // 4), build, docs, tokens)
 
 

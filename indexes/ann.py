@@ -1,4 +1,5 @@
-"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat).
+"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat;
+HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors and stored as ``ann/ivf.faiss`` (checksummed in
 the manifest like every file) plus ``ann/ann.json`` (kind, nlist, nprobe). ``nprobe`` is the
@@ -19,18 +20,20 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
+from indexes.ann_exact import EXACT_ALLOWED_BELOW, TARGET_RECALL, ExactDense, exact_top, recall_at
+from indexes.ann_hnsw import build_hnsw, load_hnsw
 from indexes.storage import read_json, write_json
 from indexes.vectors import VectorStore
 
 log = logging.getLogger(__name__)
 
 ANN_DIR = "ann"
+AnnKind = Literal["ivf", "hnsw"]
 INDEX_FILE = "ivf.faiss"
-TARGET_RECALL = 0.98
 # Calibration queries are the corpus' own vectors, which sit closer to their neighbours than
 # real queries do: at the nprobe reaching 0.98 on them, SciFact's test queries measured 0.970.
 # Calibrating to 0.99 leaves that margin.
@@ -38,38 +41,12 @@ CALIBRATION_RECALL = 0.99
 NPROBE_LADDER = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 # Below this many documents per list IVF would train on too few points: exact search instead.
 MIN_POINTS_PER_LIST = 39
-# Allowed sets this small are searched exactly over the allowed rows (cheaper than probing).
-EXACT_ALLOWED_BELOW = 4096
 
 
 def default_nlist(n_docs: int) -> int:
     """~4 sqrt(n) lists, capped so every list trains on >= 39 points; 0 = exact (tiny corpus)."""
     nlist = min(int(4 * np.sqrt(n_docs)), n_docs // MIN_POINTS_PER_LIST)
     return nlist if nlist >= 16 else 0
-
-
-def exact_top(vectors: VectorStore, query: np.ndarray, k: int,
-              rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top ``k`` by inner product over ``rows`` (all rows when None); best first,
-    ties by lower row. Returns (rows int64, scores float32)."""
-    if rows is None:
-        rows = np.arange(vectors.n_docs, dtype=np.int64)
-    if rows.size == 0 or k <= 0:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
-    scores = vectors.scores(query, rows)
-    if scores.size > k:
-        keep = np.argpartition(-scores, k - 1)[:k]
-    else:
-        keep = np.arange(scores.size)
-    keep = keep[np.lexsort((rows[keep], -scores[keep]))]
-    return rows[keep].astype(np.int64), scores[keep].astype(np.float32)
-
-
-def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
-    """Mean over queries of |found ∩ truth| / |truth| (rows; -1 padding ignored)."""
-    hits = [len(set(f[f >= 0].tolist()) & set(t[t >= 0].tolist())) / max(1, int((t >= 0).sum()))
-            for f, t in zip(found, truth, strict=True)]
-    return float(np.mean(hits))
 
 
 def ivf_params(nprobe: int) -> Any:
@@ -79,24 +56,6 @@ def ivf_params(nprobe: int) -> Any:
     params = faiss.SearchParametersIVF()
     params.nprobe = nprobe
     return params
-
-
-class ExactDense:
-    """Exact dense search over the stored vectors (builds without an ANN index, tiny corpora)."""
-
-    kind = "exact"
-
-    def __init__(self, vectors: VectorStore) -> None:
-        self.vectors = vectors
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind}
-
-    def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` rows allowed by ``mask`` (None = all), best first: (rows, scores)."""
-        rows = None if mask is None else np.flatnonzero(mask)
-        return exact_top(self.vectors, query, k, rows)
 
 
 class IvfDense(ExactDense):
@@ -147,10 +106,12 @@ class IvfDense(ExactDense):
             nprobe *= 4
 
 
-def build_ann(matrix: np.ndarray, directory: Path, *, nlist: int | None = None,
-              calibration_queries: int = 200, seed: int = 0) -> dict[str, Any]:
-    """Train, fill, calibrate and save the IVF index of ``matrix`` float32 (n, d) under
-    ``directory``; returns what was written to ``ann.json`` (with the recall ladder)."""
+def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
+              nlist: int | None = None, calibration_queries: int = 200, seed: int = 0
+              ) -> dict[str, Any]:
+    """Build, calibrate and save the dense leg (``kind`` IVF or HNSW) of ``matrix`` float32
+    (n, d) under ``directory``; returns what was written to ``ann.json`` (with the recall
+    ladder). Corpora too small for IVF lists get exact search whatever the kind."""
     import faiss
 
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
@@ -161,6 +122,8 @@ def build_ann(matrix: np.ndarray, directory: Path, *, nlist: int | None = None,
         meta: dict[str, Any] = {"kind": "exact", "n_docs": n}
         write_json(directory / "ann.json", meta)
         return meta
+    if kind == "hnsw":
+        return build_hnsw(matrix, directory, calibration_queries=calibration_queries, seed=seed)
     quantizer = faiss.IndexFlatIP(dim)
     index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
@@ -206,6 +169,8 @@ def load_dense(build_dir: Path, vectors: VectorStore) -> ExactDense:
     meta = read_json(directory / "ann.json")
     if meta["kind"] == "exact":
         return ExactDense(vectors)
+    if meta["kind"] == "hnsw":
+        return load_hnsw(directory, vectors, meta)
     import faiss
 
     return IvfDense(vectors, faiss.read_index(str(directory / INDEX_FILE)), int(meta["nprobe"]))

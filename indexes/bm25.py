@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.bm25_bitset import BITSET_COST, BITSET_MAX_SHARE, BitsetMemo, bitset_top_rows
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
-from indexes.bm25_kernels import general_rows, top_rows, touched_rows
+from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
 from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
@@ -263,6 +263,16 @@ class BM25Index:
         Returns (rows int32 (m,), scores float64 (m,)), rows in no particular order.
         """
         return self._search(tokens, -1, mask)
+
+    def score_rows(self, tokens: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """BM25 scores float64 (m,) of the given rows int (m,) (0 where no query term occurs).
+
+        A binary search of the rows in each query term's postings: O(m log df) per term, so
+        scoring a few dense-leg rows never walks the postings.
+        """
+        ids, weights = self.query_terms(tokens)
+        return scores_of_rows(self.indptr, self.rows, self.impacts, ids, weights,
+                              np.asarray(rows, dtype=np.int64))
 
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None

@@ -188,3 +188,27 @@ def general_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, sc
     if k < 0:
         return all_r[:size].copy(), all_s[:size].copy()
     return sorted_best(all_s, all_r, size, k)
+
+
+@njit(nogil=True, cache=True)
+def scores_of_rows(indptr, rows, impacts, term_ids, weights, targets
+                   ):  # pragma: no cover - compiled
+    """BM25 scores float64 (m,) of ``targets`` int64 (m,): a binary search of each target in
+    each query term's postings (rows ascend within a term), terms in query order, so each sum
+    is the same float64 sequence of adds as the top-k kernels'."""
+    out = np.zeros(targets.shape[0], dtype=np.float64)
+    for i in range(term_ids.shape[0]):
+        t = term_ids[i]
+        w = weights[i]
+        start, end = indptr[t], indptr[t + 1]
+        for j in range(targets.shape[0]):
+            lo, hi = start, end
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if rows[mid] < targets[j]:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < end and rows[lo] == targets[j]:
+                out[j] += w * impacts[lo]
+    return out

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
-from indexes.ann import ANN_DIR, build_ann
+from indexes.ann import ANN_DIR, AnnKind, build_ann
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.docstore import DocStore, Document
 from indexes.encoders import Encoder, default_model_path
@@ -58,6 +58,8 @@ class BuildConfig(BaseModel):
     vector_dtype: VectorDtype = "float32"
     batch_size: int = Field(64, ge=1)
     reuse_vectors: bool = True
+    ann: AnnKind = Field("ivf", description="the dense leg's index: ivf (faiss IVF-Flat) or "
+                         "hnsw (faiss HNSW-Flat); benchmarks/README.md compares them")
     reuse_from: str | None = Field(
         None, description="index root whose live build's vectors are reused by content hash "
         "(default: the output root, i.e. the previous nightly build)")
@@ -270,7 +272,7 @@ def write_components(
     metadata.save(directory / "metadata")
     VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
     save_array(directory / "vectors" / "content_hashes.npy", hashes)
-    build_ann(matrix, directory / ANN_DIR, nlist=ann_nlist)  # the dense leg (indexes/ann.py)
+    build_ann(matrix, directory / ANN_DIR, kind=config.ann, nlist=ann_nlist)  # the dense leg
     DocStore.build(docs).save(directory / "docstore")
     if passage_map is not None:
         passage_map.save(directory / "passages")

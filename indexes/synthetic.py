@@ -74,3 +74,26 @@ def random_unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
     vectors = rng.standard_normal((n, dim), dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors
+
+
+def clustered_unit_vectors(n: int, dim: int, seed: int = 0, centers_of: int | None = None,
+                           spread: float = 1.5) -> np.ndarray:
+    """float32 (n, dim) unit rows drawn around ~sqrt(N) random centres (latency runs only).
+
+    Real embeddings sit in topical clusters; uniform random vectors have no neighbours, so on
+    them no ANN index beats a full scan. Each row is a centre plus Gaussian noise of norm
+    ~``spread``, normalized. At 1.5 the IVF recall@100 ladder at SciFact's size (nlist 132)
+    follows SciFact's own embeddings' (.954 / .977 / .989 at nprobe 32 / 48 / 64, against
+    .958 / .983 / .994). The centres depend only on N = ``centers_of`` or ``n``: queries drawn
+    with ``centers_of`` = the corpus size share the corpus' clusters.
+    """
+    size = centers_of or n
+    centers = random_unit_vectors(max(1, int(np.sqrt(size))), dim, seed=size)
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, dim), dtype=np.float32)
+    for start in range(0, n, 100_000):  # bounded scratch at 1M+ rows
+        stop = min(n, start + 100_000)
+        noise = rng.standard_normal((stop - start, dim), dtype=np.float32)
+        block = centers[rng.integers(0, len(centers), stop - start)] + noise * (spread / dim ** 0.5)
+        out[start:stop] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out

@@ -21,12 +21,14 @@ def frequent_terms(bm25: BM25Index, count: int = 2) -> list[str]:
 
 
 def warm_bm25(bm25: BM25Index) -> None:
-    """Run the unfiltered, filtered (dense and selective mask) and all-rows kernels once."""
+    """Run the unfiltered, filtered (dense and selective mask), all-rows and given-rows
+    kernels once."""
     tokens = frequent_terms(bm25)
     if not tokens:  # an empty index has nothing to run
         return
     bm25.top_candidates(tokens, 10)
     bm25.score_touched(tokens)
+    bm25.score_rows(tokens, np.arange(min(3, bm25.n_docs)))  # the dense leg's rows
     bm25.top_candidates(tokens, 10, np.ones(bm25.n_docs, dtype=np.bool_))
     selective = np.zeros(bm25.n_docs, dtype=np.bool_)
     selective[0] = True  # one allowed row: the kernel that follows the allowed rows

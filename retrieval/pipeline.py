@@ -5,7 +5,7 @@ Candidates come from BM25 and, by ``candidate_policy``, from the dense leg (``in
 ``guardrail`` adds the dense top ``dense_candidates`` when BM25 finds too few candidates (a
 misspelled or paraphrased query), ``union`` always adds them. Dense-only candidates get their
 real BM25 score: 0 when BM25 returned fewer than C rows (then every row sharing a query term is
-already a candidate), else looked up from one pass over the query terms' postings.
+already a candidate), else a binary search of each row in the query terms' postings.
 
 The query embedding arrives as a ``PendingVector``: already known (cache hit, caller-supplied,
 batch-encoded) or still being computed concurrently while filter and BM25 run.
@@ -211,12 +211,14 @@ def add_dense(
     """
     dense_rows, _ = snapshot.dense.search(query_vector, max(config.dense_candidates, request.k),
                                           mask)
-    new = dense_rows[~np.isin(dense_rows, rows)]
+    known = np.sort(rows)  # a sorted lookup: np.isin costs ~10x more at these sizes
+    at = np.minimum(np.searchsorted(known, dense_rows), max(known.size - 1, 0))
+    new = dense_rows[known[at] != dense_rows] if known.size else dense_rows
     if new.size == 0:
         return rows, bm25
     new_scores = np.zeros(new.size, dtype=np.float64)
     if rows.size >= request.candidates:  # BM25 was cut at C: a new row may still match a term
-        new_scores = touched_scores(snapshot, request, mask, new)
+        new_scores = touched_scores(snapshot, request, new)
     return (np.concatenate([rows.astype(np.int64), new]),
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
 
@@ -242,18 +244,10 @@ def widened(
     return rows, bm25, cosine, fuse(bm25, cosine, config)
 
 
-def touched_scores(snapshot: LoadedBuild, request: SearchRequest, mask: np.ndarray | None,
-                   rows: np.ndarray) -> np.ndarray:
-    """BM25 score float64 of each of ``rows`` (0 where it holds no query term): one pass over
-    the query terms' postings."""
-    scores_of = np.zeros(rows.size, dtype=np.float64)
-    touched, scores = snapshot.bm25.score_touched(snapshot.analyzer(request.query), mask)
-    if touched.size:
-        order = np.argsort(touched)
-        at = np.minimum(np.searchsorted(touched[order], rows), touched.size - 1)
-        found = touched[order][at] == rows
-        scores_of[found] = scores[order][at][found]
-    return scores_of
+def touched_scores(snapshot: LoadedBuild, request: SearchRequest, rows: np.ndarray
+                   ) -> np.ndarray:
+    """BM25 score float64 of each of ``rows`` (0 where it holds no query term)."""
+    return snapshot.bm25.score_rows(snapshot.analyzer(request.query), rows)
 
 
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:

@@ -142,6 +142,10 @@ def test_top_candidates_equal_reference_rows_scores_and_ties(variant):
             rows, scores = index.score_touched(tokens, mask)
             order = np.lexsort((rows, -scores))
             assert_same((rows[order], scores[order]), allowed)
+            probe = rng.choice(len(docs), size=min(len(docs), 25), replace=False)
+            expected = dict(zip(*(a.tolist() for a in everything), strict=True))
+            assert index.score_rows(tokens, probe).tolist() == [
+                expected.get(int(r), 0.0) for r in probe]
 
 
 def test_cut_off_ties_keep_lowest_rows():

@@ -9,10 +9,12 @@ from benchmarks.policies import misspell
 from benchmarks.quality import dense_run, evaluate_run, retriever_run
 from retrieval import Retriever, RetrieverConfig
 
-# The default chosen on SciFact train qrels reaches 0.7329 on test (benchmarks/README.md,
-# "Candidate policies, the dense leg and the default"); 0.745 is not reached by any fusion of
-# BM25 and this encoder's cosine that was tried (best .7377 train / .7376 test): see there.
-SCIFACT_NDCG_FLOOR = 0.73
+# The default chosen on SciFact train qrels (union, z-score 0.6, C=300, C'=100) reaches 0.7349
+# on test and recall@100 0.955 (benchmarks/README.md, "Candidate policies, the dense leg and
+# the default"); 0.745 is not reached by any fusion of BM25 and this encoder's cosine that was
+# tried (best .7377 train / .7376 test): see there.
+SCIFACT_NDCG_FLOOR = 0.733
+SCIFACT_RECALL_AT_100 = 0.95
 BM25_ONLY = RetrieverConfig(vector_weight=0.0, candidate_policy="keyword")
 
 
@@ -38,19 +40,9 @@ def test_scifact_default_quality(beir_index, encoder):
     ndcg = {k: v["ndcg@10"] for k, v in scores.items()}
     assert ndcg["default"] >= SCIFACT_NDCG_FLOOR
     assert ndcg["default"] >= max(ndcg["bm25"], ndcg["dense"])
-    # The default (guardrail) adds dense candidates only to weak keyword results; recall@100
-    # >= 0.95 takes the union policy, whose dense search on every query is over the latency
-    # budget at 100k documents (benchmarks/README.md, "Candidate policies").
-    assert scores["default"]["recall@100"] >= 0.94
-    root, queries, qrels = beir_index("scifact")
-    union = Retriever.load(root, RetrieverConfig(candidate_policy="union"), encoder=encoder)
-    union_scores = evaluate_run(qrels, retriever_run(union, queries,
-                                                     query_vectors=encoder.encode(
-                                                         list(queries.values()))))
-    union.close()
-    print("scifact union", round(union_scores["ndcg@10"], 4), round(union_scores["recall@100"], 4))
-    assert union_scores["recall@100"] >= 0.95
-    assert union_scores["ndcg@10"] >= ndcg["default"] - 0.005
+    # recall@100 of a 100-hit search: the dense leg adds its top max(C', k) rows to BM25's C.
+    assert scores["default"]["recall@100"] >= SCIFACT_RECALL_AT_100
+    assert scores["default"]["recall@100"] > scores["bm25"]["recall@100"]
 
 
 @pytest.mark.parametrize("name", ["cranfield", "cisi"])

@@ -25,7 +25,8 @@ from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
 
 def loaded():
-    kernels = [getattr(m, n) for m in (bm25_kernels, bm25_filtered, bm25_bitset, bm25_pruned, topk) for n in dir(m)]
+    modules = (bm25_kernels, bm25_filtered, bm25_bitset, bm25_pruned, topk)
+    kernels = [getattr(m, n) for m in modules for n in dir(m)]
     return {k.__name__: len(k.signatures) for k in kernels if hasattr(k, "signatures")}
 
 build = LoadedBuild.load(sys.argv[1], verify=False)
@@ -37,6 +38,7 @@ for query in ["heat transfer boundary layer", "supersonic flow over a wedge"]:
     tokens = build.analyzer(query)
     build.bm25.top_candidates(tokens, 300)
     build.bm25.score_touched(tokens)
+    build.bm25.score_rows(tokens, np.arange(0, build.manifest.n_docs, 7))
     for share in (0.005, 0.3, 1.0):
         mask = rng.random(build.manifest.n_docs) < share
         build.bm25.top_candidates(tokens, 300, mask)

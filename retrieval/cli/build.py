@@ -49,6 +49,8 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--passage-overlap", type=int, default=None,
                        help="tokens repeated between passages cut inside a paragraph "
                        "(default 32)")
+    build.add_argument("--ann", choices=["ivf", "hnsw"], default="ivf",
+                       help="the dense leg's index (benchmarks/README.md compares them)")
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
     build.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
@@ -72,6 +74,7 @@ def run_build(args: argparse.Namespace) -> int:
         vector_dtype=args.vector_dtype,
         batch_size=args.batch_size,
         passages=passage_config(args),
+        ann=args.ann,
     )
     if args.ray is not None:
         return run_ray_build(args, config)

@@ -108,7 +108,7 @@ class Shard:
         inside = np.array([int(r) in position for r in dense_rows], dtype=bool)
         scores[inside] = bm25[[position[int(r)] for r in dense_rows[inside]]]
         if rows.size >= request.candidates and (~inside).any():
-            scores[~inside] = touched_scores(self.snapshot, request, mask, dense_rows[~inside])
+            scores[~inside] = touched_scores(self.snapshot, request, dense_rows[~inside])
         answer.dense_rows = dense_rows.astype(np.int64) + self.start
         answer.dense_score = np.asarray(dense_score, dtype=np.float32)
         answer.dense_cosine = self.snapshot.vectors.scores(vector, dense_rows)
