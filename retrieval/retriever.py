@@ -120,8 +120,12 @@ class Retriever:
             raise
         retriever._warm_up()
         if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
-            retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
-                                         retriever.reload, config.live_lag_seconds)
+            try:
+                retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
+                                             retriever.reload, config.live_lag_seconds)
+            except BaseException:  # e.g. records a passage build cannot apply
+                retriever.close()
+                raise
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
 

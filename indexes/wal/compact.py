@@ -23,6 +23,7 @@ from indexes.docstore import DocStore, Document
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.storage import fsync_dir
 from indexes.vectors import VectorStore
+from indexes.wal.checks import refuse_passage_build
 from indexes.wal.log import read_all, segments, wal_dir
 from indexes.wal.state import Changes
 
@@ -60,6 +61,7 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build
         return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs, 0,
                                 round(time.perf_counter() - started, 3))
+    refuse_passage_build(manifest, "fold the write-ahead log")
     folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
     changes = Changes.of(records, after=manifest.log_seq)

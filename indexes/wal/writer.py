@@ -25,7 +25,12 @@ from indexes.errors import EncoderMismatchError, InvalidWriteError, WriterLocked
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.storage import fsync_dir, load_array
 from indexes.vectors import VectorStore
-from indexes.wal.checks import check_documents, check_ids, merged_kinds
+from indexes.wal.checks import (
+    check_documents,
+    check_ids,
+    merged_kinds,
+    refuse_passage_build,
+)
 from indexes.wal.compact import CompactionReport, compact
 from indexes.wal.log import (
     Record,
@@ -125,6 +130,7 @@ class IndexWriter:
         """Add or replace documents (by id); returns the record's sequence number once it is
         durable. Raises InvalidWriteError (nothing written) for a missing id or text, a
         duplicate id, a vector of the wrong shape or a metadata value of the wrong type."""
+        refuse_passage_build(self.manifest, "upsert")
         docs, kinds = check_documents(documents, self.kinds)
         matrix = self._vectors_for(docs, vectors)
         with self._thread_lock:
@@ -137,6 +143,7 @@ class IndexWriter:
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete documents by id (ids absent from the index are no-ops); returns the seq."""
+        refuse_passage_build(self.manifest, "delete")
         checked = check_ids(ids)
         with self._thread_lock:
             return self._append(Record(self.last_seq + 1, "delete", ids=tuple(checked)))

@@ -18,6 +18,7 @@ from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.storage import load_array
 from indexes.wal import Changes
+from indexes.wal.checks import refuse_passage_build
 from retrieval.live.bm25_live import BaseTerms, live_bm25
 from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
 from retrieval.loaded_build import LoadedBuild
@@ -61,6 +62,8 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
             ) -> tuple[LoadedBuild, Folded | None]:
     """The snapshot serving ``base`` with ``changes`` applied (``base`` itself when the
     changes touch nothing), and what a compaction of it would need to re-analyze nothing."""
+    if changes.upserts or changes.deleted:  # ids could leave passages of a document behind
+        refuse_passage_build(base.manifest, "apply the write-ahead log's records")
     alive = alive_rows(base, changes)
     upserted = list(changes.upserts.values())
     if not upserted and alive.all():
