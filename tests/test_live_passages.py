@@ -1,73 +1,150 @@
-"""Live writes on a passage build: refused with a typed error and nothing written, by the
-writer, by compaction and by a serving process, because the log does not split documents
-into passages yet and a write by id would leave a document's other passages serving."""
+"""Live writes on a passage build act on whole documents: an upsert replaces every passage of
+the document, a delete removes all of them, delta passages carry their parent, position and
+offsets (grouping, ``context`` and hydration over base + delta), and compaction publishes the
+passage build a fresh build of the live corpus would be.
+
+Real model, the long documents of ``passage_fixtures`` (a copy of their passage build, so
+the session's root is never written to).
+"""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from live_index import INFO, build_small, scifact_docs, unit_vectors
+from passage_fixtures import CAR_QUERY, TARGET
 
-from indexes import BuildConfig, Document, PassageConfig, build_index, default_model_path
+from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import InvalidWriteError
-from indexes.long_documents import split_documents
 from indexes.manifest import read_manifest, resolve_build_dir
-from indexes.passages import TokenCounter
-from indexes.wal import IndexWriter, read_all, segments
+from indexes.wal import IndexWriter, read_all
+from indexes.wal.split import split, token_counter
 from retrieval import Retriever
 
-PASSAGES = PassageConfig(max_tokens=64, overlap_tokens=8)
+VOLCANO = ("Volcanic ash from the eruption in Iceland grounded flights across Europe for six "
+           "days. Airlines lost several hundred million euros while the plume drifted south.")
+VOLCANO_QUERY = "eruption ash cloud closed European airspace"
+GONE = "long-5"
+LIVE = {"cache": {"backend": "none"}, "live_lag_seconds": None}
+QUERIES = ["protein expression in cells", "cancer risk", VOLCANO_QUERY, CAR_QUERY,
+           "immune response to infection"]
 
 
-@pytest.fixture(scope="module")
-def docs(dataset) -> list[Document]:
-    return scifact_docs(dataset("scifact"), 20)
+@pytest.fixture
+def root(passage_roots, tmp_path) -> Path:
+    copy = tmp_path / "root"
+    shutil.copytree(passage_roots("passages"), copy)
+    return copy
 
 
-def build_passages(root: Path, docs: list[Document]) -> int:
-    """A passage build of ``docs`` under ``root`` (random vectors); returns its row count."""
-    rows, *_ = split_documents(docs, TokenCounter.for_model(default_model_path()), PASSAGES)
-    build_index(docs, root, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
-                config=BuildConfig(passages=PASSAGES), progress=False)
-    return len(rows)
+def changed_target(long_docs: list[Document]) -> Document:
+    """``TARGET`` with a new first paragraph and without its car paragraph: every passage
+    moves (no old passage sits at its old offsets in the new text)."""
+    old = next(d for d in long_docs if d.id == TARGET)
+    body = old.text[:old.text.rindex("\n\n")]
+    return Document(TARGET, f"{VOLCANO}\n\n{body}", old.title, old.metadata)
 
 
-def log_size(root: Path) -> int:
-    return sum(path.stat().st_size for _, path in segments(root))
+def all_hits(retriever: Retriever, query: str, **options):
+    return retriever.search(query, k=200, candidates=200, **options).hits
 
 
-def test_writes_to_a_passage_build_are_refused_and_nothing_is_written(tmp_path, docs):
-    n_rows = build_passages(tmp_path, docs)
-    assert n_rows > len(docs)  # documents really are split: a write by id would be partial
-    with IndexWriter(tmp_path) as writer:
-        with pytest.raises(InvalidWriteError, match="passage build.*rebuild"):
-            writer.upsert([{"id": docs[0].id, "text": "a new text"}],
-                          vectors=unit_vectors(1, 2))
-        with pytest.raises(InvalidWriteError, match="passage build.*rebuild"):
-            writer.delete([docs[1].id])
-        assert writer.last_seq == 0
-    assert log_size(tmp_path) == 0 and read_all(tmp_path) == []
+def test_an_upsert_replaces_every_passage_of_its_document(root, long_docs, encoder):
+    new = changed_target(long_docs)
+    n_new = len(split([new], token_counter(encoder), PassageConfig(max_tokens=256))[1][0])
+    with Retriever.load(root, LIVE, encoder=encoder) as retriever:
+        assert TARGET in [h.doc_id for h in retriever.search(CAR_QUERY, k=3,
+                                                             group_by="document").hits]
+        with IndexWriter(root, encoder=encoder) as writer:
+            writer.upsert([new])
+        assert retriever.refresh()
+        grouped = retriever.search(CAR_QUERY, k=3, group_by="document").hits
+        assert TARGET not in [h.doc_id for h in grouped]  # its old car paragraph is gone
+        for options in ({}, {"group_by": "document"}):
+            first = retriever.search(VOLCANO_QUERY, k=3, context=1, **options).hits[0]
+            assert first.doc_id == TARGET and first.passage == 0 and first.start == 0
+            assert first.context is not None
+            assert first.context.text == new.text[first.context.start:first.context.end]
+        for query in QUERIES:
+            hits = [h for h in all_hits(retriever, query) if h.doc_id == TARGET]
+            positions = [h.passage for h in hits]
+            assert len(set(positions)) == len(positions) and set(positions) <= set(range(n_new))
+            for hit in hits:  # every hit of it is a new passage, at its offsets in the new text
+                assert hit.text == new.text[hit.start:hit.end]
+                assert hit.title == new.title and hit.metadata == new.metadata
 
 
-def test_records_left_under_a_passage_build_are_neither_folded_nor_served(tmp_path, docs):
+def test_a_delete_removes_every_passage_of_its_document(root, encoder):
+    with Retriever.load(root, LIVE, encoder=encoder) as retriever:
+        assert any(h.doc_id == GONE for q in QUERIES for h in all_hits(retriever, q))
+        with IndexWriter(root, encoder=encoder) as writer:
+            writer.delete([GONE])
+        assert retriever.refresh()
+        for query in QUERIES:
+            for options in ({}, {"group_by": "document"}):
+                assert GONE not in [h.doc_id for h in all_hits(retriever, query, **options)]
+
+
+def ranked(retriever: Retriever, query: str, **options) -> list[tuple]:
+    return [(h.doc_id, h.passage, h.start, h.end, h.text, h.score)
+            for h in retriever.search(query, k=10, **options).hits]
+
+
+def assert_same_results(live: Retriever, fresh: Retriever) -> None:
+    for query in QUERIES:
+        for options in ({}, {"group_by": "document", "context": 1}):
+            got, want = ranked(live, query, **options), ranked(fresh, query, **options)
+            assert [g[:5] for g in got] == [w[:5] for w in want], (query, options)
+            np.testing.assert_allclose([g[5] for g in got], [w[5] for w in want], atol=1e-5)
+
+
+def test_served_and_compacted_results_equal_a_fresh_passage_build(root, long_docs, encoder,
+                                                                  tmp_path):
+    new = changed_target(long_docs)
+    extra = Document("long-new", f"{VOLCANO}\n\n{long_docs[0].text}", "Ash", {"group": 1})
+    with IndexWriter(root, encoder=encoder) as writer:
+        writer.upsert([new, extra])
+        writer.delete([GONE])
+        live_docs = ([d for d in long_docs if d.id not in {TARGET, GONE}] + [new, extra])
+        build_index(live_docs, tmp_path / "fresh", encoder=encoder, progress=False,
+                    config=BuildConfig(passages=PassageConfig(max_tokens=256)))
+        with Retriever.load(tmp_path / "fresh", LIVE, encoder=encoder) as fresh, \
+                Retriever.load(root, LIVE, encoder=encoder) as live:
+            assert_same_results(live, fresh)  # base + delta
+            report = writer.compact()
+            assert report.records_folded == 2 and report.n_docs == fresh.snapshot.manifest.n_docs
+            live.reload()
+            assert live.snapshot.build_id == report.build_id
+            assert_same_results(live, fresh)  # the compacted build
+            assert live.snapshot.manifest.passages == fresh.snapshot.manifest.passages
+
+
+def test_vectors_given_to_a_passage_build_are_one_per_passage(root, long_docs, encoder):
+    with IndexWriter(root, encoder=encoder) as writer:
+        with pytest.raises(InvalidWriteError, match="one 384-dimensional row per passage"):
+            writer.upsert([changed_target(long_docs)], vectors=np.zeros((1, 384), np.float32))
+        assert writer.last_seq == 0 and read_all(root) == []
+
+
+def test_records_written_for_whole_documents_are_refused_by_a_passage_build(tmp_path, dataset):
     """A root written to while unsplit, then rebuilt with passages (the log position is
-    carried forward): its pending records are refused by compaction and by serving."""
+    carried forward): its pending upsert holds one vector per document, not per passage, so
+    compaction and serving refuse it rather than serve a document as one passage."""
+    docs = scifact_docs(dataset("scifact"), 20)
     build_small(tmp_path, docs)
     with IndexWriter(tmp_path) as writer:
-        writer.delete([docs[0].id])
-    build_passages(tmp_path, docs)
+        writer.upsert([docs[0]], vectors=unit_vectors(1, 5))
+    config = PassageConfig(max_tokens=64, overlap_tokens=8)
+    rows, _ = split(docs, token_counter(None), config)
+    build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
+                config=BuildConfig(passages=config), progress=False)
     assert read_manifest(resolve_build_dir(tmp_path)).log_seq == 0
     with IndexWriter(tmp_path) as writer, pytest.raises(InvalidWriteError,
-                                                        match="passage build"):
+                                                        match="another kind of build"):
         writer.compact()
     assert len(read_all(tmp_path)) == 1  # the record is kept, not dropped
-    with pytest.raises(InvalidWriteError, match="apply the write-ahead log"):
-        Retriever.load(tmp_path, {"live_lag_seconds": None})
-    # the build itself is intact and searchable without the log
-    build = resolve_build_dir(tmp_path)
-    with Retriever.load(build) as retriever:
-        hits = retriever.search(docs[0].title, k=3, query_vector=unit_vectors(1, 3)[0],
-                                group_by="document").hits
-        assert len({hit.doc_id for hit in hits}) == 3 and np.isfinite(hits[0].score)
+    with pytest.raises(InvalidWriteError, match="another kind of build"):
+        Retriever.load(tmp_path, LIVE)

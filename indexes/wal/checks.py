@@ -9,7 +9,6 @@ from typing import Any
 
 from indexes.docstore import Document
 from indexes.errors import InvalidWriteError
-from indexes.manifest import Manifest
 from indexes.metadata import FieldKind, merge_kinds, value_kind
 from indexes.wal.log import Record
 
@@ -104,15 +103,3 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
                     kinds[name] = kind
     return kinds
 
-
-def refuse_passage_build(manifest: Manifest, action: str) -> None:
-    """Live writes act on whole documents; a passage build's rows are passages, and the log
-    does not split documents yet, so a write there would replace one passage of a document
-    and leave the others serving. Refused instead (nothing written)."""
-    if manifest.passages is not None:
-        raise InvalidWriteError(
-            f"cannot {action}: build {manifest.build_id!r} is a passage build "
-            f"({manifest.passages.n_passages} passages of {manifest.passages.n_documents} "
-            "documents) and live updates do not act on passage builds yet; change its "
-            "documents by rebuilding the index (build_index / `retrieval build` with "
-            "--passages), or build it without passages to write through the log")
