@@ -41,6 +41,8 @@ class Folder(Protocol):
 
     def token_counter(self) -> TokenCounter: ...
 
+    def tokenizer_dir(self) -> Path: ...
+
 
 @dataclass(frozen=True)
 class CompactionReport:
@@ -70,6 +72,7 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     check_records_fit(manifest, changes)
     passages = passage_config(manifest)
     if passages is not None:  # whole documents, split again as a fresh passage build does
+        passages.tokenizer = str(writer.tokenizer_dir())  # the writer's cuts, the build's too
         docs, vectors = passage_corpus(build, changes, writer.token_counter(), passages)
     else:
         docs, vectors = _live_corpus(build, changes)

@@ -20,7 +20,7 @@ from indexes.build import content_hashes
 from indexes.docstore import DocStore, Document
 from indexes.encoders import default_model_path
 from indexes.errors import InvalidWriteError
-from indexes.long_documents import split_documents, token_counter_for
+from indexes.long_documents import split_documents
 from indexes.manifest import Manifest
 from indexes.passages import PassageConfig, PassageMap, TokenCounter
 from indexes.storage import load_array
@@ -39,10 +39,17 @@ def passage_config(manifest: Manifest) -> PassageConfig | None:
     return PassageConfig(max_tokens=info.max_tokens, overlap_tokens=info.overlap_tokens)
 
 
+def tokenizer_dir(encoder: Any | None) -> Path:
+    """The model directory whose tokenizer cuts passages: the encoder's own (as a build with
+    that encoder cuts them), else the packaged model's (the build's default)."""
+    model_path = getattr(encoder, "model_path", None)
+    if model_path is not None and (Path(model_path) / "tokenizer.json").is_file():
+        return Path(model_path)
+    return default_model_path()
+
+
 def token_counter(encoder: Any | None) -> TokenCounter:
-    """The encoder's own tokenizer, else the packaged model's (the build's default)."""
-    counter = token_counter_for(encoder) if encoder is not None else None
-    return counter or TokenCounter.for_model(default_model_path())
+    return TokenCounter.for_model(tokenizer_dir(encoder))
 
 
 def split(docs: Sequence[Document], counter: TokenCounter, config: PassageConfig

@@ -37,7 +37,7 @@ from indexes.wal.log import (
     segments,
     wal_dir,
 )
-from indexes.wal.split import Spans, passage_config, record_rows, split, token_counter
+from indexes.wal.split import Spans, passage_config, record_rows, split, tokenizer_dir
 
 log = logging.getLogger(__name__)
 LOCK = ".writer.lock"
@@ -161,8 +161,11 @@ class IndexWriter:
     def token_counter(self) -> TokenCounter:
         """The tokenizer passages are counted with (the encoder's, else the packaged model's)."""
         if self._counter is None:
-            self._counter = token_counter(self._encoder)
+            self._counter = TokenCounter.for_model(self.tokenizer_dir())
         return self._counter
+
+    def tokenizer_dir(self) -> Path:
+        return tokenizer_dir(self._encoder)
 
     def _append(self, record: Record) -> int:
         data = encode_record(record)
