@@ -178,6 +178,8 @@ class Retriever:
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
             warm_bm25(fresh.bm25)
+            if self._log is not None:
+                self._log.check_fits(fresh)
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})

@@ -19,7 +19,8 @@ from passage_fixtures import CAR_QUERY, TARGET
 
 from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import InvalidWriteError
-from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.manifest import resolve_build_dir
+from indexes.publish import publish_build
 from indexes.wal import IndexWriter, read_all
 from indexes.wal.split import split, token_counter
 from retrieval import Retriever
@@ -129,19 +130,32 @@ def test_vectors_given_to_a_passage_build_are_one_per_passage(root, long_docs, e
         assert writer.last_seq == 0 and read_all(root) == []
 
 
-def test_records_written_for_whole_documents_are_refused_by_a_passage_build(tmp_path, dataset):
-    """A root written to while unsplit, then rebuilt with passages (the log position is
-    carried forward): its pending upsert holds one vector per document, not per passage, so
-    compaction and serving refuse it rather than serve a document as one passage."""
+def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_path,
+                                                                           dataset):
+    """Pending upserts hold one vector per document, not per passage: a passage build of the
+    root is refused before anything is published; one published anyway (staged, then
+    flipped) is refused by compaction, by a new process and by a serving process's reload."""
     docs = scifact_docs(dataset("scifact"), 20)
     build_small(tmp_path, docs)
     with IndexWriter(tmp_path) as writer:
         writer.upsert([docs[0]], vectors=unit_vectors(1, 5))
+    whole = resolve_build_dir(tmp_path)
     config = PassageConfig(max_tokens=64, overlap_tokens=8)
     rows, _ = split(docs, token_counter(None), config)
-    build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
-                config=BuildConfig(passages=config), progress=False)
-    assert read_manifest(resolve_build_dir(tmp_path)).log_seq == 0
+    vectors = unit_vectors(len(rows), 1)
+
+    def build(**options):
+        return build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO,
+                           config=BuildConfig(passages=config), progress=False, **options)
+
+    for publish in (True, False):
+        with pytest.raises(InvalidWriteError, match="another kind of build.*compact"):
+            build(publish=publish)
+    assert resolve_build_dir(tmp_path) == whole
+    with Retriever.load(tmp_path, LIVE) as serving:  # a build given its log position
+        publish_build(tmp_path, build(publish=False, log_seq=0).build_id)
+        assert not serving.reload() and serving.snapshot.manifest.passages is None
+        assert "another kind of build" in serving.reload_events[-1]["error"]
     with IndexWriter(tmp_path) as writer, pytest.raises(InvalidWriteError,
                                                         match="another kind of build"):
         writer.compact()

@@ -24,8 +24,9 @@ from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.storage import fsync_dir
 from indexes.vectors import VectorStore
+from indexes.wal.checks import check_records_fit
 from indexes.wal.log import read_all, segments, wal_dir
-from indexes.wal.split import check_records_fit, passage_config, passage_corpus
+from indexes.wal.split import passage_config, passage_corpus
 from indexes.wal.state import Changes
 
 

@@ -99,21 +99,6 @@ def record_rows(record: Record) -> tuple[list[Document], np.ndarray]:
     return rows, record.vectors
 
 
-def check_records_fit(manifest: Manifest, changes: Changes) -> None:
-    """Refuse upserts logged for another kind of build than ``manifest``'s (a root rebuilt
-    with or without passages while records were pending): their vectors are per document
-    where passages are needed, or the reverse."""
-    split_build = manifest.passages is not None
-    for doc_id in changes.upserts:
-        if bool(changes.spans.get(doc_id)) != split_build:
-            kind = "a passage build" if split_build else "a build of whole documents"
-            raise InvalidWriteError(
-                f"the log's upsert of {doc_id!r} was written for another kind of build than "
-                f"{manifest.build_id!r}, which is {kind}: rebuild the index from the full "
-                "corpus (including the logged documents) with the same --passages setting "
-                "the log was written for, or write those documents again")
-
-
 def passage_corpus(build: Path, changes: Changes, counter: TokenCounter,
                    config: PassageConfig) -> tuple[list[Document], np.ndarray]:
     """The live documents of a passage build (survivors in row order, then the upserted

@@ -18,7 +18,7 @@ from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.storage import load_array
 from indexes.wal import Changes
-from indexes.wal.split import check_records_fit
+from indexes.wal.checks import check_records_fit
 from retrieval.live.bm25_live import BaseTerms, live_bm25
 from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
 from retrieval.live.passages import delta_rows, live_passages, retire_documents
