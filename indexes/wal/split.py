@@ -108,9 +108,7 @@ def passage_corpus(build: Path, changes: Changes, counter: TokenCounter,
     passages = PassageMap.load(build / "passages")
     replaced = changes.replaced()
     rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
-    known = dict(zip((bytes(h) for h in load_array(build / "vectors" / "content_hashes.npy")[rows]),
-                     VectorStore.load(build / "vectors").reconstruct_rows(
-                         np.asarray(rows, np.int64)), strict=True))
+    known = _stored_vectors(build, rows)
     for doc_id, (doc, vectors) in changes.upserts.items():
         for row, vector in zip(passage_rows(doc, changes.spans[doc_id]), vectors, strict=True):
             known[bytes(content_hashes([row.content])[0])] = vector
@@ -123,10 +121,13 @@ def passage_corpus(build: Path, changes: Changes, counter: TokenCounter,
             f"{len(missing)} passages of the live corpus (first of {missing[0]!r}) have no "
             "logged or built vector: the passages were cut with another tokenizer; compact "
             "with the IndexWriter(encoder=...) the index was built with")
-    dim = manifest_dim(known)
-    matrix = np.stack([known[k] for k in keys]) if keys else np.zeros((0, dim), np.float32)
-    return docs, matrix.astype(np.float32)
+    if not keys:  # every document deleted: the build refuses an empty corpus
+        return docs, np.zeros((0, 0), np.float32)
+    return docs, np.stack([known[k] for k in keys]).astype(np.float32)
 
 
-def manifest_dim(known: dict[bytes, np.ndarray]) -> int:
-    return int(next(iter(known.values())).shape[0]) if known else 0
+def _stored_vectors(build: Path, rows: list[int]) -> dict[bytes, np.ndarray]:
+    """Content hash -> stored vector of the build's ``rows``."""
+    hashes = load_array(build / "vectors" / "content_hashes.npy")[rows]
+    vectors = VectorStore.load(build / "vectors").reconstruct_rows(np.asarray(rows, np.int64))
+    return {bytes(h): v for h, v in zip(hashes, vectors, strict=True)}
