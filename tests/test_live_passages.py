@@ -29,6 +29,7 @@ VOLCANO = ("Volcanic ash from the eruption in Iceland grounded flights across Eu
            "days. Airlines lost several hundred million euros while the plume drifted south.")
 VOLCANO_QUERY = "eruption ash cloud closed European airspace"
 GONE = "long-5"
+SMALL = PassageConfig(max_tokens=64, overlap_tokens=8)
 LIVE = {"cache": {"backend": "none"}, "live_lag_seconds": None}
 QUERIES = ["protein expression in cells", "cancer risk", VOLCANO_QUERY, CAR_QUERY,
            "immune response to infection"]
@@ -140,13 +141,12 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
     with IndexWriter(tmp_path) as writer:
         writer.upsert([docs[0]], vectors=unit_vectors(1, 5))
     whole = resolve_build_dir(tmp_path)
-    config = PassageConfig(max_tokens=64, overlap_tokens=8)
-    rows, _ = split(docs, token_counter(None), config)
+    rows, _ = split(docs, token_counter(None), SMALL)
     vectors = unit_vectors(len(rows), 1)
 
     def build(**options):
         return build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO,
-                           config=BuildConfig(passages=config), progress=False, **options)
+                           config=BuildConfig(passages=SMALL), progress=False, **options)
 
     for publish in (True, False):
         with pytest.raises(InvalidWriteError, match="another kind of build.*compact"):
@@ -162,3 +162,20 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
     assert len(read_all(tmp_path)) == 1  # the record is kept, not dropped
     with pytest.raises(InvalidWriteError, match="another kind of build"):
         Retriever.load(tmp_path, LIVE)
+
+
+def test_records_written_for_passages_never_serve_on_a_build_of_whole_documents(tmp_path,
+                                                                                dataset):
+    """The reverse: a logged passage upsert (vectors per passage) is refused by a build of
+    whole documents, before anything is built."""
+    docs = scifact_docs(dataset("scifact"), 20)
+    rows, _ = split(docs, token_counter(None), SMALL)
+    build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
+                config=BuildConfig(passages=SMALL), progress=False)
+    with IndexWriter(tmp_path) as writer:
+        n_passages = len(split([docs[0]], token_counter(None), SMALL)[0])
+        writer.upsert([docs[0]], vectors=unit_vectors(n_passages, 5))
+    passage_build = resolve_build_dir(tmp_path)
+    with pytest.raises(InvalidWriteError, match="another kind of build.*compact"):
+        build_small(tmp_path, docs)
+    assert resolve_build_dir(tmp_path) == passage_build
