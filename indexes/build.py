@@ -182,6 +182,10 @@ def build_index(
     root = Path(root)
     parents = list(documents)
     _check_ids(parents)
+    if log_seq is None and (root / "wal").is_dir():  # writes pending on the live build
+        from indexes.wal.checks import check_pending_fit  # here: indexes.wal imports build
+
+        check_pending_fit(root, _live_log_seq(root), config.passages is not None)
     timer = _Stopwatch()
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config, progress)
     timer.lap("split" if passage_map is not None else "window")

@@ -125,8 +125,12 @@ class Retriever:
             raise
         retriever._warm_up()
         if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
-            retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
-                                         retriever.reload, config.live_lag_seconds)
+            try:
+                retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
+                                             retriever.reload, config.live_lag_seconds)
+            except BaseException:  # e.g. records a passage build cannot apply
+                retriever.close()
+                raise
         if config.reload_interval_seconds is not None:
             from retrieval.reload import Reloader
 
@@ -186,6 +190,8 @@ class Retriever:
                 check_encoder(self.encoder, fresh)
             warm_bm25(fresh.bm25)
             self._named.bind(fresh.metadata)  # a build that cannot serve a named filter: refused
+            if self._log is not None:
+                self._log.check_fits(fresh)
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})

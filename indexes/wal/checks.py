@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from indexes.docstore import Document
 from indexes.errors import InvalidWriteError
+from indexes.manifest import Manifest
 from indexes.metadata import FieldKind, merge_kinds, value_kind
-from indexes.wal.log import Record
+from indexes.wal.log import Record, read_all
+from indexes.wal.state import Changes
 
 
 def check_documents(documents: Iterable[Document | dict[str, Any]],
@@ -102,3 +105,26 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
                 if kind is not None and name not in kinds:
                     kinds[name] = kind
     return kinds
+
+
+def check_records_fit(manifest: Manifest, changes: Changes) -> None:
+    """Refuse upserts logged for another kind of build than ``manifest``'s (a root rebuilt
+    with or without passages while records were pending): their vectors are per document
+    where passages are needed, or the reverse."""
+    check_fit(manifest.passages is not None, f"build {manifest.build_id!r}", changes)
+
+
+def check_pending_fit(root: Path, after: int, split_build: bool) -> None:
+    """Before a build of ``root`` is made: the log's pending records must fit it."""
+    check_fit(split_build, "the new build", Changes.of(read_all(root, after=after), after))
+
+
+def check_fit(split_build: bool, build: str, changes: Changes) -> None:
+    for doc_id in changes.upserts:
+        if bool(changes.spans.get(doc_id)) != split_build:
+            kind = "a passage build" if split_build else "a build of whole documents"
+            raise InvalidWriteError(
+                f"the log's upsert of {doc_id!r} was written for another kind of build than "
+                f"{build}, which is {kind}: fold the log first (`retrieval compact`, or "
+                "IndexWriter.compact) so no write is pending, then build with the other "
+                "--passages setting")

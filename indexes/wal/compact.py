@@ -21,9 +21,12 @@ from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
 from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.passages import TokenCounter
 from indexes.storage import fsync_dir
 from indexes.vectors import VectorStore
+from indexes.wal.checks import check_records_fit
 from indexes.wal.log import read_all, segments, wal_dir
+from indexes.wal.split import passage_config, passage_corpus
 from indexes.wal.state import Changes
 
 
@@ -36,6 +39,10 @@ class Folder(Protocol):
     def rotate(self) -> int: ...
 
     def reopen(self) -> None: ...
+
+    def token_counter(self) -> TokenCounter: ...
+
+    def tokenizer_dir(self) -> Path: ...
 
 
 @dataclass(frozen=True)
@@ -63,13 +70,15 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
     changes = Changes.of(records, after=manifest.log_seq)
-    base_docs, base_vectors = _build_documents(build, changes.replaced())
-    upserted = list(changes.upserts.values())
-    docs = base_docs + [doc for doc, _ in upserted]
-    vectors = np.concatenate([base_vectors, np.stack([v for _, v in upserted])]) \
-        if upserted else base_vectors
+    check_records_fit(manifest, changes)
+    passages = passage_config(manifest)
+    if passages is not None:  # whole documents, split again as a fresh passage build does
+        passages.tokenizer = str(writer.tokenizer_dir())  # the writer's cuts, the build's too
+        docs, vectors = passage_corpus(build, changes, writer.token_counter(), passages)
+    else:
+        docs, vectors = _live_corpus(build, changes)
     config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
-                         bm25=BM25Params(**manifest.bm25),
+                         bm25=BM25Params(**manifest.bm25), passages=passages,
                          vector_dtype=manifest.encoder.vector_dtype)  # type: ignore[arg-type]
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
                          config=config, progress=progress, log_seq=folded)
@@ -77,6 +86,15 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     writer.reopen()
     return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
                             round(time.perf_counter() - started, 3))
+
+
+def _live_corpus(build: Path, changes: Changes) -> tuple[list[Document], np.ndarray]:
+    base_docs, base_vectors = _build_documents(build, changes.replaced())
+    upserted = list(changes.upserts.values())
+    docs = base_docs + [doc for doc, _ in upserted]
+    vectors = np.concatenate([base_vectors, np.stack([v for _, v in upserted])]) \
+        if upserted else base_vectors
+    return docs, vectors
 
 
 def _build_documents(build: Path, replaced: set[str]) -> tuple[list[Document], np.ndarray]:

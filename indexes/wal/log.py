@@ -10,7 +10,8 @@ One record, little-endian::
 
 and the payload is ``u32 JSON length | JSON | float32 vector bytes``: the JSON names the
 operation (``upsert`` with its documents and vector shape, or ``delete`` with ids); vectors are
-raw float32 rows, one per upserted document. Nothing is pickled.
+raw float32 rows, one per upserted document (per passage of a passage build, whose records
+also hold each document's passage offsets). Nothing is pickled.
 
 A record is whole or absent: a crash mid-append leaves a short or mis-checksummed tail, which
 the writer finds at open and truncates (with a warning). The writer fsyncs before it
@@ -51,6 +52,20 @@ class Record:
     documents: tuple[Document, ...] = ()
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     ids: tuple[str, ...] = ()
+    # Passage builds: each document's passages as (start, end) offsets into its text; then
+    # ``vectors`` holds one row per passage, documents in order (else one per document).
+    passages: tuple[tuple[tuple[int, int], ...], ...] = ()
+
+    def per_document(self) -> list[tuple[Document, np.ndarray, tuple[tuple[int, int], ...]]]:
+        """(document, its vector (dim,) or passage vectors (n, dim), its passage spans)."""
+        if not self.passages:
+            return [(doc, vector, ()) for doc, vector in
+                    zip(self.documents, self.vectors, strict=True)]
+        out, at = [], 0
+        for doc, spans in zip(self.documents, self.passages, strict=True):
+            out.append((doc, self.vectors[at:at + len(spans)], spans))
+            at += len(spans)
+        return out
 
 
 def wal_dir(root: Path) -> Path:
@@ -80,6 +95,8 @@ def encode_record(record: Record) -> bytes:
             "op": "upsert", "shape": list(vectors.shape),
             "docs": [{"id": d.id, "title": d.title, "text": d.text, "metadata": d.metadata}
                      for d in record.documents]}
+        if record.passages:
+            body["passages"] = [[list(span) for span in spans] for spans in record.passages]
         blob = vectors.tobytes()
     else:
         body, blob = {"op": "delete", "ids": list(record.ids)}, b""
@@ -97,7 +114,10 @@ def decode_payload(seq: int, payload: bytes) -> Record:
     docs = tuple(Document(id=d["id"], text=d["text"], title=d["title"], metadata=d["metadata"])
                  for d in body["docs"])
     vectors = np.frombuffer(payload[JSON_LEN.size + size:], dtype="<f4").astype(np.float32)
-    return Record(seq, "upsert", documents=docs, vectors=vectors.reshape(body["shape"]))
+    passages = tuple(tuple((int(a), int(b)) for a, b in spans)
+                     for spans in body.get("passages", ()))
+    return Record(seq, "upsert", documents=docs, vectors=vectors.reshape(body["shape"]),
+                  passages=passages)
 
 
 def scan(data: bytes, start: int = 0) -> Iterator[tuple[int, int, bytes]]:

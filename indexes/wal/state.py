@@ -24,15 +24,20 @@ class Changes:
     upserts: dict[str, tuple[Document, np.ndarray]] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
     last_seq: int = 0
+    # Passage builds: each upserted document's passage offsets; its ``upserts`` entry then
+    # holds the passages' vectors (n, dim).
+    spans: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     def apply(self, record: Record) -> None:
         if record.op == "upsert":
-            for doc, vector in zip(record.documents, record.vectors, strict=True):
+            for doc, vector, spans in record.per_document():
                 self.deleted.discard(doc.id)
                 self.upserts[doc.id] = (doc, vector)
+                self.spans[doc.id] = spans
         else:
             for doc_id in record.ids:
                 self.upserts.pop(doc_id, None)
+                self.spans.pop(doc_id, None)
                 self.deleted.add(doc_id)
         self.last_seq = max(self.last_seq, record.seq)
 

@@ -23,6 +23,7 @@ from indexes.docstore import Document
 from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import EncoderMismatchError, InvalidWriteError, WriterLockedError
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
+from indexes.passages import TokenCounter
 from indexes.storage import fsync_dir, load_array
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_documents, check_ids, merged_kinds
@@ -36,6 +37,7 @@ from indexes.wal.log import (
     segments,
     wal_dir,
 )
+from indexes.wal.split import Spans, passage_config, record_rows, split, tokenizer_dir
 
 log = logging.getLogger(__name__)
 LOCK = ".writer.lock"
@@ -63,6 +65,7 @@ class IndexWriter:
             ) from exc
         self._thread_lock = threading.Lock()
         self._encoder = encoder
+        self._counter: TokenCounter | None = None
         self._fd = -1
         self.reopen()
 
@@ -124,12 +127,18 @@ class IndexWriter:
                vectors: np.ndarray | None = None) -> int:
         """Add or replace documents (by id); returns the record's sequence number once it is
         durable. Raises InvalidWriteError (nothing written) for a missing id or text, a
-        duplicate id, a vector of the wrong shape or a metadata value of the wrong type."""
+        duplicate id, a vector of the wrong shape or a metadata value of the wrong type.
+
+        In a passage build a document is split as the build split its documents and logged
+        whole, with its passages' offsets and vectors (one row each, in ``vectors`` too): it
+        replaces every passage of the document's earlier version; ``delete`` removes all."""
         docs, kinds = check_documents(documents, self.kinds)
-        matrix = self._vectors_for(docs, vectors)
+        rows, spans = self._rows_of(docs)
+        matrix = self._vectors_for(rows, vectors)
         with self._thread_lock:
-            seq = self._append(Record(self.last_seq + 1, "upsert", tuple(docs), matrix))
-            for key, row in zip(content_hashes([d.content for d in docs]), matrix,
+            seq = self._append(Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
+                                      passages=tuple(spans)))
+            for key, row in zip(content_hashes([d.content for d in rows]), matrix,
                                 strict=True):
                 self._hashes[bytes(key)] = row
             self.kinds = kinds
@@ -140,6 +149,23 @@ class IndexWriter:
         checked = check_ids(ids)
         with self._thread_lock:
             return self._append(Record(self.last_seq + 1, "delete", ids=tuple(checked)))
+
+    def _rows_of(self, docs: list[Document]) -> tuple[list[Document], list[Spans]]:
+        """The index rows of ``docs``: themselves, or in a passage build their passages
+        (split as the build split its documents) with each document's offsets."""
+        config = passage_config(self.manifest)
+        if config is None:
+            return docs, []
+        return split(docs, self.token_counter(), config)
+
+    def token_counter(self) -> TokenCounter:
+        """The tokenizer passages are counted with (the encoder's, else the packaged model's)."""
+        if self._counter is None:
+            self._counter = TokenCounter.for_model(self.tokenizer_dir())
+        return self._counter
+
+    def tokenizer_dir(self) -> Path:
+        return tokenizer_dir(self._encoder)
 
     def _append(self, record: Record) -> int:
         data = encode_record(record)
@@ -163,9 +189,11 @@ class IndexWriter:
             return self.vectors_for_texts([d.content for d in docs])
         matrix = np.asarray(given, dtype=np.float32)
         if matrix.shape != (len(docs), dim):
+            unit = ("passage (a passage build: indexes.wal.split.split gives the passages)"
+                    if self.manifest.passages is not None else "document")
             raise InvalidWriteError(
                 f"vectors have shape {matrix.shape}; expected ({len(docs)}, {dim}): one "
-                f"{dim}-dimensional row per document, from the index's encoder "
+                f"{dim}-dimensional row per {unit}, from the index's encoder "
                 f"{self.manifest.encoder.encoder_id!r}")
         return matrix
 
@@ -213,7 +241,8 @@ class IndexWriter:
             store = VectorStore.load(build / "vectors")
             known = {bytes(h): store.data[row] for row, h in enumerate(hashes)}
         for record in records:
-            keys = content_hashes([d.content for d in record.documents])
-            for key, row in zip(keys, record.vectors, strict=True):
+            rows, vectors = record_rows(record)
+            keys = content_hashes([d.content for d in rows])
+            for key, row in zip(keys, vectors, strict=True):
                 known[bytes(key)] = row
         return known

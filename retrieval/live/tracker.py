@@ -22,6 +22,7 @@ import numpy as np
 
 from indexes.errors import RetrievalError
 from indexes.wal import Changes, Record
+from indexes.wal.checks import check_records_fit
 from indexes.wal.log import read_from, segments
 from retrieval.live.bm25_live import BaseTerms
 from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
@@ -85,6 +86,13 @@ class LogFollower:
             self._terms = carried
             self.records, self.applied_seq = kept, applied
             self._publish()
+
+    def check_fits(self, base: LoadedBuild) -> None:
+        """Raise InvalidWriteError when the applied records cannot be served on ``base``
+        (written for a build with passages and ``base`` has none, or the reverse)."""
+        with self._lock:
+            check_records_fit(base.manifest, Changes.of(self.records,
+                                                        after=base.manifest.log_seq))
 
     def _carried_terms(self, base: LoadedBuild) -> BaseTerms | None:
         """The new base's term frequencies from the snapshot served now, when the new base

@@ -18,8 +18,10 @@ from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.storage import load_array
 from indexes.wal import Changes
+from indexes.wal.checks import check_records_fit
 from retrieval.live.bm25_live import BaseTerms, live_bm25
 from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
+from retrieval.live.passages import delta_rows, live_passages, retire_documents
 from retrieval.loaded_build import LoadedBuild
 
 
@@ -31,21 +33,20 @@ class TokenMemo:
 
     def of(self, base: LoadedBuild, docs: list[Document]) -> list[list[str]]:
         fresh: dict[tuple[str, str], list[str]] = {}
-        for doc in docs:
+        out = []
+        for doc in docs:  # passages of one document share its id: one entry per row
             key = (doc.id, doc.content)
-            fresh[key] = self.tokens.get(key) or base.analyzer(doc.content)
+            tokens = fresh.get(key) or self.tokens.get(key) or base.analyzer(doc.content)
+            fresh[key] = tokens
+            out.append(tokens)
         self.tokens = fresh
-        return list(fresh.values())
+        return out
 
 
 def alive_rows(base: LoadedBuild, changes: Changes) -> np.ndarray:
-    """bool (n_base,): base rows neither deleted nor superseded by an upsert."""
-    alive = np.ones(base.manifest.n_docs, dtype=bool)
-    for doc_id in changes.replaced():
-        row = base.docs.row_of(doc_id)
-        if row is not None:
-            alive[row] = False
-    return alive
+    """bool (n_base,): base rows neither deleted nor superseded by an upsert (in a passage
+    build: no passage of such a document)."""
+    return retire_documents(base, changes.replaced())
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,11 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
             ) -> tuple[LoadedBuild, Folded | None]:
     """The snapshot serving ``base`` with ``changes`` applied (``base`` itself when the
     changes touch nothing), and what a compaction of it would need to re-analyze nothing."""
+    check_records_fit(base.manifest, changes)
     alive = alive_rows(base, changes)
-    upserted = list(changes.upserts.values())
-    if not upserted and alive.all():
+    if not changes.upserts and alive.all():
         return base, None
-    docs = [doc for doc, _ in upserted]
-    dim = base.vectors.dim
-    delta = (np.stack([v for _, v in upserted]).astype(np.float32) if upserted
-             else np.zeros((0, dim), dtype=np.float32))
+    docs, delta = delta_rows(base, changes)
     kinds = dict(base.metadata.kinds)
     for doc in docs:
         for name, value in doc.metadata.items():
@@ -78,8 +76,10 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
                     kinds[name] = kind
     vectors = LiveVectors(base.vectors, delta)
     n_live = int(alive.sum()) + len(docs)
+    passages = live_passages(base, alive, changes)
     manifest = base.manifest.model_copy(update={
-        "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live})
+        "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live,
+        **({"passages": passages[1]} if passages is not None else {})})
     bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
     hashes = np.concatenate([content_hashes_of(base)[alive],
                              content_hashes([d.content for d in docs])])
@@ -88,6 +88,7 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
         metadata=live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds),
         vectors=vectors, docs=LiveDocs(base.docs, docs),
         dense=LiveDense(base.dense, vectors, None if alive.all() else alive),
+        passages=passages[0] if passages is not None else None,
     )
     return snapshot, Folded(folded, hashes)
 
