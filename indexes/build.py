@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -204,16 +204,13 @@ def build_index(
     build_id = new_build_id()
     if log_seq is None:
         log_seq = _live_log_seq(root)
-    root.mkdir(parents=True, exist_ok=True)
-    staging = staging_dir(root, build_id)
-    try:
+
+    def write(staging: Path) -> None:
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, log_seq=log_seq, window=window,
                          passages=passage_info)
-        final = (publish_staged if publish else place)(staging, root, build_id)
-    except BaseException:
-        discard(staging)
-        raise
+
+    final = stage_and_place(root, build_id, write, publish)
     timer.lap("write+publish")
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
@@ -247,6 +244,20 @@ def _rows_for(
 
             tqdm.write(window.describe())
     return rows, passage_map, info, window
+
+
+def stage_and_place(root: Path, build_id: str, write: Callable[[Path], None],
+                    publish: bool) -> Path:
+    """``write`` a build into a staging directory, then publish it (or place it, staged);
+    returns its final directory. A failure leaves nothing behind."""
+    root.mkdir(parents=True, exist_ok=True)
+    staging = staging_dir(root, build_id)
+    try:
+        write(staging)
+        return (publish_staged if publish else place)(staging, root, build_id)
+    except BaseException:
+        discard(staging)
+        raise
 
 
 def refuse_passages(config: BuildConfig, kind: str) -> None:

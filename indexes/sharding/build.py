@@ -26,6 +26,7 @@ from indexes.build import (
     _vectors_for,
     content_hashes,
     refuse_passages,
+    stage_and_place,
     write_components,
 )
 from indexes.docstore import Document
@@ -35,14 +36,10 @@ from indexes.manifest import (
     MANIFEST,
     EncoderInfo,
     Manifest,
-    discard,
     new_build_id,
-    place,
     sha256_file,
-    staging_dir,
     write_manifest,
 )
-from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.sharding.layout import SHARDS_DIR, SHARDS_FILE, ShardEntry, ShardLayout, shard_ranges
 from indexes.sharding.slices import slice_bm25, slice_metadata
@@ -93,15 +90,12 @@ def build_sharded_index(
                                         config, progress)
     timer.lap("vectors")
     build_id = new_build_id()
-    root.mkdir(parents=True, exist_ok=True)
-    staging = staging_dir(root, build_id)
-    try:
+
+    def write(staging: Path) -> None:
         write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                       ranges, avgdl, 0 if dense == "exact" else None)
-        final = (publish_staged if publish else place)(staging, root, build_id)
-    except BaseException:
-        discard(staging)
-        raise
+
+    final = stage_and_place(root, build_id, write, publish)
     timer.lap("write+publish")
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
