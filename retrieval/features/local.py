@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from indexes.errors import MissingArtifactError
 from retrieval.cache.base import CacheCounters
 from retrieval.features.errors import FeatureRequestError, FeatureStoreError
 from retrieval.features.local_files import (
@@ -106,11 +107,9 @@ class LocalStore(OnlineStore):
         """The live snapshot, re-mapped only when the pointer file changed."""
         pointer = view_dir / POINTER
         for _ in range(_POINTER_RETRIES):
-            try:
-                stat = os.stat(pointer)
-            except FileNotFoundError:
+            key = _pointer_key(pointer)
+            if key is None:
                 return None
-            key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
             cached = self._loaded.get(view_name)
             if cached is not None and cached[0] == key:
                 return cached[1]
@@ -122,6 +121,10 @@ class LocalStore(OnlineStore):
                     loaded = LoadedSnapshot(view_dir / SNAPSHOTS / snapshot_id)
             except FileNotFoundError:
                 continue  # flipped and collected under us: read the new pointer
+            except MissingArtifactError:
+                if _pointer_key(pointer) != key:  # flipped, and collected while we loaded it
+                    continue
+                raise
             self._loaded[view_name] = (key, loaded)
             return loaded
         raise FeatureStoreError(f"{pointer} names a snapshot that does not exist")
@@ -167,3 +170,12 @@ class LocalStore(OnlineStore):
 
     def close(self) -> None:
         self._loaded.clear()
+
+
+def _pointer_key(pointer: Path) -> tuple[int, int, int] | None:
+    """What identifies one version of the pointer file (None: no pointer yet)."""
+    try:
+        stat = os.stat(pointer)
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
