@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from indexes.lru import LRU
-from indexes.topk import compact, new_buffer, sorted_best
+from indexes.topk import best_touched
 
 # Relative cost of one galloping comparison against one exhaustive posting visit, measured on
 # the realistic synthetic corpus at 400k passages (``python -m benchmarks.filters`` shows
@@ -108,19 +108,7 @@ def filtered_top_rows(indptr, rows, impacts, term_ids, weights, allowed, k, scra
         t = term_ids[i]
         n = _intersect_add(rows, impacts, indptr[t], indptr[t + 1], allowed, weights[i],
                            scratch, touched, n)
-    buf_s, buf_r, k = new_buffer(k, n)
-    size, cut_s, cut_r = 0, -np.inf if k > 0 else np.inf, np.int32(-1)
-    for j in range(n):
-        r = touched[j]
-        s = scratch[r]
-        scratch[r] = 0.0
-        if s < cut_s or (s == cut_s and r > cut_r):
-            continue
-        buf_s[size], buf_r[size] = s, r
-        size += 1
-        if size == buf_s.shape[0]:
-            size, cut_s, cut_r = compact(buf_s, buf_r, k)
-    return sorted_best(buf_s, buf_r, size, k)
+    return best_touched(touched, n, scratch, k)
 
 
 @njit(nogil=True, cache=True)

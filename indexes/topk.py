@@ -114,3 +114,22 @@ def sorted_best(buf_s, buf_r, size, k):  # pragma: no cover - compiled
         buf_s[0], buf_r[0] = buf_s[last], buf_r[last]
         _sift_down(buf_s, buf_r, 0, last)
     return out_r, out_s
+
+
+@njit(nogil=True, cache=True)
+def best_touched(touched, n, scratch, k):  # pragma: no cover - compiled
+    """Top ``k`` of the first ``n`` rows of ``touched`` (int32) by their ``scratch`` score
+    (float64 (n_docs,), reset to 0 on the way), ties by lower row; sorted as ``sorted_best``."""
+    buf_s, buf_r, k = new_buffer(k, n)
+    size, cut_s, cut_r = 0, -np.inf if k > 0 else np.inf, np.int32(-1)
+    for j in range(n):
+        r = touched[j]
+        s = scratch[r]
+        scratch[r] = 0.0
+        if s < cut_s or (s == cut_s and r > cut_r):
+            continue
+        buf_s[size], buf_r[size] = s, r
+        size += 1
+        if size == buf_s.shape[0]:
+            size, cut_s, cut_r = compact(buf_s, buf_r, k)
+    return sorted_best(buf_s, buf_r, size, k)
