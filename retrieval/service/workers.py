@@ -5,10 +5,17 @@ uvicorn's own ``--workers`` spawns fresh interpreters, so every worker re-import
 Here the parent imports them once, binds the socket, then forks: the workers share those
 pages copy-on-write, and each still loads its own retriever (its threads, its encoder session
 and its memory map of the build) after the fork, where threads are safe to start.
+
+The parent's objects are frozen out of the garbage collector before the fork (``gc.freeze``,
+as Python's documentation advises for fork without exec): a full collection in a worker
+otherwise writes to the header of every object it traverses, which copies every page the
+parent's imports filled, and each worker's private memory grows by tens of MB under its first
+busy minutes (measured in benchmarks/README.md).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -54,14 +61,17 @@ def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
     """
     import uvicorn
 
+    gc.disable()  # no collections while importing: freed holes would sit in shared pages
     preload(index_root)
     sock = config.bind_socket()
     children: set[int] = set()
     stopping = threading.Event()
 
     def spawn() -> None:
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the worker
+            gc.enable()
             # uvicorn re-raises the signal after its graceful shutdown: make that a no-op
             # here, not the parent's forwarding handler (which would signal the siblings).
             signal.signal(signal.SIGTERM, lambda signum, frame: None)

@@ -1,0 +1,103 @@
+"""The service's states that the end-to-end server test cannot time: loading, a failed load,
+and a cache server that dies under it.
+
+The real app (``create_app``) is driven in this process through Starlette's test client, which
+runs its lifespan; the retriever is a real one over the small Cranfield index, and the cache a
+real ``redis-server`` this test starts and stops.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from redis_servers import RedisProcess
+from small_index import index_fixture  # noqa: F401 (the ``index`` fixture)
+from starlette.testclient import TestClient
+
+from retrieval import Retriever, RetrieverConfig
+from retrieval.service.app import create_app
+from retrieval.service.settings import ServeConfig
+
+LOAD_TIMEOUT = 120.0
+
+
+def wait_ready(client: TestClient) -> None:
+    deadline = time.monotonic() + LOAD_TIMEOUT
+    while time.monotonic() < deadline:
+        if client.get("/readyz").status_code == 200:
+            return
+        time.sleep(0.05)
+    pytest.fail("the service never became ready")
+
+
+def samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = client.get("/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_readyz_is_503_while_the_build_loads_then_200(index: Path) -> None:
+    release = threading.Event()
+
+    def slow_loader() -> Retriever:  # a real load that waits until the test has looked
+        release.wait(LOAD_TIMEOUT)
+        return Retriever.load(index, RetrieverConfig())
+
+    app = create_app(index, ServeConfig(), loader=slow_loader)
+    with TestClient(app) as client:
+        loading = client.get("/readyz")
+        assert loading.status_code == 503
+        error = loading.json()["error"]
+        assert error["type"] == "ServiceUnavailableError" and "loading" in error["message"]
+        assert client.get("/healthz").status_code == 200  # alive while loading
+        refused = client.post("/v1/search", json={"query": "boundary layer", "k": 3})
+        assert refused.status_code == 503
+        release.set()
+        wait_ready(client)
+        served = client.post("/v1/search", json={"query": "boundary layer", "k": 3})
+        assert served.status_code == 200 and len(served.json()["hits"]) == 3
+
+
+def test_readyz_names_why_a_build_could_not_be_loaded(tmp_path: Path) -> None:
+    with TestClient(create_app(tmp_path / "no-index", ServeConfig())) as client:
+        deadline = time.monotonic() + LOAD_TIMEOUT
+        while (answer := client.get("/readyz")).json()["error"]["message"].startswith(
+                "loading") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert answer.status_code == 503
+        message = answer.json()["error"]["message"]
+        assert message.startswith("the index could not be loaded") and "no-index" in message
+        assert client.get("/healthz").status_code == 200
+
+
+def cache_config(redis: RedisProcess) -> dict[str, Any]:
+    return {"backend": "redis", "url": redis.url, "breaker_failures": 2,
+            "breaker_cooldown_seconds": 60.0, "socket_timeout_ms": 50.0,
+            "connect_timeout_ms": 50.0}
+
+
+def test_metrics_show_cache_errors_and_the_open_breaker_when_redis_dies(index: Path) -> None:
+    redis = RedisProcess()
+    redis.start()
+    try:
+        config = ServeConfig.model_validate({"retriever": {"cache": cache_config(redis)}})
+        with TestClient(create_app(index, config)) as client:
+            wait_ready(client)
+            assert client.post("/v1/search", json={"query": "heat transfer"}).status_code == 200
+            before = samples(client)
+            assert before[("retrieval_cache_breaker_state", (("state", "closed"),))] == 1.0
+            redis.stop()
+            for i in range(6):  # distinct queries: every one needs the (dead) cache
+                answer = client.post("/v1/search", json={"query": f"shock wave number {i}"})
+                assert answer.status_code == 200, answer.text  # a dead cache is a miss
+            after = samples(client)
+            assert after[("retrieval_cache_errors_total", ())] >= 2
+            assert after[("retrieval_cache_breaker_state", (("state", "open"),))] == 1.0
+            assert after[("retrieval_cache_breaker_state", (("state", "closed"),))] == 0.0
+    finally:
+        redis.cleanup()
