@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexes.ann_exact import EXACT_ALLOWED_BELOW, TARGET_RECALL, ExactDense, exact_top, recall_at
+from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
 from indexes.ann_hnsw import build_hnsw, load_hnsw
 from indexes.storage import read_json, write_json
 from indexes.vectors import VectorStore
@@ -58,7 +58,7 @@ def ivf_params(nprobe: int) -> Any:
     return params
 
 
-class IvfDense(ExactDense):
+class IvfDense(WideningDense):
     """faiss IVF-Flat (inner product) with a calibrated ``nprobe``; filter-aware."""
 
     kind = "ivf"
@@ -75,35 +75,14 @@ class IvfDense(ExactDense):
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "nlist": self.nlist, "nprobe": self.nprobe}
 
-    def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        query = self.vectors.check_query(query)
-        if mask is None:
-            wanted = min(k, self.vectors.n_docs)
-            return self._probe(query, k, self.nprobe, None, wanted)
-        allowed = int(np.count_nonzero(mask))
-        if allowed <= max(EXACT_ALLOWED_BELOW, 4 * k):
-            return exact_top(self.vectors, query, k, np.flatnonzero(mask))
-        return self._probe(query, k, self.nprobe, mask, min(k, allowed))
+    def first_breadth(self, k: int) -> int:
+        return self.nprobe
 
-    def _probe(self, query: np.ndarray, k: int, nprobe: int, mask: np.ndarray | None,
-               wanted: int) -> tuple[np.ndarray, np.ndarray]:
-        """IVF search; widens ``nprobe`` x4 until ``wanted`` rows come back, else exact."""
-        import faiss
+    def last_breadth(self) -> int:
+        return self.nlist
 
-        bitmap = None if mask is None else np.packbits(mask, bitorder="little")
-        while True:
-            params = ivf_params(min(nprobe, self.nlist))
-            if bitmap is not None:  # kept alive by ``bitmap`` while faiss reads it
-                params.sel = faiss.IDSelectorBitmap(self.vectors.n_docs, faiss.swig_ptr(bitmap))
-            scores, rows = self.index.search(query.reshape(1, -1), k, params=params)
-            found = rows[0] >= 0
-            if int(found.sum()) >= wanted:
-                return rows[0][found].astype(np.int64), scores[0][found]
-            if nprobe >= self.nlist:
-                rows_allowed = None if mask is None else np.flatnonzero(mask)
-                return exact_top(self.vectors, query, k, rows_allowed)
-            nprobe *= 4
+    def search_params(self, breadth: int) -> Any:
+        return ivf_params(breadth)
 
 
 def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",

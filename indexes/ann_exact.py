@@ -55,3 +55,52 @@ class ExactDense:
         """Top ``k`` rows allowed by ``mask`` (None = all), best first: (rows, scores)."""
         rows = None if mask is None else np.flatnonzero(mask)
         return exact_top(self.vectors, query, k, rows)
+
+
+class WideningDense(ExactDense):
+    """A faiss index searched with one search-breadth knob (IVF's nprobe, HNSW's ef).
+
+    Filters stay exact: the mask goes to faiss as an ``IDSelectorBitmap``, so only allowed
+    rows come back; when fewer than wanted do, the knob widens x4 up to ``last_breadth``, then
+    the allowed rows are searched exactly. Small allowed sets are searched exactly at once.
+    """
+
+    index: Any
+
+    def first_breadth(self, k: int) -> int:
+        raise NotImplementedError
+
+    def last_breadth(self) -> int:
+        raise NotImplementedError
+
+    def search_params(self, breadth: int) -> Any:
+        raise NotImplementedError
+
+    def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        query = self.vectors.check_query(query)
+        if mask is None:
+            return self._probe(query, k, None, min(k, self.vectors.n_docs))
+        allowed = int(np.count_nonzero(mask))
+        if allowed <= max(EXACT_ALLOWED_BELOW, 4 * k):
+            return exact_top(self.vectors, query, k, np.flatnonzero(mask))
+        return self._probe(query, k, mask, min(k, allowed))
+
+    def _probe(self, query: np.ndarray, k: int, mask: np.ndarray | None, wanted: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+        import faiss
+
+        breadth, last = self.first_breadth(k), self.last_breadth()
+        bitmap = None if mask is None else np.packbits(mask, bitorder="little")
+        while True:
+            params = self.search_params(min(breadth, last))
+            if bitmap is not None:  # kept alive by ``bitmap`` while faiss reads it
+                params.sel = faiss.IDSelectorBitmap(self.vectors.n_docs, faiss.swig_ptr(bitmap))
+            scores, rows = self.index.search(query.reshape(1, -1), k, params=params)
+            found = rows[0] >= 0
+            if int(found.sum()) >= wanted:
+                return rows[0][found].astype(np.int64), scores[0][found]
+            if breadth >= last:
+                return exact_top(self.vectors, query, k,
+                                 None if mask is None else np.flatnonzero(mask))
+            breadth *= 4

@@ -18,13 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.ann_exact import (
-    EXACT_ALLOWED_BELOW,
-    TARGET_RECALL,
-    ExactDense,
-    exact_top,
-    recall_at,
-)
+from indexes.ann_exact import TARGET_RECALL, WideningDense, recall_at
 from indexes.storage import write_json
 from indexes.vectors import VectorStore
 
@@ -47,7 +41,7 @@ def hnsw_params(ef: int) -> Any:
     return params
 
 
-class HnswDense(ExactDense):
+class HnswDense(WideningDense):
     """faiss HNSW-Flat (inner product) with ef calibrated per k; filter-aware."""
 
     kind = "hnsw"
@@ -68,33 +62,14 @@ class HnswDense(ExactDense):
         last_k, last_ef = list(self.ef_by_k.items())[-1]
         return int(np.ceil(last_ef * k / last_k))
 
-    def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        query = self.vectors.check_query(query)
-        if mask is None:
-            return self._probe(query, k, None, min(k, self.vectors.n_docs))
-        allowed = int(np.count_nonzero(mask))
-        if allowed <= max(EXACT_ALLOWED_BELOW, 4 * k):
-            return exact_top(self.vectors, query, k, np.flatnonzero(mask))
-        return self._probe(query, k, mask, min(k, allowed))
+    def first_breadth(self, k: int) -> int:
+        return self.ef_for(k)
 
-    def _probe(self, query: np.ndarray, k: int, mask: np.ndarray | None, wanted: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """HNSW search; widens ef x4 until ``wanted`` rows come back, else exact."""
-        import faiss
+    def last_breadth(self) -> int:
+        return MAX_EF
 
-        ef = self.ef_for(k)
-        bitmap = None if mask is None else np.packbits(mask, bitorder="little")
-        while ef <= MAX_EF:
-            params = hnsw_params(ef)
-            if bitmap is not None:  # kept alive by ``bitmap`` while faiss reads it
-                params.sel = faiss.IDSelectorBitmap(self.vectors.n_docs, faiss.swig_ptr(bitmap))
-            scores, rows = self.index.search(query.reshape(1, -1), k, params=params)
-            found = rows[0] >= 0
-            if int(found.sum()) >= wanted:
-                return rows[0][found].astype(np.int64), scores[0][found]
-            ef *= 4
-        return exact_top(self.vectors, query, k, None if mask is None else np.flatnonzero(mask))
+    def search_params(self, breadth: int) -> Any:
+        return hnsw_params(breadth)
 
 
 def build_hnsw(matrix: np.ndarray, directory: Path, *, calibration_queries: int = 200,

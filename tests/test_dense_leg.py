@@ -16,11 +16,11 @@ from indexes.ann import (
     ExactDense,
     IvfDense,
     build_ann,
-    exact_top,
     ivf_params,
     load_dense,
     recall_at,
 )
+from indexes.ann_exact import exact_top
 from indexes.ann_hnsw import EF_LADDER, HnswDense, hnsw_params
 from indexes.manifest import MANIFEST, resolve_build_dir
 from retrieval import Retriever, RetrieverConfig
