@@ -187,7 +187,7 @@ def build_index(
 
         check_pending_fit(root, _live_log_seq(root), config.passages is not None)
     timer = _Stopwatch()
-    docs, passage_map, passage_info, window = _rows_for(parents, encoder, config, progress)
+    docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
     analyzer = Analyzer(config.analyzer)
     texts = [d.content for d in docs]
@@ -220,7 +220,7 @@ def build_index(
 
 
 def _rows_for(
-    docs: list[Document], encoder: Encoder | None, config: BuildConfig, progress: bool,
+    docs: list[Document], encoder: Encoder | None, config: BuildConfig,
 ) -> tuple[list[Document], PassageMap | None, PassageInfo | None, WindowReport | None]:
     """The rows to index (documents, or their passages) and the window report.
 
@@ -237,12 +237,8 @@ def _rows_for(
                                              if config.passages.tokenizer
                                              else default_model_path())
         rows, passage_map, info, window = split_documents(docs, counter, config.passages)
-    if window is not None:
+    if window is not None:  # once, in the log (the CLI also prints it in its summary)
         (log.warning if window.rows_over_window else log.info)("%s", window.describe())
-        if progress:
-            from tqdm.auto import tqdm
-
-            tqdm.write(window.describe())
     return rows, passage_map, info, window
 
 
