@@ -25,8 +25,8 @@ from retrieval.publishing import GateConfig, check, publish
 NO_CACHE = {"cache": {"backend": "none"}}
 
 
-@pytest.fixture(scope="module")
-def scifact(beir_index):
+@pytest.fixture(scope="module", name="scifact")
+def scifact_fixture(beir_index):
     """(full SciFact build dir, test queries, qrels, documents in row order)."""
     root, queries, qrels = beir_index("scifact")
     source = current_build_dir(root)

@@ -1,8 +1,10 @@
 """The publish gate: a candidate build checked against the live one before it serves a query.
 
-Both builds are loaded with ``Retriever.load`` on their build directories (no cache, no
-reloader, the same ranking config), so the canaries and the labeled log see exactly what a
-serving process would return from each.
+Both builds are loaded as a serving process loads them, ``Retriever.load`` or, for a sharded
+build, ``ShardedRetriever.load`` on their build directories (no cache, no reloader, the same
+ranking config), so the canaries and the labeled log see exactly what serving would return
+from each. A sharded build's contents are its shards' ids and hashes in global row order under
+its top manifest, so the structural checks compare documents whatever the layout.
 """
 
 from __future__ import annotations
@@ -12,8 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from indexes.encoders import Encoder, compatible_query_encoder
+from indexes.manifest import read_manifest
 from indexes.publish import BuildContents, read_contents
+from indexes.sharding import is_sharded, read_layout
 from retrieval.config import RetrieverConfig
 from retrieval.publishing.config import (
     Canary,
@@ -32,6 +38,9 @@ from retrieval.publishing.quality import (
 from retrieval.publishing.report import Check, GateReport
 from retrieval.publishing.structure import structural_checks
 from retrieval.retriever import Retriever
+from retrieval.sharding import ShardedRetriever
+
+Searcher = Retriever | ShardedRetriever
 
 
 @dataclass(frozen=True)
@@ -64,13 +73,13 @@ def compare_builds(
     started = time.perf_counter()
     gate = gate or GateConfig()
     inputs = SearchInputs.read(gate)  # bad files fail before any build is loaded
-    candidate = read_contents(candidate_dir)
+    candidate = build_contents(candidate_dir)
     if live_dir is None:
         checks = [Check(name="live build", outcome="skipped",
                         summary="nothing is live yet: nothing to compare against")]
         return GateReport(live_build=None, candidate_build=candidate.manifest.build_id,
                           checks=checks, seconds=time.perf_counter() - started)
-    live = read_contents(live_dir)
+    live = build_contents(live_dir)
     checks = structural_checks(live, candidate, gate)
     timings = {"diff": time.perf_counter() - started}
     checks += _search_checks(live_dir, candidate_dir, live, candidate, gate, inputs, checks,
@@ -79,6 +88,16 @@ def compare_builds(
                       candidate_build=candidate.manifest.build_id, checks=checks,
                       seconds=time.perf_counter() - started,
                       timings={k: round(v, 4) for k, v in timings.items()})
+
+
+def build_contents(directory: Path) -> BuildContents:
+    """``read_contents`` of a build; of a sharded one, its shards' in row order."""
+    if not is_sharded(directory):
+        return read_contents(directory)
+    directory, layout = read_layout(directory, verify=False)  # verified when loaded
+    parts = [read_contents(layout.shard_dir(directory, i)) for i in range(len(layout.shards))]
+    return BuildContents(read_manifest(directory), [i for p in parts for i in p.doc_ids],
+                         np.concatenate([p.content_hashes for p in parts]))
 
 
 def _search_checks(
@@ -121,20 +140,23 @@ def _gate_config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverCo
 
 
 def _load(directory: Path, contents: BuildContents, config: RetrieverConfig,
-          encoders: list[Encoder | None]) -> Retriever:
+          encoders: list[Encoder | None]) -> Searcher:
     """The build's retriever with the first of ``encoders`` that fits it (the model is loaded
     once for both builds), else with the encoder its manifest names."""
     index_id = contents.manifest.encoder.encoder_id
     fitting = [e for e in encoders
                if e is not None and compatible_query_encoder(e.encoder_id, index_id)]
-    return Retriever.load(directory, config, encoder=fitting[0] if fitting else None)
+    encoder = fitting[0] if fitting else None
+    if is_sharded(directory):
+        return ShardedRetriever.load(directory, config, encoder=encoder)
+    return Retriever.load(directory, config, encoder=encoder)
 
 
 def _skipped(names: list[str], why: str) -> list[Check]:
     return [Check(name=name, outcome="skipped", summary=why) for name in names]
 
 
-def _run_searches(live: Retriever, candidate: Retriever, gate: GateConfig,
+def _run_searches(live: Searcher, candidate: Searcher, gate: GateConfig,
                   inputs: SearchInputs, vectors: QueryVectors) -> list[Check]:
     checks: list[Check] = []
     if inputs.canaries:
