@@ -174,14 +174,14 @@ def test_features_are_refused_on_sharded_search(tmp_path):
 class OneShardDown(LocalShards):
     """Our own runtime interface with one shard unreachable (no replica left)."""
 
-    def answer_all(self, request, vector):
-        answers = super().answer_all(request, vector)
+    def answer_all(self, query):
+        answers = super().answer_all(query)
         answers[1] = ShardUnavailableError("shard-001 has no live replica", "shard-001")
         return answers
 
 
 class AllShardsDown(LocalShards):
-    def answer_all(self, request, vector):
+    def answer_all(self, query):
         return [ShardUnavailableError(f"{name} has no live replica", name) for name in self.names]
 
 

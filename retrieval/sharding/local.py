@@ -6,7 +6,7 @@ searched in parallel by S - 1 pool threads plus the caller's thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,10 @@ from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import Hit
-from retrieval.request import SearchRequest
 from retrieval.sharding.errors import ShardUnavailableError
+from retrieval.sharding.merge import LateScores
 from retrieval.sharding.router import ShardRouter, router_encoder
-from retrieval.sharding.shard import HitRequest, Shard, ShardAnswer
+from retrieval.sharding.shard import FinalHits, Shard, ShardAnswer, ShardQuery
 
 
 def load_shards(path: str | Path, config: RetrieverConfig) -> tuple[Path, list[Shard]]:
@@ -41,29 +41,50 @@ class LocalShards:
 
     ``parallel``: shards answer in pool threads (a big machine with idle cores); otherwise one
     after the other on the caller's thread, which pays no thread hand-off (measured in
-    benchmarks/README.md: on 2 busy cores the hand-off costs more than it saves).
+    benchmarks/README.md: on 2 busy cores the hand-off costs more than it saves). Either way
+    the shards leave re-ranking to the router (``late``): only the merged candidates are scored.
     """
 
     def __init__(self, shards: Sequence[Shard], config: RetrieverConfig,
                  parallel: bool = False) -> None:
         self.shards = list(shards)
         self.names = [s.name for s in self.shards]
+        self.starts = np.array([s.start for s in self.shards], dtype=np.int64)
         self.config = config
         self.parallel = parallel
+        self.late: LateScores | None = self
         self._pool = ThreadPoolExecutor(max(1, len(self.shards) - 1),
                                         thread_name_prefix="shard")
 
-    def answer_all(self, request: SearchRequest, vector: np.ndarray
-                   ) -> list[ShardAnswer | ShardUnavailableError]:
+    def answer_all(self, query: ShardQuery) -> list[ShardAnswer | ShardUnavailableError]:
         if not self.parallel:
-            return [s.answer(request, vector, self.config) for s in self.shards]
+            return [s.answer(query, self.config) for s in self.shards]
         first, *rest = self.shards
-        futures = [self._pool.submit(s.answer, request, vector, self.config) for s in rest]
-        mine = first.answer(request, vector, self.config)
+        futures = [self._pool.submit(s.answer, query, self.config) for s in rest]
+        mine = first.answer(query, self.config)
         return [mine, *(f.result() for f in futures)]
 
-    def hydrate(self, wanted: dict[int, list[HitRequest]]) -> dict[int, list[Hit]]:
-        return {shard: self.shards[shard].hits(items) for shard, items in wanted.items()}
+    def cosines(self, query: ShardQuery, rows: np.ndarray) -> np.ndarray:
+        return self._per_owner(rows, np.float32, lambda shard, local: shard.cosines(query, local))
+
+    def bm25_of(self, query: ShardQuery, rows: np.ndarray) -> np.ndarray:
+        return self._per_owner(rows, np.float64, lambda shard, local: shard.bm25_of(query, local))
+
+    def _per_owner(self, rows: np.ndarray, dtype: type,
+                   score: Callable[[Shard, np.ndarray], np.ndarray]) -> np.ndarray:
+        """``score`` of global ``rows``, each asked of the shard that owns it."""
+        owners = np.searchsorted(self.starts, rows, side="right") - 1
+        out: np.ndarray = np.empty(rows.size, dtype=dtype)
+        for owner in np.unique(owners).tolist():
+            shard = self.shards[owner]
+            at = np.flatnonzero(owners == owner)
+            out[at] = score(shard, rows[at] - shard.start)
+        return out
+
+    def hydrate(self, final: FinalHits) -> list[Hit]:
+        owners = np.searchsorted(self.starts, final.rows, side="right") - 1
+        return [self.shards[owner].hit(*item)
+                for owner, item in zip(owners.tolist(), final.items(), strict=True)]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
@@ -86,8 +107,8 @@ class ShardedRetriever(ShardRouter):
         manifest = read_manifest(directory)
         if encoder is None:
             encoder = router_encoder(manifest, config)
-        retriever = cls(manifest, [s.start for s in shards], LocalShards(shards, config, parallel),
-                        config, encoder, cache or make_cache(config.cache))
+        retriever = cls(manifest, LocalShards(shards, config, parallel), config, encoder,
+                        cache or make_cache(config.cache))
         for shard in shards:
             shard.warm_up()
         if encoder is not None:

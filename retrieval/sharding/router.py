@@ -8,12 +8,12 @@ the unsharded ``Retriever``'s (the sharded build's id is part of every key).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import EncoderMismatchError, InvalidQueryError
 from indexes.manifest import Manifest
@@ -21,26 +21,31 @@ from retrieval.cache import Cache
 from retrieval.config import RetrieverConfig
 from retrieval.errors import ConfigError
 from retrieval.models import CacheInfo, Hit, SearchResult
+from retrieval.pipeline import query_tokens
 from retrieval.request import FilterMemo, SearchRequest, validate
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import served_from_cache
 from retrieval.sharding.errors import ShardUnavailableError
-from retrieval.sharding.merge import merge_answers
-from retrieval.sharding.shard import HitRequest, ShardAnswer
+from retrieval.sharding.merge import LateScores, merge_answers
+from retrieval.sharding.shard import FinalHits, ShardAnswer, ShardQuery
 from retrieval.timing import StageTimer
 
 
 class ShardCalls(Protocol):
     """How a runtime reaches the shards. Both calls raise ``ShardUnavailableError`` (or
-    return it in place of an answer) for a shard with no live replica."""
+    return it in place of an answer) for a shard with no live replica. ``late``: where the
+    merged candidates are re-ranked when the shards leave it to the router (in-process), None
+    when the shards re-rank their own candidates (one round trip over the network)."""
 
     @property
     def names(self) -> Sequence[str]: ...
 
-    def answer_all(self, request: SearchRequest, vector: np.ndarray
-                   ) -> list[ShardAnswer | ShardUnavailableError]: ...
+    @property
+    def late(self) -> LateScores | None: ...
 
-    def hydrate(self, wanted: dict[int, list[HitRequest]]) -> dict[int, list[Hit]]: ...
+    def answer_all(self, query: ShardQuery) -> list[ShardAnswer | ShardUnavailableError]: ...
+
+    def hydrate(self, final: FinalHits) -> list[Hit]: ...
 
 
 def router_encoder(manifest: Manifest, config: RetrieverConfig) -> Encoder | None:
@@ -65,7 +70,7 @@ def check_config(config: RetrieverConfig) -> None:
 class ShardRouter:
     """Searches a sharded build through ``calls``; thread-safe."""
 
-    def __init__(self, manifest: Manifest, starts: Sequence[int], calls: ShardCalls,
+    def __init__(self, manifest: Manifest, calls: ShardCalls,
                  config: RetrieverConfig, encoder: Encoder | None, cache: Cache | None = None,
                  allow_partial: bool = False) -> None:
         check_config(config)
@@ -76,7 +81,7 @@ class ShardRouter:
                 f"query encoder {encoder.encoder_id!r} does not match the index's "
                 f"{manifest.encoder.encoder_id!r}; use the encoder the index was built with")
         self.manifest = manifest
-        self.starts = list(starts)
+        self.analyzer = Analyzer(AnalyzerConfig(**manifest.analyzer))  # the shards' analyzer
         self.calls = calls
         self.config = config
         self.encoder = encoder
@@ -130,31 +135,35 @@ class ShardRouter:
                                     "query_vector (its encoder is not known here)")
         return np.asarray(self.encoder.encode([text])[0], dtype=np.float32)
 
+    def _checked(self, vector: np.ndarray) -> np.ndarray:
+        """The query vector as float32 (d,), its dimension checked once for every shard."""
+        vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if vector.shape[0] != self.manifest.encoder.dim:
+            raise EncoderMismatchError(
+                f"query vector has dimension {vector.shape[0]} but the index holds "
+                f"{self.manifest.encoder.dim}-dimensional vectors; use the encoder the index "
+                "was built with")
+        return vector
+
     def _search(self, request: SearchRequest, vector: np.ndarray, timer: StageTimer
                 ) -> SearchResult:
-        outcomes = self.calls.answer_all(request, vector)
+        vector = self._checked(vector)
+        tokens = query_tokens(self.analyzer, request.query, self.config)
+        late = self.calls.late
+        query = ShardQuery(request, tokens, vector, rerank=late is None)
+        outcomes = self.calls.answer_all(query)
         timer.lap("shards")
-        answers, failures = [], []
-        for outcome in outcomes:
-            if isinstance(outcome, ShardUnavailableError):
-                failures.append(outcome)
-            else:
-                answers.append(outcome)
-        if failures and (not self.allow_partial or not answers):
-            raise failures[0]  # partial answers need at least one shard that answered
-        missing = [failure.shard for failure in failures]
-        merged = merge_answers(answers, request, self.config, self.starts)
+        answers = [o for o in outcomes if not isinstance(o, ShardUnavailableError)]
+        missing = [o for o in outcomes if isinstance(o, ShardUnavailableError)]
+        if missing and (not self.allow_partial or not answers):
+            raise missing[0]  # partial answers need at least one shard that answered
+        merged = merge_answers(answers, query, self.config, late)
         timer.lap("merge")
-        hits = self._hydrate(merged.top)
+        order = merged.order
+        hits = self.calls.hydrate(FinalHits(merged.rows[order], merged.fused[order],
+                                            merged.bm25[order], merged.cosine[order]))
         timer.lap("hydrate")
         return SearchResult(query=request.query, hits=hits, timings=timer.finish(),
                             build_id=self.build_id, candidates=merged.candidates,
                             allowed=merged.allowed,
-                            degraded=[f"partial:{name}" for name in missing])
-
-    def _hydrate(self, top: list[tuple[int, HitRequest]]) -> list[Hit]:
-        wanted: dict[int, list[HitRequest]] = defaultdict(list)
-        for shard, item in top:
-            wanted[shard].append(item)
-        found = {shard: iter(hits) for shard, hits in self.calls.hydrate(dict(wanted)).items()}
-        return [next(found[shard]) for shard, _ in top]
+                            degraded=[f"partial:{failure.shard}" for failure in missing])
