@@ -163,7 +163,8 @@ def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray,
         calls = RayShardCalls(handles, [e.name for e in layout.shards],
                               [e.start for e in layout.shards], retry_seconds=2.0,
                               timeout_seconds=1.0)
-        return ShardRouter(read_manifest(directory), calls, config, None, allow_partial)
+        return ShardRouter(read_manifest(directory), calls, config, None,
+                           allow_partial=allow_partial)
 
     strict, partial = router(False), router(True)
     same(strict.search(texts[0], None, 10, query_vector=vectors[0]),
