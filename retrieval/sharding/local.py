@@ -74,11 +74,13 @@ class LocalShards:
                    score: Callable[[Shard, np.ndarray], np.ndarray]) -> np.ndarray:
         """``score`` of global ``rows``, each asked of the shard that owns it."""
         owners = np.searchsorted(self.starts, rows, side="right") - 1
+        by_owner = np.argsort(owners, kind="stable")  # each shard's rows, one slice each
+        bounds = np.searchsorted(owners[by_owner], np.arange(len(self.shards) + 1)).tolist()
         out: np.ndarray = np.empty(rows.size, dtype=dtype)
-        for owner in np.unique(owners).tolist():
-            shard = self.shards[owner]
-            at = np.flatnonzero(owners == owner)
-            out[at] = score(shard, rows[at] - shard.start)
+        for shard, lo, hi in zip(self.shards, bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                at = by_owner[lo:hi]
+                out[at] = score(shard, rows[at] - shard.start)
         return out
 
     def hydrate(self, final: FinalHits) -> list[Hit]:
