@@ -4,7 +4,7 @@
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.local import LocalShards, ShardedRetriever, load_shards
 from retrieval.sharding.merge import LateScores, Merged, merge_answers
-from retrieval.sharding.router import ShardCalls, ShardRouter
+from retrieval.sharding.router import RouterFeatures, ShardCalls, ShardRouter
 from retrieval.sharding.shard import FinalHits, Shard, ShardAnswer, ShardQuery
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "LateScores",
     "LocalShards",
     "Merged",
+    "RouterFeatures",
     "Shard",
     "ShardAnswer",
     "ShardCalls",

@@ -9,6 +9,7 @@ the unsharded ``Retriever``'s (the sharded build's id is part of every key).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -20,8 +21,10 @@ from indexes.manifest import Manifest
 from retrieval.cache import Cache
 from retrieval.config import RetrieverConfig
 from retrieval.errors import ConfigError
+from retrieval.feature_stage import FeatureStage
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, Hit, SearchResult
-from retrieval.pipeline import query_tokens
+from retrieval.pipeline import apply_features, query_tokens
 from retrieval.request import FilterMemo, SearchRequest, validate
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import served_from_cache
@@ -61,10 +64,21 @@ def router_encoder(manifest: Manifest, config: RetrieverConfig) -> Encoder | Non
     return make_encoder(config.encoder_backend, config.encoder_model_path)
 
 
-def check_config(config: RetrieverConfig) -> None:
-    if config.features or config.recency is not None or config.feature_store is not None:
-        raise ConfigError("features and recency are not supported on sharded search yet; "
-                          "remove them from the config of a sharded index", "features")
+def check_config(config: RetrieverConfig, features: RouterFeatures | None) -> None:
+    wanted = config.features or config.recency is not None or config.feature_store is not None
+    if wanted and features is None:
+        raise ConfigError("features and recency are supported on in-process sharded search "
+                          "(ShardedRetriever) only; remove them from the config of a sharded "
+                          "index served on Ray", "features")
+
+
+@dataclass(frozen=True)
+class RouterFeatures:
+    """The feature stage at the router, applied after the merge as unsharded after fusion;
+    ``rows``: what it reads of the index (doc ids, metadata columns) over global rows."""
+
+    stage: FeatureStage
+    rows: LoadedBuild
 
 
 class ShardRouter:
@@ -72,8 +86,8 @@ class ShardRouter:
 
     def __init__(self, manifest: Manifest, calls: ShardCalls,
                  config: RetrieverConfig, encoder: Encoder | None, cache: Cache | None = None,
-                 allow_partial: bool = False) -> None:
-        check_config(config)
+                 allow_partial: bool = False, features: RouterFeatures | None = None) -> None:
+        check_config(config, features)
         if encoder is not None and (
                 not compatible_query_encoder(encoder.encoder_id, manifest.encoder.encoder_id)
                 or encoder.dim != manifest.encoder.dim):
@@ -86,6 +100,7 @@ class ShardRouter:
         self.config = config
         self.encoder = encoder
         self.allow_partial = allow_partial
+        self.features = features
         self.filters = FilterMemo(manifest.metadata_fields, config.limits)
         self.cache = RequestCache(cache, config.cache) if cache is not None else None
         self._config_key = config.fingerprint()
@@ -124,7 +139,8 @@ class ShardRouter:
     def _keys(self, request: SearchRequest) -> tuple[str, str | None]:
         assert self.cache is not None
         return self.cache.keys(
-            build_id=self.build_id, snapshot_id="",
+            build_id=self.build_id,
+            snapshot_id=self.features.stage.snapshot_key() if self.features else "",
             config_key=f"{self._config_key}:{request.candidates}", query=request.query,
             filter_key=request.filter_key, k=request.k,
             encoder_id=self.encoder.encoder_id if self.encoder is not None else None)
@@ -159,11 +175,18 @@ class ShardRouter:
             raise missing[0]  # partial answers need at least one shard that answered
         merged = merge_answers(answers, query, self.config, late)
         timer.lap("merge")
-        order = merged.order
-        hits = self.calls.hydrate(FinalHits(merged.rows[order], merged.fused[order],
-                                            merged.bm25[order], merged.cosine[order]))
+        order, fused, outcome = merged.order, merged.fused, None
+        if self.features is not None:
+            order, fused, outcome = apply_features(self.features.rows, merged.rows, fused,
+                                                   request.k, self.config, self.features.stage)
+            timer.lap("features")
+        hits = self.calls.hydrate(FinalHits(merged.rows[order], fused[order],
+                                            merged.bm25[order], merged.cosine[order],
+                                            outcome.per_hit if outcome is not None else None))
         timer.lap("hydrate")
         return SearchResult(query=request.query, hits=hits, timings=timer.finish(),
                             build_id=self.build_id, candidates=merged.candidates,
                             allowed=merged.allowed,
+                            feature_snapshot_id=outcome.snapshot_id if outcome else None,
+                            features_available=outcome.available if outcome else None,
                             degraded=[f"partial:{failure.shard}" for failure in missing])

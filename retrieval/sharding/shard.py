@@ -75,15 +75,19 @@ class FinalHits:
     score: np.ndarray
     bm25: np.ndarray
     cosine: np.ndarray
+    features: list[dict[str, float]] | None = None  # each hit's feature values, when ranked
 
     def take(self, positions: np.ndarray) -> FinalHits:
+        features = self.features
         return FinalHits(self.rows[positions], self.score[positions], self.bm25[positions],
-                         self.cosine[positions])
+                         self.cosine[positions],
+                         None if features is None else [features[i] for i in positions.tolist()])
 
-    def items(self) -> Iterator[tuple[int, float, float, float]]:
-        """(row, score, bm25, cosine) of each hit, as Python numbers."""
+    def items(self) -> Iterator[tuple[int, float, float, float, dict[str, float]]]:
+        """(row, score, bm25, cosine, feature values) of each hit, as Python values."""
+        features = self.features or [{} for _ in range(self.rows.size)]
         return zip(self.rows.tolist(), self.score.tolist(), self.bm25.tolist(),
-                   self.cosine.tolist(), strict=True)
+                   self.cosine.tolist(), features, strict=True)
 
 
 def find_rows(rows: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,6 +163,7 @@ class Shard:
         """Hydrate hits of this shard from its doc store, in the given order."""
         return [self.hit(*item) for item in final.items()]
 
-    def hit(self, row: int, score: float, bm25: float, cosine: float) -> Hit:
+    def hit(self, row: int, score: float, bm25: float, cosine: float,
+            features: dict[str, float]) -> Hit:
         """The hit of global ``row`` of this shard with the scores the merge gave it."""
-        return make_hit(self.snapshot, row - self.start, score, bm25, cosine, {})
+        return make_hit(self.snapshot, row - self.start, score, bm25, cosine, features)
