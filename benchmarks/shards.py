@@ -21,6 +21,7 @@ measured shard size. ``--ray`` serves a smaller on-disk sharded build on a local
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from indexes.vectors import VectorStore
 from retrieval import Retriever, RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.request import FilterMemo, validate
-from retrieval.sharding import LocalShards, Shard, ShardRouter, merge_answers
+from retrieval.sharding import LocalShards, Shard, ShardQuery, ShardRouter, merge_answers
 
 DIM = 384
 MODEL_SHARDS = (2, 4, 8, 16, 32, 64)  # 2 and 4: checked against the measured routers
@@ -89,31 +90,58 @@ class Setup:
                 for i, (a, b) in enumerate(shard_ranges(n_docs, count))]
         self.texts = [" ".join(t) for t in corpus_queries(corpus, n_queries, seed=1)]
         self.vectors = random_unit_vectors(n_queries, DIM, seed=4)
-        self.config = RetrieverConfig(cache={"backend": "none"})
+        # guardrail: BM25 candidates, the dense leg only when BM25 finds too few. The default
+        # union policy would scan every vector here (the shards' dense legs are exact).
+        self.config = RetrieverConfig(cache={"backend": "none"}, candidate_policy="guardrail")
         self.setup_s = time.perf_counter() - began
 
     def router(self, count: int, parallel: bool) -> ShardRouter:
         shards = self.shards[count]
-        return ShardRouter(self.whole.manifest, [s.start for s in shards],
-                           LocalShards(shards, self.config, parallel), self.config, None)
+        return ShardRouter(self.whole.manifest, LocalShards(shards, self.config, parallel),
+                           self.config, None)
+
+
+def cpu_timed(searcher: Any, setup: Setup, sink: list[float]) -> Any:
+    """A runner searching query ``i`` that appends the search's thread CPU time (ms) to
+    ``sink``: less sensitive than wall clock to the neighbours' load on a shared machine."""
+    def run(i: int) -> Any:
+        began = time.thread_time_ns()
+        result = searcher.search(setup.texts[i], None, 10, query_vector=setup.vectors[i])
+        sink.append((time.thread_time_ns() - began) / 1e6)
+        return result
+    return run
+
+
+def same_hits(got: list[Any], want: list[Any]) -> bool:
+    """Same ids in the same order, every score within 1e-6."""
+    for a, b in zip(got, want, strict=True):
+        if [h.doc_id for h in a.hits] != [h.doc_id for h in b.hits]:
+            return False
+        scores = [(h.score, h.bm25_score, h.vector_score) for h in a.hits]
+        if not np.allclose(scores, [(h.score, h.bm25_score, h.vector_score) for h in b.hits],
+                           rtol=0, atol=1e-6):
+            return False
+    return True
 
 
 def per_shard_times(setup: Setup, count: int, items: list[int]) -> tuple[list[float], Any]:
-    """Each shard's ``answer`` timed alone (ms), and the last query's answers (for merges)."""
+    """Each shard's ``answer`` timed alone (ms), re-ranking its own candidates as a shard
+    behind a network hop does, and the last query's answers (for merges)."""
     memo = FilterMemo(setup.whole.metadata.kinds, setup.config.limits)
     times: list[float] = []
     answers: list[Any] = []
     for i in items:
         request = validate(setup.texts[i], None, None, None, setup.config, memo)
+        query = ShardQuery(request, setup.whole.analyzer(request.query), setup.vectors[i])
         answers = []
         for shard in setup.shards[count]:
             began = time.perf_counter()
-            answers.append(shard.answer(request, setup.vectors[i], setup.config))
+            answers.append(shard.answer(query, setup.config))
             times.append((time.perf_counter() - began) * 1e3)
-    return times, (request, answers)
+    return times, (query, answers)
 
 
-def merge_ms(setup: Setup, request: Any, answers: list[Any], count: int, repeats: int = 200
+def merge_ms(setup: Setup, query: Any, answers: list[Any], count: int, repeats: int = 200
              ) -> float:
     """Median time of the real merge over ``count`` answers (the measured ones, repeated with
     their rows shifted so every shard is distinct)."""
@@ -124,11 +152,10 @@ def merge_ms(setup: Setup, request: Any, answers: list[Any], count: int, repeats
         shifted = type(base)(**{**base.__dict__, "rows": base.rows + span * (j // len(answers)),
                                 "dense_rows": base.dense_rows})
         many.append(shifted)
-    starts = sorted({int(a.rows.min()) if a.rows.size else 0 for a in many})
     samples = []
     for _ in range(repeats):
         began = time.perf_counter()
-        merge_answers(many, request, setup.config, starts or [0])
+        merge_answers(many, query, setup.config)
         samples.append((time.perf_counter() - began) * 1e3)
     return float(np.median(samples))
 
@@ -194,24 +221,27 @@ def main(argv: list[str] | None = None) -> None:
     whole = Retriever(setup.whole, setup.config, None)
     routers = {f"S={c}{mode}": setup.router(c, mode == ", threads") for c in counts
                for mode in ("", ", threads")}
-    runners: dict[str, Any] = {"unsharded": lambda i: whole.search(
-        setup.texts[i], None, 10, query_vector=setup.vectors[i])}
-    for name, router in routers.items():
-        runners[f"in-process {name}"] = (lambda r: lambda i: r.search(
-            setup.texts[i], None, 10, query_vector=setup.vectors[i]))(router)
+    searchers: dict[str, Any] = {"unsharded": whole, **{f"in-process {name}": router
+                                                        for name, router in routers.items()}}
+    cpu: dict[str, list[float]] = {name: [] for name in searchers}
+    runners = {name: cpu_timed(searcher, setup, cpu[name]) for name, searcher in searchers.items()}
+    load_before = os.getloadavg()
     samples = measure_side_by_side(runners, items, warm, chunk=50)
-    reference = [[h.doc_id for h in o.hits] for o in samples["unsharded"].outputs]
-    equal = {name: [[h.doc_id for h in o.hits] for o in s.outputs] == reference
+    load_after = os.getloadavg()
+    equal = {name: same_hits(s.outputs, samples["unsharded"].outputs)
              for name, s in samples.items()}
     largest = max(counts)
-    draws, (request, answers) = per_shard_times(setup, largest, items)
+    draws, (query, answers) = per_shard_times(setup, largest, items)
     e2e = {name: s.summary() for name, s in samples.items()}
+    # The caller's thread only: the threaded routers' pool threads are not counted.
+    cpu_ms = {name: summarize(times[len(warm):]) for name, times in cpu.items()
+              if not name.endswith("threads")}
     # The parallel fan-out's own cost: the threaded router's median minus the median of its
     # slowest shard per query and of the merge (validation and hydration are in it too).
     slowest = np.asarray(draws).reshape(-1, largest).max(axis=1)
     hop = max(0.0, e2e[f"in-process S={largest}, threads"]["p50"] - float(np.median(slowest))
-              - merge_ms(setup, request, answers, largest))
-    merges = {c: merge_ms(setup, request, answers, c) for c in MODEL_SHARDS}
+              - merge_ms(setup, query, answers, largest))
+    merges = {c: merge_ms(setup, query, answers, c) for c in MODEL_SHARDS}
     models = {"in-process": latency_model(draws, merges, hop)}
     ray_part: dict[str, Any] = {}
     if args.ray:
@@ -222,7 +252,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.ray_hop_ms is not None:
         ray_part = {"hop_ms_p50": args.ray_hop_ms, "measured": "before, benchmarks.shards_ray"}
         models["Ray Serve"] = latency_model(draws, merges, args.ray_hop_ms)
-    results = {"docs": args.docs, "setup_s": setup.setup_s, "e2e": e2e, "equal": equal,
+    results = {"docs": args.docs, "setup_s": setup.setup_s, "e2e": e2e, "cpu_ms": cpu_ms,
+               "load_average": {"before": load_before, "after": load_after}, "equal": equal,
                "shard_answer_ms": summarize(draws), "merge_ms": merges, "hop_ms": hop,
                "model": {k: {str(c): v for c, v in m.items()} for k, m in models.items()},
                "ray": ray_part}
@@ -234,10 +265,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def render(r: dict[str, Any], largest: int, figure: Path | None) -> str:
+    load = r["load_average"]
     lines = [f"## Sharded search: {r['docs']:,} passages", "",
-             f"setup {r['setup_s']:.0f} s; hits equal to unsharded: {r['equal']}", ""]
-    lines.append(markdown_table(["search", "p50 / p95 / p99 ms"],
-                                [[k, percentile_cells(v)] for k, v in r["e2e"].items()]))
+             f"setup {r['setup_s']:.0f} s; hits equal to unsharded: {r['equal']}; load average "
+             f"{load['before'][0]:.1f} before, {load['after'][0]:.1f} after the timed searches",
+             ""]
+    cpu = r["cpu_ms"]
+    lines.append(markdown_table(
+        ["search", "wall p50 / p95 / p99 ms", "thread CPU p50 / p95 / p99 ms"],
+        [[k, percentile_cells(v), percentile_cells(cpu[k]) if k in cpu else "(pool threads)"]
+         for k, v in r["e2e"].items()]))
     shard = r["shard_answer_ms"]
     lines += ["", f"one shard's answer (S={largest}): {percentile_cells(shard)} ms; in-process "
               f"fan-out overhead (hop) {r['hop_ms']:.3f} ms at p50", ""]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from indexes.analyzer import Analyzer
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
@@ -168,12 +169,18 @@ def bm25_candidates(
     snapshot: LoadedBuild, request: SearchRequest, mask: np.ndarray | None,
     config: RetrieverConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
-    tokens = snapshot.analyzer(request.query)
+    tokens = query_tokens(snapshot.analyzer, request.query, config)
+    return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
+
+
+def query_tokens(analyzer: Analyzer, query: str, config: RetrieverConfig) -> list[str]:
+    """The query's BM25 terms, at most ``limits.max_query_tokens`` of them."""
+    tokens = analyzer(query)
     limit = config.limits.max_query_tokens
     if len(tokens) > limit:
         raise LimitExceededError(f"query has {len(tokens)} terms, more than the limit {limit}; "
                                  "shorten it or raise limits.max_query_tokens")
-    return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
+    return tokens
 
 
 def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,

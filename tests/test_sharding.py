@@ -25,9 +25,10 @@ from indexes.sharding import (
     shard_ranges,
 )
 from indexes.synthetic import with_demo_metadata
-from retrieval import ConfigError, Retriever, ShardUnavailableError
+from retrieval import ConfigError, Retriever, RetrieverConfig, ShardUnavailableError
 from retrieval.cli import main as cli
-from retrieval.sharding import LocalShards, ShardedRetriever
+from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
+from retrieval.sharding import LocalShards, ShardedRetriever, ShardRouter
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 # ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
@@ -165,23 +166,64 @@ def test_impossible_shard_counts_are_refused(tmp_path, count):
         shard_ranges(5, count if count != 31 else 6)
 
 
-def test_features_are_refused_on_sharded_search(tmp_path):
+def test_features_are_refused_without_a_runtime_that_applies_them(tmp_path):
     _tiny_build(tmp_path, 2)
-    with pytest.raises(ConfigError, match="sharded"):
-        ShardedRetriever.load(tmp_path, {**CONFIG, "recency": {"field": "year", "weight": 0.1}})
+    directory, layout = read_layout(tmp_path)
+    config = RetrieverConfig(**{**CONFIG, "recency": {"field": "year", "weight": 0.1}})
+    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+        with pytest.raises(ConfigError, match="in-process sharded search"):
+            ShardRouter(read_manifest(directory), retriever.calls, config, None)
+
+
+VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
+                                                        default=0.0),))
+
+
+def test_sharded_features_equal_unsharded_features(scifact_shards, tmp_path):
+    """A nightly view and recency re-score the merged candidates at the router exactly as the
+    unsharded pipeline re-scores its fused candidates."""
+    unsharded, sharded, texts, vectors = scifact_shards
+    ids = unsharded.snapshot.docs.all_ids()
+    store = LocalStore(tmp_path / "features")
+    clicks = [{"doc_id": d, "clicks": float(int(hashlib.sha256(d.encode()).hexdigest()[:4], 16))}
+              for d in ids]
+    materialize(VIEW, CallableSource(lambda: clicks), store, progress=False)
+    # "year" holds small integers: as epoch seconds with a ~9 s half-life, years apart differ.
+    settings = {**CONFIG, "features": [{"view": "popularity", "weights": {"clicks": 0.4},
+                                        "normalization": "minmax"}],
+                "recency": {"field": "year", "weight": 0.3, "half_life_days": 1e-4}}
+    plain = Retriever(unsharded.snapshot, RetrieverConfig(**settings), None,
+                      feature_store=store)
+    moved = 0
+    for count in (2, 4):
+        with ShardedRetriever.load(sharded[count].shards[0].snapshot.path.parents[1],
+                                   settings, feature_store=store) as featured:
+            for text, vector in list(zip(texts, vectors, strict=True))[:40]:
+                want = plain.search(text, FILTER, 10, query_vector=vector)
+                got = featured.search(text, FILTER, 10, query_vector=vector)
+                assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits], text
+                assert [h.score for h in got.hits] == pytest.approx(
+                    [h.score for h in want.hits], abs=1e-6)
+                assert [h.features for h in got.hits] == [h.features for h in want.hits]
+                assert got.feature_snapshot_id == want.feature_snapshot_id is not None
+                assert got.features_available is want.features_available is True
+                base = unsharded.search(text, FILTER, 10, query_vector=vector)
+                moved += [h.doc_id for h in base.hits] != [h.doc_id for h in want.hits]
+    plain.close()
+    assert moved > 0  # the features changed rankings: the comparison is not of plain searches
 
 
 class OneShardDown(LocalShards):
     """Our own runtime interface with one shard unreachable (no replica left)."""
 
-    def answer_all(self, request, vector):
-        answers = super().answer_all(request, vector)
+    def answer_all(self, query):
+        answers = super().answer_all(query)
         answers[1] = ShardUnavailableError("shard-001 has no live replica", "shard-001")
         return answers
 
 
 class AllShardsDown(LocalShards):
-    def answer_all(self, request, vector):
+    def answer_all(self, query):
         return [ShardUnavailableError(f"{name} has no live replica", name) for name in self.names]
 
 

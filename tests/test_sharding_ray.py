@@ -1,6 +1,7 @@
 """Ray: one local cluster (2 CPUs) for the whole module. The Ray Data build against the local
 build; SciFact in 2 shards of 2 replicas each behind a Ray Serve router: equality with the
-unsharded index over handles and HTTP, no failed search while a replica is killed under load."""
+unsharded index over handles and HTTP, no failed search while a replica is killed under load,
+and a shard whose replicas are all killed: a typed error naming it, or a partial answer."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ from ray import serve
 from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.errors import CorpusError
+from indexes.manifest import read_manifest
 from indexes.ray_build import build_on_ray, read_documents
+from indexes.sharding import read_layout
+from retrieval import RetrieverConfig, ShardUnavailableError
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding.ray_serve import APP_NAME, serve_sharded
+from retrieval.sharding import LocalShards, ShardRouter, load_shards
+from retrieval.sharding.ray_serve import APP_NAME, RayShardCalls, serve_sharded
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 CONFIG = {"cache": {"backend": "none"}}
@@ -142,3 +147,46 @@ def test_killing_a_replica_under_load_fails_no_search(on_ray):
     assert len(results) == 240
     for i, got in results[::10]:
         same(got, unsharded.search(texts[i % 300], None, 10, query_vector=vectors[i % 300]))
+
+
+def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray, scifact_sharded):
+    """Both replicas of shard-001 killed (``ray.kill``). Serve starts replacements at once, so
+    the shard's directory is moved away first (a lost disk): the replacements cannot load it
+    and the shard stays without a live replica while the routers search. Routers here run in
+    the test process over the deployments' real handles, one strict and one partial."""
+    _, _, (unsharded, texts, vectors) = on_ray
+    directory, layout = read_layout(scifact_sharded(2))
+    config = RetrieverConfig(**CONFIG)
+    handles = [serve.get_deployment_handle(e.name, app_name=APP_NAME) for e in layout.shards]
+
+    def router(allow_partial: bool) -> ShardRouter:
+        calls = RayShardCalls(handles, [e.name for e in layout.shards],
+                              [e.start for e in layout.shards], retry_seconds=2.0,
+                              timeout_seconds=1.0)
+        return ShardRouter(read_manifest(directory), calls, config, None,
+                           allow_partial=allow_partial)
+
+    strict, partial = router(False), router(True)
+    same(strict.search(texts[0], None, 10, query_vector=vectors[0]),
+         unsharded.search(texts[0], None, 10, query_vector=vectors[0]))
+    victims = _replicas("shard-001")
+    assert len(victims) == 2
+    shard_dir = layout.shard_dir(directory, 1)
+    lost = shard_dir.with_name("shard-001.lost")
+    shard_dir.rename(lost)
+    try:
+        for name in victims:
+            ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+        with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
+            strict.search(texts[1], None, 10, query_vector=vectors[1])
+        answered = partial.search(texts[1], None, 10, query_vector=vectors[1])
+    finally:
+        lost.rename(shard_dir)
+    assert caught.value.shard == "shard-001"
+    assert answered.degraded == ["partial:shard-001"]
+    _, shards = load_shards(directory, config)  # what shard-000 alone answers, in-process
+    first = LocalShards(shards[:1], config)
+    alone = ShardRouter(read_manifest(directory), first, config, None)
+    same(answered, alone.search(texts[1], None, 10, query_vector=vectors[1]))
+    first.close()
+    assert set(h.doc_id for h in answered.hits) <= set(shards[0].snapshot.docs.all_ids())

@@ -3,16 +3,20 @@
 
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.local import LocalShards, ShardedRetriever, load_shards
-from retrieval.sharding.merge import merge_answers
-from retrieval.sharding.router import ShardCalls, ShardRouter
-from retrieval.sharding.shard import HitRequest, Shard, ShardAnswer
+from retrieval.sharding.merge import LateScores, Merged, merge_answers
+from retrieval.sharding.router import RouterFeatures, ShardCalls, ShardRouter
+from retrieval.sharding.shard import FinalHits, Shard, ShardAnswer, ShardQuery
 
 __all__ = [
-    "HitRequest",
+    "FinalHits",
+    "LateScores",
     "LocalShards",
+    "Merged",
+    "RouterFeatures",
     "Shard",
     "ShardAnswer",
     "ShardCalls",
+    "ShardQuery",
     "ShardRouter",
     "ShardUnavailableError",
     "ShardedRetriever",

@@ -38,10 +38,9 @@ from retrieval.cache import make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import Hit, SearchResult
-from retrieval.request import SearchRequest
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.router import ShardRouter, router_encoder
-from retrieval.sharding.shard import HitRequest, Shard, ShardAnswer
+from retrieval.sharding.shard import FinalHits, Shard, ShardAnswer, ShardQuery
 
 # What a dead or unreachable replica raises; anything else (a bad request) is not retried.
 REPLICA_LOST = (RayActorError, ActorUnavailableError, TimeoutError)
@@ -59,34 +58,40 @@ class ShardReplica:
         self.shard = Shard(index, snapshot, start)
         self.shard.warm_up()
 
-    def answer(self, request: SearchRequest, vector: np.ndarray) -> ShardAnswer:
-        return self.shard.answer(request, vector, self.config)
+    def answer(self, query: ShardQuery) -> ShardAnswer:
+        return self.shard.answer(query, self.config)
 
-    def hits(self, wanted: list[HitRequest]) -> list[Hit]:
-        return self.shard.hits(wanted)
+    def hits(self, final: FinalHits) -> list[Hit]:
+        return self.shard.hits(final)
 
 
 class RayShardCalls:
-    """``ShardCalls`` over Serve handles, one per shard deployment, with retries."""
+    """``ShardCalls`` over Serve handles, one per shard deployment, with retries. Shards
+    re-rank their own candidates (``late`` None): one round trip for the candidates."""
+
+    late = None
 
     def __init__(self, handles: Sequence[DeploymentHandle], names: Sequence[str],
-                 retry_seconds: float, timeout_seconds: float) -> None:
+                 starts: Sequence[int], retry_seconds: float, timeout_seconds: float) -> None:
         self.handles = list(handles)
         self.names = list(names)
+        self.starts = np.asarray(starts, dtype=np.int64)
         self.retry_seconds = retry_seconds
         self.timeout_seconds = timeout_seconds
 
-    def answer_all(self, request: SearchRequest, vector: np.ndarray
-                   ) -> list[ShardAnswer | ShardUnavailableError]:
-        shards = list(range(len(self.handles)))
-        return self._gather("answer", {s: (request, vector) for s in shards})
+    def answer_all(self, query: ShardQuery) -> list[ShardAnswer | ShardUnavailableError]:
+        return self._gather("answer", {s: (query,) for s in range(len(self.handles))})
 
-    def hydrate(self, wanted: dict[int, list[HitRequest]]) -> dict[int, list[Hit]]:
-        found = self._gather("hits", {s: (items,) for s, items in sorted(wanted.items())})
+    def hydrate(self, final: FinalHits) -> list[Hit]:
+        owners = np.searchsorted(self.starts, final.rows, side="right") - 1
+        shards = np.unique(owners).tolist()
+        found = self._gather("hits", {s: (final.take(np.flatnonzero(owners == s)),)
+                                      for s in shards})
         for outcome in found:
             if isinstance(outcome, ShardUnavailableError):
                 raise outcome  # its candidates were merged: its hits cannot be left out
-        return dict(zip(sorted(wanted), found, strict=True))
+        hits = {shard: iter(outcome) for shard, outcome in zip(shards, found, strict=True)}
+        return [next(hits[owner]) for owner in owners.tolist()]
 
     def _send(self, shard: int, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
         return getattr(self.handles[shard], method).remote(*args)
@@ -104,6 +109,8 @@ class RayShardCalls:
             try:
                 return response.result(timeout_s=self.timeout_seconds)
             except REPLICA_LOST as exc:
+                if isinstance(exc, TimeoutError):
+                    response.cancel()  # queued with no replica to take it: do not run it later
                 if time.monotonic() >= give_up:
                     return ShardUnavailableError(
                         f"shard {self.names[shard]} has no live replica (last error: "
@@ -123,10 +130,11 @@ class RouterDeployment:
         manifest = read_manifest(Path(build_dir))
         _, layout = read_layout(Path(build_dir), verify=settings.verify_checksums)
         calls = RayShardCalls(shards, [e.name for e in layout.shards],
-                              options["retry_seconds"], options["timeout_seconds"])
+                              [e.start for e in layout.shards], options["retry_seconds"],
+                              options["timeout_seconds"])
         encoder = router_encoder(manifest, settings) if options["encode"] else None
-        self.router = ShardRouter(manifest, [e.start for e in layout.shards], calls, settings,
-                                  encoder, make_cache(settings.cache), options["allow_partial"])
+        self.router = ShardRouter(manifest, calls, settings, encoder, make_cache(settings.cache),
+                                  options["allow_partial"])
 
     async def search(self, query: str, filters: Any = None, k: int | None = None,
                      candidates: int | None = None,
