@@ -26,6 +26,7 @@ from retrieval.filters.nodes import (
     bounded,
     neg,
     one_of,
+    one_of_strings,
     show,
 )
 
@@ -117,9 +118,8 @@ class Context:
         self.check_in_count(field, len(values))
         self._count_clause()
         if kind == "keyword" and all_strings(values):
-            # Access-control lists (ids as strings): C-level passes, no per-value coerce.
-            # str() returns an exact str as itself and turns a subclass into a plain str.
-            leaf = one_of(field, map(str, values))
+            # Access-control lists (ids as strings): compiled passes, no per-value coerce.
+            leaf = one_of_strings(field, values)
         else:
             leaf = one_of(field, [coerce(field, kind, v) for v in values])
         return neg(leaf) if negate else leaf
