@@ -309,16 +309,3 @@ def distinct_order(packed: Packed) -> np.ndarray:
     if len(packed) == 0:
         return np.empty(0, dtype=np.int64)
     return _distinct_order(packed.buf, packed.starts)
-
-
-@njit(nogil=True, cache=True)
-def _ascending(buf, starts):  # pragma: no cover - compiled
-    for i in range(starts.shape[0] - 2):
-        if _compare(buf, starts, i, i + 1, 0) >= 0:
-            return False
-    return True
-
-
-def strictly_ascending(packed: Packed) -> bool:
-    """Whether each value is greater than the one before (sorted, no duplicates)."""
-    return bool(_ascending(packed.buf, packed.starts))

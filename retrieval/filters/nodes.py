@@ -37,12 +37,35 @@ class In:
 
     def __hash__(self) -> int:
         # Remembered: every mask-cache lookup hashes the node, and a 100,000-value tuple costs
-        # ~0.1 ms to hash (equality is not affected: it compares the fields).
+        # ~0.1 ms to hash.
         cached: int | None = self.__dict__.get("_hash")
         if cached is None:
             cached = hash((self.field, self.values))
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields and values. Two equal nodes that are different objects meet when the
+        filter memo has forgotten a filter the mask cache still keys (or a named filter's node
+        keys it): comparing their tuples value by value chases every string of both, ~0.2-0.4
+        ms at 10,000 values on each cache lookup; their NUL-joined values (remembered) compare
+        by one memcmp."""
+        if self is other:
+            return True
+        if type(other) is not In:
+            return NotImplemented
+        if self.field != other.field or len(self.values) != len(other.values) \
+                or hash(self) != hash(other):
+            return False
+        mine, theirs = self.joined, other.joined
+        if mine is not None and theirs is not None:
+            return mine == theirs
+        return self.values == other.values
+
+    @cached_property
+    def joined(self) -> str | None:
+        """``nul_joined(values)``, remembered."""
+        return nul_joined(self.values)
 
     @cached_property
     def plain(self) -> bool:
@@ -138,6 +161,18 @@ def _flatten(children: Iterable[Filter], kind: type[And] | type[Or]) -> Iterable
 
 def neg(child: Filter) -> Filter:
     return child.child if isinstance(child, Not) else Not(child)
+
+
+def nul_joined(values: Sequence[object]) -> str | None:
+    """The values joined by NUL when all are str and none holds NUL, else None. The join
+    type-checks and copies in one C-level pass; with exactly len - 1 NULs in it, it splits back
+    into the values, so for lists of equal length equal joins mean equal lists."""
+    try:
+        joined = "\0".join(values)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    encoded = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    return joined if np.count_nonzero(encoded == 0) == max(len(values) - 1, 0) else None
 
 
 def all_strings(values: Iterable[object]) -> bool:
