@@ -22,7 +22,6 @@ from retrieval.filters.nodes import (
     Eq,
     Filter,
     Scalar,
-    all_strings,
     bounded,
     neg,
     one_of,
@@ -117,10 +116,9 @@ class Context:
                                        f"{show(values)}; write e.g. {{{op!r}: ['a', 'b']}}")
         self.check_in_count(field, len(values))
         self._count_clause()
-        if kind == "keyword" and all_strings(values):
-            # Access-control lists (ids as strings): compiled passes, no per-value coerce.
-            leaf = one_of_strings(field, values)
-        else:
+        # Access-control lists (ids as strings): compiled passes, no per-value coerce.
+        leaf = one_of_strings(field, values) if kind == "keyword" else None
+        if leaf is None:
             leaf = one_of(field, [coerce(field, kind, v) for v in values])
         return neg(leaf) if negate else leaf
 
