@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from indexes.metadata import MetadataIndex
-from indexes.packed_strings import _HIGH, StringTable, _find, distinct_order, pack
+from indexes.packed_strings import (
+    _HIGH,
+    StringTable,
+    _find,
+    distinct_order,
+    joined_in_order,
+    pack,
+)
 from retrieval.config import Limits
 from retrieval.filters import In, canonical, evaluate, parse_filter
 from retrieval.filters.nodes import PACKED_FROM, one_of, one_of_strings
@@ -40,7 +47,9 @@ def test_distinct_order_equals_sorted_set() -> None:
         values = random_strings(rng, rng.randrange(0, 80))
         packed = pack(values)
         assert packed is not None and len(packed) == len(values)
-        assert [values[i] for i in distinct_order(packed)] == sorted(set(values))
+        order = distinct_order(packed)
+        assert [values[i] for i in order] == sorted(set(values))
+        assert joined_in_order(packed, order) == "\0".join(sorted(set(values)))
 
 
 def test_string_table_ids_equal_dict_lookups() -> None:
@@ -111,6 +120,14 @@ def test_in_equality_and_hash_of_distinct_equal_nodes() -> None:
     assert In("f", ("a\0", "b")) == In("f", ("a\0", "b"))
     assert In("f", (1.0, 2.0)) == In("f", (1.0, 2.0))
     assert In("f", ("a", "b")) != ("f", ("a", "b"))
+    rng = random.Random(6)
+    for _ in range(200):  # parsed (hash and join from packed bytes) against hand-built
+        strings = random_strings(rng, rng.randrange(PACKED_FROM, 3 * PACKED_FROM))
+        parsed = one_of_strings("f", strings)
+        built = In("f", tuple(sorted(set(strings))))
+        if isinstance(parsed, In):
+            assert parsed == built and hash(parsed) == hash(built)
+            assert parsed.joined == built.joined
 
 
 def test_canonical_of_large_in_lists_equals_json_dumps() -> None:

@@ -102,12 +102,13 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
                                   "a number or date field")
         values: tuple[Scalar, ...]
         if isinstance(leaf, Eq):
-            values, strings = (leaf.value,), type(leaf.value) is str
-        else:
-            values, strings = leaf.values, leaf.strings  # remembered by the node
+            values, strings, joined = (leaf.value,), type(leaf.value) is str, None
+        else:  # remembered by the node
+            values, strings, joined = leaf.values, leaf.strings, leaf.joined
         if not strings:  # hand-built: booleans and others take the checked path
             values = tuple(str(coerce(leaf.field, kind, v)) for v in values)
-        return metadata.keyword_mask(leaf.field, values)  # type: ignore[arg-type]
+            joined = None
+        return metadata.keyword_mask(leaf.field, values, joined)  # type: ignore[arg-type]
     column = metadata.numeric_column(leaf.field)
     if isinstance(leaf, Eq):
         return np.equal(column, _number(leaf.field, kind, leaf.value))
