@@ -62,10 +62,11 @@ def _gather(buf, starts, order):  # pragma: no cover - compiled
         size += starts[i + 1] - starts[i]
     out = np.zeros(max(size - 1, 0), dtype=np.uint8)  # NUL separators stay 0
     at = 0
-    for i in order:
-        length = starts[i + 1] - 1 - starts[i]
-        out[at:at + length] = buf[starts[i]:starts[i] + length]
-        at += length + 1
+    for i in order:  # a byte loop: a slice assignment per value costs ~100 ns in numba
+        for k in range(starts[i], starts[i + 1] - 1):
+            out[at] = buf[k]
+            at += 1
+        at += 1
     return out
 
 
@@ -257,12 +258,13 @@ def _sort_run(order, lo, hi, buf, starts, skip, scratch):  # pragma: no cover - 
 
 
 @njit(nogil=True, cache=True)
-def _radix_order(keys):  # pragma: no cover - compiled
-    """Stable argsort of uint64 keys: LSD radix on bytes, bytes all keys share skipped (2.5x
+def _radix_sort(keys):  # pragma: no cover - compiled
+    """(sorted keys, stable argsort) of uint64 keys: LSD radix on bytes, keys moved with their
+    positions so every pass reads sequentially; bytes all keys share are skipped (2.5x
     numba's argsort at 10,000 keys)."""
     n = keys.shape[0]
-    order = np.arange(n)
-    spare = np.empty(n, dtype=np.int64)
+    order, spare_order = np.arange(n), np.empty(n, dtype=np.int64)
+    keys, spare_keys = keys.copy(), np.empty(n, dtype=np.uint64)
     counts = np.empty(256, dtype=np.int64)
     for shift in range(0, 64, 8):
         digit_shift = np.uint64(shift)
@@ -277,19 +279,20 @@ def _radix_order(keys):  # pragma: no cover - compiled
             counts[d] = total
             total += count
         for i in range(n):
-            row = order[i]
-            d = (keys[row] >> digit_shift) & np.uint64(255)
-            spare[counts[d]] = row
+            d = (keys[i] >> digit_shift) & np.uint64(255)
+            spare_keys[counts[d]] = keys[i]
+            spare_order[counts[d]] = order[i]
             counts[d] += 1
-        order, spare = spare, order
-    return order
+        keys, spare_keys = spare_keys, keys
+        order, spare_order = spare_order, order
+    return keys, order
 
 
 @njit(nogil=True, cache=True)
 def _distinct_order(buf, starts):  # pragma: no cover - compiled
     """Positions of the distinct values in ascending order (of each run of equal values, the
     first). Sorts by the 8 bytes that follow the values' common prefix as one integer, then
-    compares in full only the values whose 8 bytes tie."""
+    compares bytes only where those 8 bytes tie."""
     n = starts.shape[0] - 1
     common = starts[1] - 1 - starts[0]
     for i in range(1, n):
@@ -306,20 +309,21 @@ def _distinct_order(buf, starts):  # pragma: no cover - compiled
             byte = np.uint64(buf[start + k]) if start + k < stop else np.uint64(0)
             key = (key << np.uint64(8)) | byte
         keys[i] = key
-    order = _radix_order(keys)
+    keys, order = _radix_sort(keys)
     scratch = np.empty(n, dtype=np.int64)
     lo = 0
     while lo < n:
         hi = lo + 1
-        while hi < n and keys[order[hi]] == keys[order[lo]]:
+        while hi < n and keys[hi] == keys[lo]:
             hi += 1
         if hi - lo > 1:
             _sort_run(order, lo, hi, buf, starts, common + 8, scratch)
         lo = hi
     keep = np.empty(n, dtype=np.int64)
     kept = 0
-    for i in range(n):
-        if i == 0 or _compare(buf, starts, order[i], keep[kept - 1], common) != 0:
+    for i in range(n):  # different keys: different values, no bytes read
+        if i == 0 or keys[i] != keys[i - 1] or \
+                _compare(buf, starts, order[i], keep[kept - 1], common) != 0:
             keep[kept] = order[i]
             kept += 1
     return keep[:kept]

@@ -216,10 +216,12 @@ def one_of_strings(field: str, values: Sequence[object]) -> Filter | None:
     order = distinct_order(packed)
     if order.shape[0] == 1:
         return Eq(field, values[int(order[0])])  # type: ignore[arg-type]
-    leaf = In(field, tuple(np.array(values, dtype=object)[order].tolist()))
+    # The values are new strings split from one string built from the packed bytes: no pass
+    # over the caller's scattered string objects, and contiguous for the passes to come.
+    joined = joined_in_order(packed, order)
+    leaf = In(field, tuple(joined.split("\0")))
     # Known by construction: no check passes over the values later.
-    leaf.__dict__.update(strings=True, plain=True, canonical=True,
-                         joined=joined_in_order(packed, order))
+    leaf.__dict__.update(strings=True, plain=True, canonical=True, joined=joined)
     return leaf
 
 
