@@ -336,3 +336,13 @@ def distinct_order(packed: Packed) -> np.ndarray:
     if len(packed) == 0:
         return np.empty(0, dtype=np.int64)
     return _distinct_order(packed.buf, packed.starts)
+
+
+def warm(table: StringTable) -> None:
+    """Load the lookup, sort and gather kernels' machine code (numba loads it on a kernel's
+    first call: tens of ms) with a table, not on the first large IN list."""
+    few = pack(["b", "a", "b"])
+    assert few is not None
+    table.ids(few)
+    joined_in_order(few, distinct_order(few))
+
