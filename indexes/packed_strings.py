@@ -124,6 +124,62 @@ def _same(a_buf, a_start, a_stop, b_buf, b_start, b_stop):  # pragma: no cover -
     return True
 
 
+_LOW7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_ONES = np.uint64(0x0101010101010101)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _zero_bytes(word):  # pragma: no cover - compiled
+    """How many of the 8 bytes of ``word`` are 0: a byte's high bit is set in ``nonzero`` iff
+    the byte is not 0 (no carry crosses bytes), and the multiply sums those bits."""
+    nonzero = (((word & _LOW7) + _LOW7) | word) & _HIGH_BITS
+    return 8 - np.int64(((nonzero >> np.uint64(7)) * _ONES) >> np.uint64(56))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _mix(h):  # pragma: no cover - compiled
+    h ^= h >> np.uint64(30)
+    h *= _M2
+    return h ^ (h >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True)
+def _digest(buf):  # pragma: no cover - compiled
+    """(64-bit hash, number of 0 bytes) of ``buf`` in one pass: four lanes a word each, whose
+    multiplies do not wait on each other."""
+    n = buf.shape[0]
+    h0, h1, h2, h3 = _SEED, _SEED ^ _M1, _SEED ^ _M2, _SEED ^ _LOW7
+    zeros = 0
+    i = 0
+    while i + 32 <= n:
+        w0, w1, w2, w3 = _word(buf, i), _word(buf, i + 8), _word(buf, i + 16), _word(buf, i + 24)
+        h0 = (h0 ^ w0) * _M1
+        h1 = (h1 ^ w1) * _M1
+        h2 = (h2 ^ w2) * _M1
+        h3 = (h3 ^ w3) * _M1
+        h0 ^= h0 >> np.uint64(32)
+        h1 ^= h1 >> np.uint64(32)
+        h2 ^= h2 >> np.uint64(32)
+        h3 ^= h3 >> np.uint64(32)
+        zeros += _zero_bytes(w0) + _zero_bytes(w1) + _zero_bytes(w2) + _zero_bytes(w3)
+        i += 32
+    while i < n:
+        h0 = (h0 ^ np.uint64(buf[i])) * _M1
+        h0 ^= h0 >> np.uint64(32)
+        zeros += buf[i] == 0
+        i += 1
+    h = _mix(h0 ^ _mix(h1 ^ _mix(h2 ^ _mix(h3 ^ np.uint64(n)))))
+    return h, zeros
+
+
+def digest(text: str) -> tuple[int, int]:
+    """(a 64-bit hash of ``text``'s UTF-8 bytes, its number of NULs), one compiled pass: ~4x
+    ``hash(text)`` on long strings, whose SipHash is one dependency chain."""
+    h, zeros = _digest(np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8))
+    return int(h), int(zeros)
+
+
 # A slot is one uint64: the value's hash's high 32 bits, then its id + 1 (0: an empty slot).
 _HIGH = np.uint64(0xFFFFFFFF00000000)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -343,6 +399,7 @@ def warm(table: StringTable) -> None:
     first call: tens of ms) with a table, not on the first large IN list."""
     few = pack(["b", "a", "b"])
     assert few is not None
+    digest("a\0b")
     table.ids(few)
     joined_in_order(few, distinct_order(few))
 

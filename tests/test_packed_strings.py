@@ -14,6 +14,7 @@ from indexes.packed_strings import (
     _HIGH,
     StringTable,
     _find,
+    digest,
     distinct_order,
     joined_in_order,
     pack,
@@ -68,6 +69,16 @@ def test_string_table_ids_equal_dict_lookups() -> None:
                     queries.starts, np.uint64(0))
         assert ids.tolist() == expected
         assert _HIGH != 0
+
+
+def test_digest_counts_nul_bytes_and_hashes_the_bytes() -> None:
+    rng = random.Random(7)
+    for _ in range(500):
+        text = "".join(rng.choice(ALPHABET + ["\0"]) for _ in range(rng.randrange(0, 120)))
+        hashed, nuls = digest(text)
+        assert nuls == text.encode("utf-8", "surrogatepass").count(b"\0")
+        assert digest(str(text)) == (hashed, nuls)
+    assert digest("a\0b") != digest("a\0c")
 
 
 def test_values_holding_nul_are_not_packed() -> None:
