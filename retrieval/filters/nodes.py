@@ -57,8 +57,9 @@ class In:
             return True
         if type(other) is not In:
             return NotImplemented
-        if self.field != other.field or len(self.values) != len(other.values) \
-                or hash(self) != hash(other):
+        # No hash comparison: a remembered hash does not survive pickling (str hashes are
+        # salted per process), and a memcmp of different joins stops at their first difference.
+        if self.field != other.field or len(self.values) != len(other.values):
             return False
         mine, theirs = self.joined, other.joined
         if mine is not None and theirs is not None:
