@@ -6,7 +6,7 @@ import numpy as np
 
 from indexes.metadata import MetadataIndex
 from retrieval.errors import FilterTypeError, UnknownFieldError
-from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range, all_strings
+from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range, Scalar
 from retrieval.filters.validate import coerce, unknown_field_message
 
 
@@ -100,10 +100,15 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
         if isinstance(leaf, Range):
             raise FilterTypeError(f"field {leaf.field!r} is a keyword field: range filters need "
                                   "a number or date field")
-        values = (leaf.value,) if isinstance(leaf, Eq) else leaf.values
-        if not all_strings(values):  # hand-built: booleans and others take the checked path
+        values: tuple[Scalar, ...]
+        if isinstance(leaf, Eq):
+            values, strings, joined = (leaf.value,), type(leaf.value) is str, None
+        else:  # remembered by the node
+            values, strings, joined = leaf.values, leaf.strings, leaf.joined
+        if not strings:  # hand-built: booleans and others take the checked path
             values = tuple(str(coerce(leaf.field, kind, v)) for v in values)
-        return metadata.keyword_mask(leaf.field, values)  # type: ignore[arg-type]
+            joined = None
+        return metadata.keyword_mask(leaf.field, values, joined)  # type: ignore[arg-type]
     column = metadata.numeric_column(leaf.field)
     if isinstance(leaf, Eq):
         return np.equal(column, _number(leaf.field, kind, leaf.value))

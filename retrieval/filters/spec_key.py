@@ -1,15 +1,21 @@
 """Hashable keys for raw filter specs, so a repeated filter is recognized without parsing it.
 
-A key is built in C-level passes over the spec (a list of strings becomes one tuple), unlike
-its JSON text, which cost ~2 ms for 10,000 values. Scalars are tagged with their type:
-``True == 1 == 1.0`` in Python, yet ``True`` is an error on a number field.
+A key is built in C-level passes over the spec, unlike its JSON text, which cost ~2 ms for
+10,000 values. A list of strings (an access-control list) becomes one string, its values
+joined by NUL: one copy, one compiled hash of contiguous bytes and one memcmp on a hit, ~0.12
+ms for 10,000 values whether the list is the same object again or freshly decoded from JSON.
+A tuple of the values cost twice that fresh (a hash per new string object) and more under
+cache pressure.
+Scalars are tagged with their type: ``True == 1 == 1.0`` in Python, yet ``True`` is an error on
+a number field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
-from retrieval.filters.nodes import MAX_DEPTH, all_strings
+from indexes.packed_strings import digest
+from retrieval.filters.nodes import MAX_DEPTH
 
 SpecKey = tuple[Hashable, int]
 
@@ -61,8 +67,9 @@ def _freeze(value: object, depth: int) -> SpecKey:
         raise _Unkeyable
     if kind is list or kind is tuple:
         items: list | tuple = value  # type: ignore[assignment]
-        if all_strings(items):  # the large case, an IN list of ids: one tuple, no per-item work
-            return ("L", tuple(items)), len(items) + 1
+        strings = _strings_key(items)
+        if strings is not None:  # the large case, an IN list of ids
+            return strings, len(items) + 1
         parts = [_freeze(item, depth + 1) for item in items]
         return ("l", tuple(part for part, _ in parts)), sum(w for _, w in parts) + 1
     if kind is dict:
@@ -76,3 +83,35 @@ def _freeze(value: object, depth: int) -> SpecKey:
             weight += w
         return ("d", tuple(sorted(entries, key=lambda entry: entry[0]))), weight
     raise _Unkeyable
+
+
+class _Text:
+    """A list of str as one string (its values joined by NUL) hashed by ``digest``: one
+    compiled pass for the hash and the NUL count (SipHash alone took longer)."""
+
+    __slots__ = ("text", "_hash")
+
+    def __init__(self, text: str, digest: int) -> None:
+        self.text, self._hash = text, digest
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Text) and self._hash == other._hash and \
+            self.text == other.text
+
+
+def _strings_key(items: Sequence[object]) -> Hashable | None:
+    """A key for a list of str (None for other lists): the values joined by NUL and their
+    number. The join type-checks and copies in one C-level pass; with exactly len - 1 NULs the
+    joined string splits back into the list, so equal keys mean equal lists. A list whose
+    values hold NUL is keyed by the tuple of its values."""
+    try:
+        joined = "\0".join(items)  # type: ignore[arg-type]
+    except TypeError:
+        return None
+    hashed, nuls = digest(joined)
+    if nuls == max(len(items) - 1, 0):
+        return ("J", len(items), _Text(joined, hashed))
+    return ("L", tuple(items))

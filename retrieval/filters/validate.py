@@ -22,10 +22,10 @@ from retrieval.filters.nodes import (
     Eq,
     Filter,
     Scalar,
-    all_strings,
     bounded,
     neg,
     one_of,
+    one_of_strings,
     show,
 )
 
@@ -116,11 +116,9 @@ class Context:
                                        f"{show(values)}; write e.g. {{{op!r}: ['a', 'b']}}")
         self.check_in_count(field, len(values))
         self._count_clause()
-        if kind == "keyword" and all_strings(values):
-            # Access-control lists (ids as strings): C-level passes, no per-value coerce.
-            # str() returns an exact str as itself and turns a subclass into a plain str.
-            leaf = one_of(field, map(str, values))
-        else:
+        # Access-control lists (ids as strings): compiled passes, no per-value coerce.
+        leaf = one_of_strings(field, values) if kind == "keyword" else None
+        if leaf is None:
             leaf = one_of(field, [coerce(field, kind, v) for v in values])
         return neg(leaf) if negate else leaf
 
