@@ -49,6 +49,9 @@ K = 10
 TARGET_MS = 0.1  # p95 an adapter may add over Retriever.search
 FLOOR_LANGCHAIN = "LangChain invoke of a retriever returning nothing"
 FLOOR_LLAMAINDEX = "LlamaIndex retrieve of a retriever returning nothing"
+AFLOOR_LANGCHAIN = "LangChain ainvoke of a retriever returning nothing"
+AFLOOR_LLAMAINDEX = "LlamaIndex aretrieve of a retriever returning nothing"
+FLOORS = (FLOOR_LANGCHAIN, FLOOR_LLAMAINDEX, AFLOOR_LANGCHAIN, AFLOOR_LLAMAINDEX)
 
 
 class EngineClock:
@@ -127,6 +130,8 @@ class Calls:
             "LlamaIndex aretrieve": self._async("LlamaIndex aretrieve", index.aretrieve),
             FLOOR_LANGCHAIN: self._sync(FLOOR_LANGCHAIN, floor_chain.invoke),
             FLOOR_LLAMAINDEX: self._sync(FLOOR_LLAMAINDEX, floor_index.retrieve),
+            AFLOOR_LANGCHAIN: self._async(AFLOOR_LANGCHAIN, floor_chain.ainvoke),
+            AFLOOR_LLAMAINDEX: self._async(AFLOOR_LLAMAINDEX, floor_index.aretrieve),
         }
 
     def _record(self, name: str, started: tuple[float, float]) -> None:
@@ -155,7 +160,9 @@ class Calls:
 
 
 def framework_floors() -> tuple[Any, Any]:
-    """A retriever of each framework that returns nothing at once: the framework's own cost."""
+    """A retriever of each framework that returns nothing at once, sync and async (without
+    the async method each framework would run the sync one in a thread): the framework's own
+    cost."""
     from langchain_core.retrievers import BaseRetriever as LangChainBase
     from llama_index.core.retrievers import BaseRetriever as LlamaIndexBase
 
@@ -163,8 +170,14 @@ def framework_floors() -> tuple[Any, Any]:
         def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
             return []
 
+        async def _aget_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
+            return []
+
     class NothingLlamaIndex(LlamaIndexBase):
         def _retrieve(self, query_bundle: Any) -> list[Any]:
+            return []
+
+        async def _aretrieve(self, query_bundle: Any) -> list[Any]:
             return []
 
     return NothingLangChain(), NothingLlamaIndex()
@@ -179,7 +192,7 @@ def scenario(engine: Retriever, queries: Sequence[str], warmup: int) -> dict[str
     finally:
         loop.close()
     for name, sample in samples.items():  # every call returned k results for every query
-        expected = 0 if name in (FLOOR_LANGCHAIN, FLOOR_LLAMAINDEX) else K
+        expected = 0 if name in FLOORS else K
         assert all(len(getattr(out, "hits", out)) == expected for out in sample.outputs), name
     return {"end_to_end": {name: sample.summary() for name, sample in samples.items()},
             "added": {name: {kind: summarize(ms[warmup:]) for kind, ms in added.items()}

@@ -96,8 +96,11 @@ def hit_id(hit: Hit) -> str:
 
 def hit_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
     """The document's own metadata plus the scores of every stage and the build it came from,
-    and in passage builds where the passage sits in its document."""
-    located = ({"parent_id": hit.parent_id, "passage": hit.passage, "start": hit.start,
-                "end": hit.end} if hit.parent_id is not None else {})
-    return {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
-            "vector_score": hit.vector_score, "build_id": build_id, **located}
+    and in passage builds where the passage sits in its document. A new dict per call: the
+    caller may add to it, and the framework object it goes into owns it."""
+    metadata = {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
+                "vector_score": hit.vector_score, "build_id": build_id}
+    if hit.parent_id is not None:
+        metadata.update(parent_id=hit.parent_id, passage=hit.passage, start=hit.start,
+                        end=hit.end)
+    return metadata

@@ -26,6 +26,7 @@ from retrieval.integrations.backend import (
     passage,
 )
 from retrieval.integrations.errors import MissingExtraError
+from retrieval.integrations.trusted import TrustedModel
 from retrieval.models import SearchResult
 
 try:
@@ -51,6 +52,8 @@ __all__ = ["LangChainRetriever", "to_documents"]
 # Options ``invoke`` forwards that are the framework's own, not search options.
 _FRAMEWORK_KWARGS = frozenset({"verbose"})
 _SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context")
+_ALLOWED_KWARGS = _FRAMEWORK_KWARGS | frozenset(_SEARCH_OPTIONS)
+_DOCUMENT = TrustedModel(Document, id="", page_content="", metadata={})
 
 
 def to_documents(result: SearchResult) -> list[Document]:
@@ -58,8 +61,9 @@ def to_documents(result: SearchResult) -> list[Document]:
     page_content = title + text (or the passage's context when asked for), metadata = the
     document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id`` and,
     for passages, ``parent_id``, ``passage``, ``start``, ``end``."""
-    return [Document(id=hit_id(hit), page_content=passage(hit),
-                     metadata=hit_metadata(hit, result.build_id)) for hit in result.hits]
+    build, build_id = _DOCUMENT.build, result.build_id
+    return [build(id=hit_id(hit), page_content=passage(hit), metadata=hit_metadata(hit, build_id))
+            for hit in result.hits]
 
 
 class LangChainRetriever(BaseRetriever):
@@ -154,7 +158,7 @@ class LangChainRetriever(BaseRetriever):
                  ) -> tuple[FilterSpec, int | None, dict[str, Any]]:
         """(filters, k, the other search arguments): the per-call value where given, else the
         configured one."""
-        unknown = set(overrides) - set(_SEARCH_OPTIONS) - _FRAMEWORK_KWARGS
+        unknown = overrides.keys() - _ALLOWED_KWARGS
         if unknown:
             raise InvalidQueryError(f"unknown search option(s) {', '.join(sorted(unknown))}; "
                                     f"per call you can set {', '.join(_SEARCH_OPTIONS)}")

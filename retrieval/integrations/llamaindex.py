@@ -26,7 +26,8 @@ from retrieval.integrations.backend import (
     passage,
 )
 from retrieval.integrations.errors import MissingExtraError
-from retrieval.models import SearchResult
+from retrieval.integrations.trusted import TrustedModel
+from retrieval.models import Hit, SearchResult
 
 try:
     from llama_index.core.callbacks import CallbackManager
@@ -43,6 +44,8 @@ __all__ = ["LlamaIndexRetriever", "to_nodes", "translate_filters"]
 # Bookkeeping keys kept out of the text LlamaIndex puts in prompts and embeds.
 _HIDDEN_KEYS = [*SCORE_KEYS, *PASSAGE_KEYS, "doc_id"]
 _ACCEPTED_FILTERS = "MetadataFilters, a dict, a DSL string or None"
+_NODE = TrustedModel(TextNode, id_="", text="", metadata={}, excluded_llm_metadata_keys=[],
+                     excluded_embed_metadata_keys=[])
 
 
 def to_nodes(result: SearchResult) -> list[NodeWithScore]:
@@ -51,15 +54,17 @@ def to_nodes(result: SearchResult) -> list[NodeWithScore]:
     metadata plus ``doc_id``, ``score``, ``bm25_score``, ``vector_score``, ``build_id`` and,
     for passages, ``parent_id``, ``passage``, ``start``, ``end``; ``NodeWithScore.score`` is
     the final score."""
-    return [
-        NodeWithScore(
-            node=TextNode(id_=hit_id(hit), text=passage(hit),
-                          metadata={**hit_metadata(hit, result.build_id), "doc_id": hit.doc_id},
-                          excluded_llm_metadata_keys=list(_HIDDEN_KEYS),
-                          excluded_embed_metadata_keys=list(_HIDDEN_KEYS)),
-            score=hit.score)
-        for hit in result.hits
-    ]
+    # NodeWithScore is validated: for its two fields that costs no more than building it.
+    return [NodeWithScore(node=_text_node(hit, result.build_id), score=hit.score)
+            for hit in result.hits]
+
+
+def _text_node(hit: Hit, build_id: str) -> TextNode:
+    metadata = hit_metadata(hit, build_id)
+    metadata["doc_id"] = hit.doc_id
+    return _NODE.build(id_=hit_id(hit), text=passage(hit), metadata=metadata,
+                       excluded_llm_metadata_keys=list(_HIDDEN_KEYS),
+                       excluded_embed_metadata_keys=list(_HIDDEN_KEYS))
 
 
 class LlamaIndexRetriever(BaseRetriever):
