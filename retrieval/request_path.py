@@ -47,6 +47,16 @@ class Live:
     filters: FilterMemo
 
 
+@dataclass(frozen=True)
+class Begun:
+    """A search validated and looked up in the caches, not yet computed."""
+
+    request: SearchRequest
+    lookup: Lookup | None
+    timer: StageTimer
+    deadline: Deadline
+
+
 class RequestPath:
     """The stages of a search over a ``Live`` build, and the threads and counters they use."""
 
@@ -78,26 +88,62 @@ class RequestPath:
                ) -> SearchResult:
         deadline = Deadline(check_deadline(deadline_ms, self.config))
         with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
-            timer = StageTimer()
-            request = validate(query, filters, k, candidates, self.config, live.filters,
-                               group_by, context)
-            timer.lap("validate")
-            # A caller-supplied vector is not part of any key, so its results are not cached.
-            cacheable = self.cache is not None and query_vector is None
-            lookup = self._lookup(live.snapshot, request) if cacheable else None
-            if lookup is not None:
-                timer.lap("cache")
-                if lookup.result is not None:
-                    return self._done(served_from_cache(lookup.result, request, timer), timer)
+            begun = self._begin(live, query, filters, k, candidates, query_vector is None,
+                                deadline, group_by, context)
+            if isinstance(begun, SearchResult):
+                return begun
+            return self._finish(live, begun, query_vector)
 
-            def compute() -> SearchResult:
-                return self._compute(live.snapshot, request, lookup, query_vector, timer,
-                                     deadline)
+    @property
+    def reads_without_blocking(self) -> bool:
+        """Whether a cache lookup never waits on I/O (an in-process cache), so an event loop
+        may run validate + lookup itself and leave only misses to a worker thread."""
+        return self.cache is not None and self.cache.cache.in_process
 
-            if lookup is None:
-                return self._done(compute(), timer)
-            assert self.cache is not None
-            return self._done(self.cache.once(lookup.result_key, compute), timer)
+    def begin(self, live: Live, query: str, filters: Any, k: int | None, *,
+              candidates: int | None = None, deadline_ms: float | None = None,
+              group_by: Any = None, context: Any = 0) -> SearchResult | Begun:
+        """Validate and look up the caches (``reads_without_blocking`` caches only): a
+        result-cache hit is the whole search; otherwise ``resume`` continues it."""
+        deadline = Deadline(check_deadline(deadline_ms, self.config))
+        with self.in_flight:
+            return self._begin(live, query, filters, k, candidates, True, deadline, group_by,
+                               context)
+
+    def resume(self, live: Live, begun: Begun) -> SearchResult:
+        """The rest of a search ``begin`` started, usually in a worker thread."""
+        with self.in_flight:
+            begun.timer.lap("queue")  # waiting for the thread is not the next stage's time
+            return self._finish(live, begun, None)
+
+    def _begin(self, live: Live, query: str, filters: Any, k: int | None,
+               candidates: int | None, cacheable: bool, deadline: Deadline, group_by: Any,
+               context: Any) -> SearchResult | Begun:
+        timer = StageTimer()
+        request = validate(query, filters, k, candidates, self.config, live.filters,
+                           group_by, context)
+        timer.lap("validate")
+        # A caller-supplied vector is not part of any key, so its results are not cached.
+        lookup = (self._lookup(live.snapshot, request)
+                  if cacheable and self.cache is not None else None)
+        if lookup is not None:
+            timer.lap("cache")
+            if lookup.result is not None:
+                return self._done(served_from_cache(lookup.result, request, timer), timer)
+        return Begun(request, lookup, timer, deadline)
+
+    def _finish(self, live: Live, begun: Begun, query_vector: np.ndarray | None
+                ) -> SearchResult:
+        request, lookup, timer = begun.request, begun.lookup, begun.timer
+
+        def compute() -> SearchResult:
+            return self._compute(live.snapshot, request, lookup, query_vector, timer,
+                                 begun.deadline)
+
+        if lookup is None:
+            return self._done(compute(), timer)
+        assert self.cache is not None
+        return self._done(self.cache.once(lookup.result_key, compute), timer)
 
     def _lookup(self, snapshot: LoadedBuild, request: SearchRequest) -> Lookup:
         assert self.cache is not None

@@ -326,12 +326,24 @@ class Retriever:
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, **options: Any) -> SearchResult:
-        """``search`` for asyncio apps, never blocking the loop: it runs in the running loop's
-        default executor (``loop.set_default_executor`` sizes it), so at most that many searches
-        run at once. Not in the retriever's encode pool: a search waiting there on an encode
-        queued behind other searches could wait forever."""
+        """``search`` for asyncio apps, never blocking the loop on I/O or on a computation.
+
+        With an in-process cache, validation and the cache lookup run on the loop (tens of
+        microseconds, less than the hand-off to a thread) and a result-cache hit returns from
+        there; the rest of a search runs in the running loop's default executor
+        (``loop.set_default_executor`` sizes it), so at most that many searches compute at
+        once. Not in the retriever's encode pool: a search waiting there on an encode queued
+        behind other searches could wait forever."""
+        loop = asyncio.get_running_loop()
+        if options.get("query_vector") is None and self._path.reads_without_blocking:
+            live = self._live
+            options.pop("query_vector", None)
+            begun = self._path.begin(live, query, filters, k, **options)
+            if isinstance(begun, SearchResult):
+                return begun
+            return await loop.run_in_executor(None, self._path.resume, live, begun)
         call = functools.partial(self.search, query, filters, k, **options)
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+        return await loop.run_in_executor(None, call)
 
     async def asearch_batch(self, queries: Sequence[str],
                             filters: dict[str, Any] | str | None = None, k: int | None = None,

@@ -7,13 +7,14 @@ import itertools
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from indexes.corpus import read_corpus, read_queries
 from indexes.synthetic import with_demo_metadata
-from retrieval import Retriever
+from retrieval import InvalidQueryError, Retriever
 from retrieval.batching import BatchingConfig, EncodeBatcher
 
 NO_CACHE = {"backend": "none"}
@@ -214,3 +215,64 @@ def test_batching_workers_default_by_encoder_and_override(encoder_type, workers,
         assert encoder.single_thread == [expected > 1 and encoder_type is InMemoryEncoder]
     finally:
         batcher.close()
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    """A real thread pool that counts what the event loop hands it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def _on_counting_loop(work):
+    """Run ``work()`` (a coroutine factory) on a fresh loop whose default executor counts."""
+    executor = CountingExecutor()
+
+    async def main():
+        asyncio.get_running_loop().set_default_executor(executor)
+        return await work()
+
+    try:
+        return asyncio.run(main()), executor.submitted
+    finally:
+        executor.shutdown()
+
+
+def test_asearch_serves_in_process_cache_hits_on_the_loop(root, encoder, queries):
+    retriever = Retriever.load(root, encoder=encoder)  # the in-process cache (default)
+    filters = {"year": {"gte": 2000}}
+    expected = retriever.search(queries[0], filters, 5)
+    missed, handed = _on_counting_loop(lambda: retriever.asearch(queries[1], filters, 5))
+    assert handed == 1 and missed.cache.result == "miss"
+    assert "queue" in missed.timings  # the wait for the thread, not another stage's time
+    assert missed.hits == retriever.search(queries[1], filters, 5).hits  # now a hit
+    hit, handed = _on_counting_loop(lambda: retriever.asearch(queries[0], filters, 5))
+    assert handed == 0 and hit.cache.result == "hit"
+    assert [(h.doc_id, h.score) for h in hit.hits] == _ids(expected)
+    counters = retriever.stats()["cache"]
+    assert (counters["result_hits"], counters["result_misses"]) == (2, 2)  # each counted once
+    with pytest.raises(InvalidQueryError):  # refused on the loop like search refuses it
+        _on_counting_loop(lambda: retriever.asearch(queries[0], filters, 0))
+
+
+def test_asearch_hands_every_search_to_a_thread_without_an_in_process_cache(
+        root, encoder, queries, redis_server):
+    retriever = Retriever.load(root, {"cache": {"backend": "redis", "url": redis_server.url,
+                                                "namespace": "asearch-loop"}}, encoder=encoder)
+    try:
+        for _ in range(2):  # a miss, then a Redis hit: both in a worker thread
+            result, handed = _on_counting_loop(lambda: retriever.asearch(queries[2], k=5))
+            assert handed == 1
+            retriever.flush_cache_writes()
+        assert result.cache.result == "hit"
+        vector = encoder.encode([queries[3]])[0]
+        _, handed = _on_counting_loop(lambda: retriever.asearch(queries[3], k=5,
+                                                                query_vector=vector))
+        assert handed == 1
+    finally:
+        retriever.close()

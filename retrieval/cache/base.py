@@ -163,6 +163,9 @@ class BackgroundWriter:
 class Cache(ABC):
     """Bytes cache with absolute TTLs (set on write, never refreshed by reads)."""
 
+    # True when reads never wait on I/O (an in-process cache): an event loop may call them.
+    in_process = False
+
     @abstractmethod
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values for ``keys`` in input order, None for misses; one round trip; never raises."""

@@ -30,6 +30,8 @@ def entry_size(key: str, value: bytes) -> int:
 class MemoryCache(Cache):
     """Thread-safe LRU with ``max_entries`` and ``max_bytes`` bounds and absolute TTLs."""
 
+    in_process = True
+
     def __init__(
         self,
         max_entries: int = 100_000,
