@@ -38,6 +38,7 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 # Part of the cached file names: bump it when the export or quantization settings change, so a
 # cache written by an older version is never picked up.
 EXPORT_FORMAT = 1
+FP32_FORMAT = 1  # the export with attention fused: what the fp32 backend runs
 INT8_FORMAT = 2  # 2: attention fused before quantizing
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -195,7 +196,9 @@ def export_onnx(model_dir: str | Path, out_path: str | Path) -> Path:
 def fuse_attention(fp32_path: Path, model_dir: Path, out_path: Path) -> Path:
     """The exported graph with each layer's attention fused into one ``Attention`` node.
 
-    Quantized, that node becomes one ``QAttention`` (Q, K and V in one INT8 GEMM, no
+    The fp32 backend runs this graph (one kernel instead of MatMul, Softmax and Transpose
+    chains over (batch, heads, sequence, sequence) tensors). Quantized, that node becomes one
+    ``QAttention`` (Q, K and V in one INT8 GEMM, no
     Reshape/Transpose chain). The optimizer's other fusions stay off because they are slower
     on CPU (measured with SciFact queries): ``SkipLayerNormalization`` runs at about a fifth of
     the speed of Add + ``LayerNormalization``, and ``BiasGelu`` takes the bias out of the
@@ -251,7 +254,12 @@ def ensure_onnx(model_dir: Path, quantized: bool, cache_dir: Path | None = None)
     if not fp32.is_file():
         export_onnx(model_dir, fp32)
     if not quantized:
-        return fp32
+        # Fused attention runs SciFact documents 5-10% and single queries 10-25% faster than
+        # the plain export (fresh processes, alternated); same function (cosine 1.0000).
+        fused = cache / f"model-fp32-attention-v{FP32_FORMAT}.onnx"
+        if not fused.is_file():
+            _atomic_write(fused, lambda tmp: fuse_attention(fp32, model_dir, tmp))
+        return fused
     int8 = cache / f"model-int8-v{INT8_FORMAT}.onnx"
     if not int8.is_file():
         quantize_model_int8(fp32, model_dir, int8)

@@ -113,6 +113,13 @@ def test_int8_graph_has_fused_attention(onnx_int8):
     assert "SkipLayerNormalization" not in ops and "Transpose" not in ops
 
 
+def test_fp32_graph_has_fused_attention(onnx_fp32):
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(onnx_fp32.onnx_path)).graph.node]
+    assert ops.count("Attention") == 6 and "Softmax" not in ops
+
+
 def test_single_text_unpadded_equals_batched(onnx_fp32, scifact_queries):
     texts = scifact_queries[:40]  # lengths differ: the batch pads most of them
     single, batched = one_by_one(onnx_fp32, texts), onnx_fp32.encode(texts, batch_size=8)
@@ -138,7 +145,8 @@ def test_concurrent_encodes_match_sequential(onnx_int8, scifact_queries):
 
 def test_export_is_cached(onnx_cache, onnx_fp32, onnx_int8):
     files = sorted(p.name for p in onnx_cache.iterdir())
-    assert files == ["model-fp32-v1.onnx", "model-int8-v2.onnx"]  # no temporary leftovers
+    # The export, its attention-fused fp32 graph, the INT8 graph; no temporary leftovers.
+    assert files == ["model-fp32-attention-v1.onnx", "model-fp32-v1.onnx", "model-int8-v2.onnx"]
     before = onnx_fp32.onnx_path.stat().st_mtime_ns
     again = make_encoder("onnx", cache_dir=onnx_cache)
     assert again.encoder_id == onnx_fp32.encoder_id
