@@ -9,6 +9,8 @@ Every stage is timed (``StageTimer``) and takes what is left of the search's ``D
 the embedding wait gives up when the budget is spent (the search then ranks by BM25 alone) and
 the feature read is skipped past it; a degraded result is returned, counted and never cached.
 Searches past ``max_in_flight`` are refused with ``OverloadedError`` before any work.
+``search`` runs it all in the caller's thread; ``begin`` + ``resume`` split it at the cache
+lookup, so an event loop can serve in-process cache hits itself (``Retriever.asearch``).
 """
 
 from __future__ import annotations
