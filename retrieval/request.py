@@ -37,6 +37,37 @@ class SearchRequest:
     named: NamedMask | None = None  # a registered filter ({"$named": ...}), ANDed with ``filter``
 
 
+# Up to this many values in all, a filter is validated in microseconds; a 100,000-value IN list
+# takes tens of milliseconds on first sight, which an event loop must not spend itself.
+LIGHT_FILTER_VALUES = 1_000
+LIGHT_FILTER_CHARS = 16_384
+
+
+def is_light_filter(filters: Any, budget: int = LIGHT_FILTER_VALUES) -> bool:
+    """Whether ``filters`` (dict, DSL string or None) is small enough to validate on an event
+    loop: at most ``budget`` keys and list items in all, or a DSL string of at most
+    ``LIGHT_FILTER_CHARS`` characters. Stops counting as soon as the budget is spent."""
+    if filters is None:
+        return True
+    if isinstance(filters, str):
+        return len(filters) <= LIGHT_FILTER_CHARS
+    pending, seen = [filters], 0
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            seen += len(item)
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            seen += len(item)
+            children = item
+        else:
+            continue
+        if seen > budget:
+            return False
+        pending.extend(c for c in children if isinstance(c, Mapping | list | tuple))
+    return True
+
+
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidQueryError(f"{name} must be an integer, got {type(value).__name__}")

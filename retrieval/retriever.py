@@ -34,7 +34,7 @@ from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
-from retrieval.request import FilterMemo
+from retrieval.request import FilterMemo, is_light_filter
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import Live, RequestPath
 
@@ -330,12 +330,15 @@ class Retriever:
 
         With an in-process cache, validation and the cache lookup run on the loop (tens of
         microseconds, less than the hand-off to a thread) and a result-cache hit returns from
-        there; the rest of a search runs in the running loop's default executor
-        (``loop.set_default_executor`` sizes it), so at most that many searches compute at
-        once. Not in the retriever's encode pool: a search waiting there on an encode queued
-        behind other searches could wait forever."""
+        there, unless the filters are large (``is_light_filter``: a long IN list can take
+        milliseconds to validate, so such searches run entirely in a thread). The rest of a
+        search runs in the running loop's default executor (``loop.set_default_executor``
+        sizes it), so at most that many searches compute at once. Not in the retriever's
+        encode pool: a search waiting there on an encode queued behind other searches could
+        wait forever."""
         loop = asyncio.get_running_loop()
-        if options.get("query_vector") is None and self._path.reads_without_blocking:
+        if (options.get("query_vector") is None and self._path.reads_without_blocking
+                and is_light_filter(filters)):
             live = self._live
             options.pop("query_vector", None)
             begun = self._path.begin(live, query, filters, k, **options)

@@ -16,6 +16,7 @@ from indexes.corpus import read_corpus, read_queries
 from indexes.synthetic import with_demo_metadata
 from retrieval import InvalidQueryError, Retriever
 from retrieval.batching import BatchingConfig, EncodeBatcher
+from retrieval.request import is_light_filter
 
 NO_CACHE = {"backend": "none"}
 
@@ -276,3 +277,22 @@ def test_asearch_hands_every_search_to_a_thread_without_an_in_process_cache(
         assert handed == 1
     finally:
         retriever.close()
+
+
+def test_light_filter_counts_keys_and_list_items():
+    assert is_light_filter(None) and is_light_filter("year >= 2010")
+    assert is_light_filter({"year": {"gte": 2000}, "doc_type": {"in": ["a", "b"]}})
+    assert is_light_filter({"doc_type": {"in": [str(i) for i in range(990)]}})
+    assert not is_light_filter({"doc_type": {"in": [str(i) for i in range(1_001)]}})
+    nested = {"$or": [{"year": {"gte": y}} for y in range(400)]}  # 400 x 3 entries
+    assert not is_light_filter(nested)
+    assert not is_light_filter("doc_type IN (" + ",".join(f"'{i}'" for i in range(5000)) + ")")
+
+
+def test_asearch_validates_large_filters_in_a_thread_even_on_a_hit(root, encoder, queries):
+    retriever = Retriever.load(root, encoder=encoder)
+    large = {"doc_type": {"in": ["review", "trial", *(f"other-{i}" for i in range(5_000))]}}
+    expected = retriever.search(queries[4], large, 5)  # now cached
+    result, handed = _on_counting_loop(lambda: retriever.asearch(queries[4], large, 5))
+    assert handed == 1 and result.cache.result == "hit"
+    assert result.hits == expected.hits
