@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 # hit/miss: looked up; off: no cache configured; provided: caller passed the query vector;
 # skipped: not needed (the result itself came from the cache).
@@ -78,3 +78,6 @@ class SearchResult(BaseModel):
     degraded: list[str] = Field(
         default_factory=list, description="stages skipped to meet the deadline: 'embed' "
         "(ranked by BM25 alone, vector_score 0), 'features' (no feature adjustment)")
+    # Set on a cache entry's decoded result (``retrieval.result_json``): lets copies served
+    # from it be written as JSON without serializing the hits again.
+    _shared: Any = PrivateAttr(None)

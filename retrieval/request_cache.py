@@ -27,6 +27,7 @@ from retrieval.cache import (
 )
 from retrieval.cache.base import CacheCounters
 from retrieval.models import SearchResult
+from retrieval.result_json import share
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class RequestCache:
         return result
 
     def _remember(self, key: str, blob: bytes, result: SearchResult) -> None:
+        share(result)  # its copies served as hits are written as JSON from shared pieces
         with self._decoded_lock:
             self._decoded.put(key, (blob, result))
 

@@ -5,7 +5,8 @@ measured 3x less framework time per request (``python -m benchmarks.http``), whi
 next to a cache hit of tens of microseconds. The OpenAPI document is still generated from the
 pydantic models (``retrieval.service.openapi``). Bodies are validated by strict models
 (unknown fields and wrong types are 422), results are the library's ``SearchResult``
-serialized once by pydantic, and every error is ``{"error": {"type", "message"}}`` with the
+serialized by pydantic (a cache hit's shared fields once per cache entry,
+``retrieval.result_json``), and every error is ``{"error": {"type", "message"}}`` with the
 status from ``retrieval.service.errors``.
 """
 
@@ -29,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
+from retrieval.result_json import result_json
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.errors import (
     MalformedRequestError,
@@ -142,7 +144,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
         if settings.log_query_text:
             log.info("search %r: %d hits, %.3f ms", body.query, len(result.hits),
                      result.timings.get("total", 0.0))
-        return _json(result)
+        return Response(result_json(result), media_type=JSON)
 
     async def search_batch(request: Request) -> Response:
         body = await parse_body(request, BatchBody)
@@ -156,8 +158,8 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                         context=body.context or 0)
         for result in results:
             metrics.observe_result(result)
-        payload = ",".join(r.model_dump_json() for r in results)
-        return Response('{"results":[' + payload + "]}", media_type=JSON)
+        payload = b",".join(result_json(r) for r in results)
+        return Response(b'{"results":[' + payload + b"]}", media_type=JSON)
 
     return [Route("/v1/search", search, methods=["POST"]),
             Route("/v1/search/batch", search_batch, methods=["POST"])]
