@@ -20,6 +20,7 @@ from retrieval.models import SearchResult
 PREFIX = "retrieval"
 LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003,
                    0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+MAX_CACHED_CHILDREN = 1024
 BREAKER_STATES = ("closed", "open", "half_open")
 
 
@@ -55,6 +56,9 @@ class ServiceMetrics:
                                 ["build_id"], multiprocess_mode="livemax", registry=reg)
         self.ready_workers = Gauge(f"{PREFIX}_ready_workers", "Workers that are ready",
                                    multiprocess_mode="livesum", registry=reg)
+        # Labelled children by label values: ``labels()`` takes a lock and builds a key each
+        # call, a third of the cost of recording a cache hit's metrics.
+        self._children: dict[tuple[object, ...], Any] = {}
         self._seen_errors = 0
         self._seen_reloads = 0
         self._build_id: str | None = None
@@ -62,16 +66,25 @@ class ServiceMetrics:
     # -- per request ----------------------------------------------------------------------
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.request_seconds.labels(route).observe(seconds)
+        self._child(self.requests, route, method, status).inc()
+        self._child(self.request_seconds, route).observe(seconds)
 
     def observe_result(self, result: SearchResult) -> None:
         for stage, ms in result.timings.items():
-            self.stage_seconds.labels(stage).observe(ms / 1000.0)
+            self._child(self.stage_seconds, stage).observe(ms / 1000.0)
         for cache, status in (("result", result.cache.result),
                               ("embedding", result.cache.embedding)):
             if status in ("hit", "miss"):
-                self.cache_lookups.labels(cache, status).inc()
+                self._child(self.cache_lookups, cache, status).inc()
+
+    def _child(self, metric: Any, *values: object) -> Any:
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = metric.labels(*(str(v) for v in values))
+            if len(self._children) < MAX_CACHED_CHILDREN:  # label values a client chose
+                self._children[key] = child
+        return child
 
     # -- from Retriever.stats() -----------------------------------------------------------
 
