@@ -19,7 +19,7 @@ from typing import Any
 
 from retrieval.latency import summarize
 
-WRK_SCRIPT = """
+WRK_POST = """
 local bodies = {%s}
 local i = 0
 wrk.method = "POST"
@@ -28,6 +28,8 @@ request = function()
   i = i + 1
   return wrk.format(nil, nil, nil, bodies[(i %% #bodies) + 1])
 end
+"""
+WRK_REPORT = """
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format('WRKJSON {"requests": %%d, "duration_us": %%d, "errors": %%d, '
@@ -70,15 +72,17 @@ def closed_loop_threads(call: Callable[[str], Any], items: Sequence[str], concur
 
 
 def wrk_load(url: str, items: Sequence[str], concurrency: int, seconds: float,
-             warmup: float = 0.0) -> dict[str, Any]:
-    """``wrk`` (C, event loop): POST /v1/search cycling through ``items``."""
+             warmup: float = 0.0, *, path: str = "/v1/search", cpus: set[int] | None = None
+             ) -> dict[str, Any]:
+    """``wrk`` (C, event loop): POST /v1/search cycling through ``items`` (no items: GET
+    ``path``), on ``cpus`` only when given."""
     bodies = ",".join("[==[" + json.dumps({"query": q, "k": 10}) + "]==]" for q in items)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT % bodies)
+        script.write((WRK_POST % bodies if items else "") + WRK_REPORT)
     try:
         if warmup > 0:
-            _wrk(url, script.name, concurrency, warmup)
-        found = _wrk(url, script.name, concurrency, seconds)
+            _wrk(url + path, script.name, concurrency, warmup, cpus)
+        found = _wrk(url + path, script.name, concurrency, seconds, cpus)
     finally:
         Path(script.name).unlink()
     elapsed = found["duration_us"] / 1e6
@@ -88,10 +92,13 @@ def wrk_load(url: str, items: Sequence[str], concurrency: int, seconds: float,
             "errors": found["errors"] + found["non2xx"]}
 
 
-def _wrk(url: str, script: str, concurrency: int, seconds: float) -> dict[str, Any]:
+def _wrk(url: str, script: str, concurrency: int, seconds: float, cpus: set[int] | None
+         ) -> dict[str, Any]:
     threads = min(concurrency, 2)
     command = ["wrk", f"-t{threads}", f"-c{concurrency}", f"-d{max(1, round(seconds))}s",
-               "--timeout", "30s", "-s", script, f"{url}/v1/search"]
+               "--timeout", "30s", "-s", script, url]
+    if cpus is not None:
+        command = ["taskset", "-c", ",".join(map(str, sorted(cpus))), *command]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("WRKJSON "))
     return dict(json.loads(line[len("WRKJSON "):]))
