@@ -32,8 +32,8 @@ end
 WRK_REPORT = """
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format('WRKJSON {"requests": %%d, "duration_us": %%d, "errors": %%d, '
-    .. '"non2xx": %%d, "p50": %%f, "p95": %%f, "p99": %%f, "max": %%f}\\n', summary.requests,
+  io.write(string.format('WRKJSON {"requests": %d, "duration_us": %d, "errors": %d, '
+    .. '"non2xx": %d, "p50": %f, "p95": %f, "p99": %f, "max": %f}\\n', summary.requests,
     summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
     latency:percentile(50), latency:percentile(95), latency:percentile(99), latency.max))
 end
