@@ -9,8 +9,8 @@ evaluates the BM25 formula. Two variants:
 
 The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
 ``indexes.bm25_kernels`` and ``indexes.topk``; per query it picks the kernel: under a filter,
-galloping over the allowed rows (``bm25_filtered``) when they are few, else a bitset walk
-(``bm25_bitset``) for up to 10% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
+galloping over the allowed rows (``bm25_filtered``) when they are few, else a mask walk
+(``bm25_mask_walk``) for up to 20% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
 else the exhaustive kernel. A score is the float64 sum, in query-term order,
 of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
 agrees to rtol 1e-6 (tests/test_bm25.py).
@@ -27,9 +27,15 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.bm25_bitset import BITSET_COST, BITSET_MAX_SHARE, BitsetMemo, bitset_top_rows
 from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
 from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
+from indexes.bm25_mask_walk import (
+    CHUNK,
+    MASK_WALK_COST,
+    MASK_WALK_MAX_SHARE,
+    AllowedCounts,
+    mask_walk_top_rows,
+)
 from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
@@ -117,7 +123,7 @@ class BM25Index:
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
         self._allowed = AllowedRowsMemo()
-        self._bitsets = BitsetMemo()
+        self._allowed_counts = AllowedCounts()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
         self.pruning = True  # pruned top C on long postings; False: always the exhaustive kernel
 
@@ -219,17 +225,17 @@ class BM25Index:
         lengths = self.indptr[ids + 1] - self.indptr[ids]
         postings = int(lengths.sum())
         if mask is not None:
-            bits, n_allowed = self._bitsets.bits(mask)
-            use_bits = n_allowed <= BITSET_MAX_SHARE * self.n_docs
-            # What galloping must beat: the bitset walk, else the exhaustive kernel.
-            budget = postings * BITSET_COST if use_bits else float(postings)
+            n_allowed = self._allowed_counts.count(mask)
+            walk = n_allowed <= MASK_WALK_MAX_SHARE * self.n_docs
+            # What galloping must beat: the mask walk, else the exhaustive kernel.
+            budget = postings * MASK_WALK_COST if walk else float(postings)
             allowed = self._selective_rows(lengths, budget, mask)
             if allowed is not None:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
-            if use_bits:
-                return bitset_top_rows(self.indptr, self.rows, self.impacts, ids, weights, bits,
-                                       k, self._buffer())
+            if walk:
+                return mask_walk_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
+                                          mask, n_allowed, k, self._buffer(), CHUNK)
         if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
             return pruned_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
                                    ids, weights, mask_arr, use_mask, k, self._buffer())

@@ -1,4 +1,4 @@
-"""MaxScore pruning (``indexes.bm25_pruned``) and the bitset kernel (``indexes.bm25_bitset``)
+"""MaxScore pruning (``indexes.bm25_pruned``) and the mask walk (``indexes.bm25_mask_walk``)
 against the exhaustive kernel: the same top C, scores bit for bit and ties (score desc, row
 asc), on random corpora, queries and masks, called directly and through ``BM25Index`` (whose
 cost model picks the kernel per query)."""
@@ -12,7 +12,7 @@ from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
 from indexes import bm25_pruned
 from indexes.bm25 import BM25Index
-from indexes.bm25_bitset import bitset_top_rows
+from indexes.bm25_mask_walk import mask_walk_top_rows
 from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
 
 
@@ -121,15 +121,17 @@ def test_long_lists_of_frequent_words_are_skipped() -> None:
 
 
 @SETTINGS
-@given(cases())
-def test_bitset_kernel_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int]
-                                         ) -> None:
+@given(cases(), st.sampled_from([1, 3, 4096]))  # chunk boundaries inside and across postings
+def test_mask_walk_equals_exhaustive(case: tuple[BM25Index, list[str], np.ndarray, int],
+                                     chunk: int) -> None:
     index, tokens, mask, k = case
     ids, weights = index.query_terms(tokens)
     if not _positive(index, ids):
         return
     scratch = np.zeros(index.n_docs)
-    got = bitset_top_rows(index.indptr, index.rows, index.impacts, ids, weights,
-                          np.packbits(mask, bitorder="little"), k, scratch)
-    assert_same(got, exhaustive(index, tokens, mask, k))
-    assert not scratch.any()
+    expected = exhaustive(index, tokens, mask, k)
+    for n_allowed in (int(mask.sum()), 0):  # a short count only grows the touched list
+        got = mask_walk_top_rows(index.indptr, index.rows, index.impacts, ids, weights, mask,
+                                 n_allowed, k, scratch, chunk)
+        assert_same(got, expected)
+        assert not scratch.any()

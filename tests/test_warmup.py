@@ -20,12 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = """
 import json, sys
 import numpy as np
-from indexes import bm25_bitset, bm25_filtered, bm25_kernels, bm25_pruned, topk
+from indexes import bm25_mask_walk, bm25_filtered, bm25_kernels, bm25_pruned, topk
 from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
 
 def loaded():
-    modules = (bm25_kernels, bm25_filtered, bm25_bitset, bm25_pruned, topk)
+    modules = (bm25_kernels, bm25_filtered, bm25_mask_walk, bm25_pruned, topk)
     kernels = [getattr(m, n) for m in modules for n in dir(m)]
     return {k.__name__: len(k.signatures) for k in kernels if hasattr(k, "signatures")}
 
