@@ -43,12 +43,16 @@ class FaultProxy:
     def set_mode(self, mode: Mode) -> None:
         if mode == "down":
             self._close_all()
-        elif self.mode == "down":
+            return
+        was_down, self.mode = self.mode == "down", mode
+        if was_down:  # listening again only once the mode lets new connections through
             self._listen(self.port)
-        self.mode = mode
 
     def _close_all(self) -> None:
         with self._lock:
+            # Down before anything closes: a connection accepted meanwhile is dropped, not
+            # registered after the sweep (it would have kept serving from a "dead" server).
+            self.mode = "down"
             doomed, self._sockets = self._sockets, []
             listener, self._listener = self._listener, None
         for sock in [*doomed, *([listener] if listener else [])]:
@@ -69,7 +73,13 @@ class FaultProxy:
                 return  # listener closed
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
             with self._lock:
-                self._sockets += [client, upstream]
+                dead = self.mode == "down"
+                if not dead:
+                    self._sockets += [client, upstream]
+            if dead:
+                for sock in (client, upstream):
+                    sock.close()
+                continue
             threading.Thread(target=self._pump, args=(client, upstream, False),
                              daemon=True).start()
             threading.Thread(target=self._pump, args=(upstream, client, True),
@@ -82,7 +92,7 @@ class FaultProxy:
                 if not ready:
                     continue
                 data = source.recv(65536)
-                if not data:
+                if not data or self.mode == "down":
                     return
                 if replies and self.mode == "slow":
                     time.sleep(self.delay)  # the fault itself: a server 50 ms late
