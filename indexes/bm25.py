@@ -9,9 +9,10 @@ evaluates the BM25 formula. Two variants:
 
 The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
 ``indexes.bm25_kernels`` and ``indexes.topk``; per query it picks the kernel: under a filter,
-galloping over the allowed rows (``bm25_filtered``) when they are few, else a mask walk
-(``bm25_mask_walk``) for up to 20% allowed; MaxScore pruning (``bm25_pruned``) on long postings;
-else the exhaustive kernel. A score is the float64 sum, in query-term order,
+galloping over the allowed rows (``bm25_filtered``) when they are few, else a repeated
+filter's postings restricted to its rows (``bm25_restricted``) for up to 5% allowed, else a
+mask walk (``bm25_mask_walk``) for up to 20% allowed; MaxScore pruning (``bm25_pruned``) on
+long postings; else the exhaustive kernel. A score is the float64 sum, in query-term order,
 of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
 agrees to rtol 1e-6 (tests/test_bm25.py).
 """
@@ -37,6 +38,7 @@ from indexes.bm25_mask_walk import (
     mask_walk_top_rows,
 )
 from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
+from indexes.bm25_restricted import RESTRICT_MAX_SHARE, RestrictedPostings
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
@@ -124,6 +126,8 @@ class BM25Index:
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
         self._allowed = AllowedRowsMemo()
         self._allowed_counts = AllowedCounts()
+        # Repeated filters' postings restricted to their rows (budget_bytes = 0 turns it off).
+        self.restricted = RestrictedPostings()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
         self.pruning = True  # pruned top C on long postings; False: always the exhaustive kernel
 
@@ -233,6 +237,9 @@ class BM25Index:
             if allowed is not None:
                 return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                          allowed, k, self._buffer())
+            if walk and self._restricted_fits(mask, n_allowed):
+                return self.restricted.top_rows(self.indptr, self.rows, self.impacts, ids,
+                                                weights, mask, n_allowed, k, self._buffer())
             if walk:
                 return mask_walk_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
                                           mask, n_allowed, k, self._buffer(), CHUNK)
@@ -240,6 +247,11 @@ class BM25Index:
             return pruned_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
                                    ids, weights, mask_arr, use_mask, k, self._buffer())
         return top_rows(*args, k, self._buffer())
+
+    def _restricted_fits(self, mask: np.ndarray, n_allowed: int) -> bool:
+        """A repeated filter's mask (read-only, from the mask cache) allowing a small share."""
+        return (self.restricted.budget_bytes > 0 and not mask.flags.writeable
+                and n_allowed <= RESTRICT_MAX_SHARE * self.n_docs)
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);
