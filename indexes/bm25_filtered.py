@@ -14,13 +14,10 @@ scratch slot).
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 from numba import njit
 
-from indexes.lru import LRU
+from indexes.mask_memo import MaskMemo
 from indexes.topk import best_touched
 
 # Relative cost of one galloping comparison against one exhaustive posting visit, measured on
@@ -138,27 +135,20 @@ def gallop_cost(lengths: np.ndarray, n_allowed: int) -> float:
 
 
 class AllowedRowsMemo:
-    """Sorted allowed rows of recently seen read-only masks, by identity (a weak reference
-    proves the mask is still the same object): a filter's mask is shared through the per-build
-    mask cache, so its rows are listed once, not per query. Writable masks are never
-    remembered (their owner may change them)."""
+    """Sorted allowed rows of recently seen read-only masks (``MaskMemo``): a filter's mask is
+    shared through the per-build mask cache, so its rows are listed once, not per query."""
 
     def __init__(self, size: int = 32) -> None:
-        self._entries: LRU[int, tuple[weakref.ref, np.ndarray | None, int]] = LRU(size)
-        self._lock = threading.Lock()
+        self._memo: MaskMemo[tuple[np.ndarray | None, int]] = MaskMemo(size)
 
     def rows(self, mask: np.ndarray, limit: int) -> np.ndarray | None:
         """Sorted int32 allowed rows, or None when more than ``limit`` are allowed."""
-        key = id(mask)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0]() is mask:
-                _, found, tried = entry
-                if found is not None or limit <= tried:
-                    return found if found is None or found.shape[0] <= limit else None
+        entry = self._memo.get(mask)
+        if entry is not None:
+            found, tried = entry
+            if found is not None or limit <= tried:
+                return found if found is None or found.shape[0] <= limit else None
         found, ok = allowed_rows_upto(mask, limit)
         result = found if ok else None
-        if not mask.flags.writeable:
-            with self._lock:
-                self._entries.put(key, (weakref.ref(mask), result, limit))
+        self._memo.put(mask, (result, limit))
         return result

@@ -18,13 +18,10 @@ scratch slot).
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import numpy as np
 from numba import njit
 
-from indexes.lru import LRU
+from indexes.mask_memo import MaskMemo
 from indexes.topk import best_touched
 
 # Measured at 1M realistic passages (Zipfian, ~285,000 postings a query at the median), kernels
@@ -86,24 +83,15 @@ def _grown(touched, n, needed):  # pragma: no cover - compiled
 
 
 class AllowedCounts:
-    """The number of allowed rows of recently seen read-only masks, by identity (a weak
-    reference proves the mask is still the same object), as ``AllowedRowsMemo`` does for rows:
-    a filter's mask is shared through the per-build mask cache, so it is counted once (a pass
-    over 1 MB at 1M documents). Writable masks are counted on every call (their owner may
-    change them)."""
+    """The number of allowed rows of recently seen read-only masks (``MaskMemo``): counted once
+    per filter (a pass over 1 MB at 1M documents), writable masks on every call."""
 
     def __init__(self, size: int = 32) -> None:
-        self._entries: LRU[int, tuple[weakref.ref, int]] = LRU(size)
-        self._lock = threading.Lock()
+        self._memo: MaskMemo[int] = MaskMemo(size)
 
     def count(self, mask: np.ndarray) -> int:
-        key = id(mask)
-        with self._lock:
-            entry = self._entries.get(key)
-        if entry is not None and entry[0]() is mask:
-            return entry[1]
-        allowed = int(np.count_nonzero(mask))
-        if not mask.flags.writeable:
-            with self._lock:
-                self._entries.put(key, (weakref.ref(mask), allowed))
+        allowed = self._memo.get(mask)
+        if allowed is None:
+            allowed = int(np.count_nonzero(mask))
+            self._memo.put(mask, allowed)
         return allowed

@@ -15,15 +15,13 @@ recently used masks dropped first. Only masks allowing a small share are restric
 
 from __future__ import annotations
 
-import threading
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from indexes.bm25_kernels import top_rows
-from indexes.lru import LRU
+from indexes.mask_memo import MaskMemo
 
 RESTRICT_MAX_SHARE = 0.05
 DEFAULT_BUDGET_BYTES = 64 << 20
@@ -54,7 +52,8 @@ def restrict_term(indptr, rows, impacts, term, mask, n_allowed):  # pragma: no c
 
 @dataclass
 class _MaskTerms:
-    mask: weakref.ref
+    """One mask's restricted postings by term."""
+
     terms: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     nbytes: int = 0
 
@@ -64,9 +63,8 @@ class RestrictedPostings:
 
     def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES, max_masks: int = 64) -> None:
         self.budget_bytes = budget_bytes
-        self._masks: LRU[int, _MaskTerms] = LRU(max_masks, budget_bytes,
-                                                lambda _, entry: entry.nbytes)
-        self._lock = threading.Lock()
+        self._masks: MaskMemo[_MaskTerms] = MaskMemo(max_masks, budget_bytes,
+                                                     lambda entry: entry.nbytes)
 
     def top_rows(self, indptr: np.ndarray, rows: np.ndarray, impacts: np.ndarray,
                  term_ids: np.ndarray, weights: np.ndarray, mask: np.ndarray, n_allowed: int,
@@ -87,28 +85,23 @@ class RestrictedPostings:
 
     def _term(self, indptr: np.ndarray, rows: np.ndarray, impacts: np.ndarray, term: int,
               mask: np.ndarray, n_allowed: int) -> tuple[np.ndarray, np.ndarray]:
-        with self._lock:
-            entry = self._masks.get(id(mask))
-            found = entry.terms.get(term) if entry is not None and entry.mask() is mask else None
-        if found is not None:
-            return found
-        found = restrict_term(indptr, rows, impacts, term, mask, n_allowed)
-        self._keep(mask, term, found)
+        entry = self._masks.get(mask)
+        found = entry.terms.get(term) if entry is not None else None
+        if found is None:
+            found = restrict_term(indptr, rows, impacts, term, mask, n_allowed)
+            self._masks.update(mask, lambda current: self._with(current, term, found))
         return found
 
-    def _keep(self, mask: np.ndarray, term: int, found: tuple[np.ndarray, np.ndarray]) -> None:
+    def _with(self, current: _MaskTerms | None, term: int,
+              found: tuple[np.ndarray, np.ndarray]) -> _MaskTerms:
+        """``current`` plus ``term`` while the budget allows (a term another thread kept first
+        is equal; past the budget the mask's other terms are restricted per search)."""
+        current = current or _MaskTerms()
         size = found[0].nbytes + found[1].nbytes
-        with self._lock:
-            entry = self._masks.pop(id(mask))  # out at its current weight, back in at the new
-            if entry is None or entry.mask() is not mask:
-                entry = _MaskTerms(weakref.ref(mask))
-            # A term another thread kept first is equal; past the budget the mask's other
-            # terms are restricted per search and not kept.
-            if term not in entry.terms and entry.nbytes + size <= self.budget_bytes:
-                entry.terms[term] = found
-                entry.nbytes += size
-            self._masks.put(id(mask), entry)  # may drop the least recently used masks
+        if term not in current.terms and current.nbytes + size <= self.budget_bytes:
+            current.terms[term] = found
+            current.nbytes += size
+        return current
 
     def stats(self) -> dict[str, int]:
-        with self._lock:
-            return {"masks": len(self._masks), "bytes": self._masks.weight}
+        return {"masks": len(self._masks), "bytes": self._masks.weight}

@@ -89,7 +89,7 @@ def test_allowed_rows_stop_at_the_limit_and_are_remembered_for_read_only_masks()
     assert not allowed_rows_upto(mask, 2)[1]
     memo = AllowedRowsMemo(size=2)
     assert memo.rows(mask, 10).tolist() == [3, 50, 99]
-    assert len(memo._entries) == 0  # writable: its owner may change it
+    assert len(memo._memo) == 0  # writable: its owner may change it
     mask.flags.writeable = False
     assert memo.rows(mask, 2) is None
     assert memo.rows(mask, 10).tolist() == [3, 50, 99]  # a larger limit lists it again

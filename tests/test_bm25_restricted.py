@@ -4,6 +4,7 @@ exhaustive kernel with the mask: the same top C, scores bit for bit and ties, co
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
 from indexes.bm25 import BM25Index
 from indexes.bm25_restricted import RestrictedPostings
+from indexes.mask_memo import MaskMemo
 
 
 def _read_only(mask: np.ndarray) -> np.ndarray:
@@ -87,3 +89,22 @@ def test_a_short_allowed_count_is_refused_not_overrun() -> None:
     with pytest.raises(ValueError, match="n_allowed"):
         RestrictedPostings().top_rows(index.indptr, index.rows, index.impacts, ids, weights,
                                       mask, 1, 10, np.zeros(index.n_docs))
+
+
+def test_mask_memo_forgets_writable_masks_and_weighs_updates() -> None:
+    memo: MaskMemo[list[int]] = MaskMemo(4, max_weight=10, weigh=len)
+    writable = np.zeros(3, dtype=bool)
+    memo.put(writable, [1])
+    memo.update(writable, lambda current: [1])
+    assert memo.get(writable) is None and len(memo) == 0
+    frozen = _read_only(writable)
+    def append(n: int) -> Callable[[list[int] | None], list[int]]:
+        def change(current: list[int] | None) -> list[int]:
+            value = current if current is not None else []
+            value.append(n)  # in place: the weight must follow the value, not its first size
+            return value
+        return change
+
+    for n in range(1, 4):
+        memo.update(frozen, append(n))
+    assert memo.get(frozen) == [1, 2, 3] and memo.weight == 3
