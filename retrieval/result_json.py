@@ -24,6 +24,9 @@ OWN_FIELDS: dict[str, TypeAdapter[Any]] = {
     "query": TypeAdapter(str), "timings": TypeAdapter(dict[str, float]),
     "cache": TypeAdapter(CacheInfo)}
 SHARED_FIELDS = tuple(name for name in SearchResult.model_fields if name not in OWN_FIELDS)
+# The model's fields in order: (name, b'"name":' and its adapter) for own fields, None for shared.
+FIELD_ORDER = tuple((name, (b'"%s":' % name.encode(), OWN_FIELDS[name])
+                     if name in OWN_FIELDS else None) for name in SearchResult.model_fields)
 
 
 class SharedFields:
@@ -81,9 +84,6 @@ def result_json(result: SearchResult) -> bytes:
     if not isinstance(shared, SharedFields) or not shared.held_by(result):
         return result.model_dump_json().encode()
     pieces = shared.json_pieces(result)
-    parts = []
-    for name in SearchResult.model_fields:
-        adapter = OWN_FIELDS.get(name)
-        parts.append(pieces[name] if adapter is None else
-                     b'"%s":%s' % (name.encode(), adapter.dump_json(getattr(result, name))))
+    parts = [pieces[name] if own is None else own[0] + own[1].dump_json(getattr(result, name))
+             for name, own in FIELD_ORDER]
     return b"{" + b",".join(parts) + b"}"
