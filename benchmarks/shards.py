@@ -6,9 +6,11 @@
 The realistic synthetic corpus (``indexes.synthetic_corpus``: Zipfian vocabulary of 200,000
 words), random unit vectors (dim 384), query vectors given (no encoder), no cache. One search:
 validate -> filter -> BM25 top C -> re-rank -> fuse -> top k -> hydrate (ids only: generated
-passages are arrays). Unsharded: ``Retriever``; in-process shards: ``ShardedRetriever``'s
-router over shards sliced from the same global index (``indexes.sharding``), so both return the
-same hits (checked). Both dense legs are exact: the guardrail rarely fires on these queries.
+passages are arrays). Unsharded: ``Retriever``; in-process shards: ``Retriever`` over a
+``ShardedBuild`` of shards sliced from the same global index (``indexes.sharding``), so both
+return the same hits (checked); ``, threads``: the Ray runtime's router over the same shards in
+pool threads, whose fan-out cost feeds the latency model. Both dense legs are exact: the
+guardrail rarely fires on these queries.
 
 The latency model: per-shard ``answer`` times (each shard alone, measured) are the draws; a
 router over S shards waits for the slowest of S draws, then merges (the real merge timed over S
@@ -49,7 +51,14 @@ from indexes.vectors import VectorStore
 from retrieval import Retriever, RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.request import FilterMemo, validate
-from retrieval.sharding import LocalShards, Shard, ShardQuery, ShardRouter, merge_answers
+from retrieval.sharding import (
+    LocalShards,
+    Shard,
+    ShardedBuild,
+    ShardQuery,
+    ShardRouter,
+    merge_answers,
+)
 
 DIM = 384
 MODEL_SHARDS = (2, 4, 8, 16, 32, 64)  # 2 and 4: checked against the measured routers
@@ -95,7 +104,16 @@ class Setup:
         self.config = RetrieverConfig(cache={"backend": "none"}, candidate_policy="guardrail")
         self.setup_s = time.perf_counter() - began
 
+    def sharded(self, count: int) -> Retriever:
+        """The one request path over ``count`` in-process shards (``Retriever`` over a
+        ``ShardedBuild``), as ``Retriever.load`` opens a sharded build."""
+        shards = self.shards[count]
+        build = ShardedBuild.of(Path(f"sharded-{count}"), self.whole.manifest,
+                                [s.snapshot for s in shards], [s.start for s in shards])
+        return Retriever(build, self.config, None)
+
     def router(self, count: int, parallel: bool) -> ShardRouter:
+        """The Ray runtime's router over in-process shards: the latency model's fan-out."""
         shards = self.shards[count]
         return ShardRouter(self.whole.manifest, LocalShards(shards, self.config, parallel),
                            self.config, None)
@@ -219,8 +237,8 @@ def main(argv: list[str] | None = None) -> None:
     setup = Setup(args.docs, args.queries, counts)
     warm, items = list(range(args.warmup)), list(range(args.warmup, args.queries))
     whole = Retriever(setup.whole, setup.config, None)
-    routers = {f"S={c}{mode}": setup.router(c, mode == ", threads") for c in counts
-               for mode in ("", ", threads")}
+    routers = {**{f"S={c}": setup.sharded(c) for c in counts},
+               **{f"S={c}, threads": setup.router(c, True) for c in counts}}
     searchers: dict[str, Any] = {"unsharded": whole, **{f"in-process {name}": router
                                                         for name, router in routers.items()}}
     cpu: dict[str, list[float]] = {name: [] for name in searchers}

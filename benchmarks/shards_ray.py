@@ -23,7 +23,7 @@ from indexes.sharding import build_sharded_index
 from indexes.synthetic import random_unit_vectors
 from indexes.synthetic_corpus import CorpusSpec, generate
 from indexes.synthetic_corpus import queries as corpus_queries
-from retrieval.sharding import ShardedRetriever
+from retrieval import Retriever
 
 DIM = 384
 CONFIG: dict[str, Any] = {"cache": {"backend": "none"}}
@@ -51,7 +51,7 @@ def ray_hop(n_docs: int, n_queries: int, warmup: int, shards: int = 2) -> dict[s
     with tempfile.TemporaryDirectory() as tmp:
         texts = write_sharded(Path(tmp), n_docs, shards)[:n_queries]
         vectors = random_unit_vectors(len(texts), DIM, seed=4)
-        local = ShardedRetriever.load(tmp, CONFIG)
+        local = Retriever.load(tmp, CONFIG)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             handle = serve_sharded(tmp, CONFIG, port=free_port(), encode=False)

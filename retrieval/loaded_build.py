@@ -43,9 +43,8 @@ class LoadedBuild:
         """
         directory = resolve_build_dir(Path(path))
         if (directory / SHARDS_FILE).is_file():
-            raise ArtifactError(f"{directory} is a sharded build: load it with "
-                                "retrieval.sharding.ShardedRetriever (or serve it on Ray)",
-                                directory)
+            raise ArtifactError(f"{directory} is a sharded build: open it with "
+                                "Retriever.load (or retrieval.sharding.open_build)", directory)
         manifest = read_manifest(directory)
         if verify:
             verify_build(directory, manifest)

@@ -25,7 +25,6 @@ from indexes.encoders import (
 from indexes.errors import EncoderMismatchError, RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
-from indexes.warmup import warm_bm25
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.feature_stage import FeatureStage
@@ -37,6 +36,7 @@ from retrieval.models import SearchResult
 from retrieval.request import FilterMemo, is_light_filter
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import Live, RequestPath
+from retrieval.sharding.whole import ShardedBuild, open_build, warm_up_build
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Retriever:
         """
         if not isinstance(config, RetrieverConfig):
             config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
-        snapshot = LoadedBuild.load(path, verify=config.verify_checksums, mmap=config.mmap)
+        snapshot = open_build(path, verify=config.verify_checksums, mmap=config.mmap)
         if encoder is None:
             encoder = default_encoder(snapshot, config)
         if feature_store is None and config.feature_store is not None:
@@ -124,7 +124,8 @@ class Retriever:
             retriever.close()
             raise
         retriever._warm_up()
-        if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
+        if (Path(path) / CURRENT).is_file() and not isinstance(snapshot, ShardedBuild):
+            # an index root: follow its write-ahead log
             try:
                 retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
                                              retriever.reload, config.live_lag_seconds)
@@ -164,7 +165,7 @@ class Retriever:
 
     def _warm_up(self) -> None:
         """Load the kernels and run the model once, so the first request is not cold."""
-        warm_bm25(self.snapshot.bm25)
+        warm_up_build(self.snapshot)
         if self._features is not None:
             self._features.doc_ids(self.snapshot)
         if self.encoder is not None:
@@ -184,11 +185,11 @@ class Retriever:
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
-            fresh = LoadedBuild.load(self.root, verify=self.config.verify_checksums,
-                                       mmap=self.config.mmap)
+            fresh = open_build(self.root, verify=self.config.verify_checksums,
+                               mmap=self.config.mmap)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
-            warm_bm25(fresh.bm25)
+            warm_up_build(fresh)
             self._named.bind(fresh.metadata)  # a build that cannot serve a named filter: refused
             if self._log is not None:
                 self._log.check_fits(fresh)

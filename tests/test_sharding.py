@@ -28,7 +28,8 @@ from indexes.synthetic import with_demo_metadata
 from retrieval import ConfigError, Retriever, RetrieverConfig, ShardUnavailableError
 from retrieval.cli import main as cli
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
-from retrieval.sharding import LocalShards, ShardedRetriever, ShardRouter
+from retrieval.loaded_build import LoadedBuild
+from retrieval.sharding import LocalShards, ShardedBuild, ShardRouter, load_shards
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 # ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
@@ -40,10 +41,11 @@ CONFIG = {"cache": {"backend": "none"}}
 def scifact_shards(scifact_exact, scifact_sharded, encoder):
     """(unsharded retriever, {S: sharded retriever}, query texts, query vectors)."""
     unsharded, texts, vectors = scifact_exact
-    sharded = {count: ShardedRetriever.load(scifact_sharded(count), CONFIG, encoder=encoder)
+    sharded = {count: Retriever.load(scifact_sharded(count), CONFIG, encoder=encoder)
                for count in (2, 4)}
     for retriever in sharded.values():
-        assert all(type(s.snapshot.dense) is ExactDense for s in retriever.shards)
+        assert isinstance(retriever.snapshot, ShardedBuild)
+        assert all(type(s.dense) is ExactDense for s in retriever.snapshot.shards)
     yield unsharded, sharded, texts, vectors
     for retriever in sharded.values():
         retriever.close()
@@ -75,8 +77,7 @@ def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
     config = {**CONFIG, "candidate_policy": "union", "fusion": "minmax", "candidates": 50}
     plain = Retriever(unsharded.snapshot, unsharded.config.model_copy(
         update={"candidate_policy": "union", "fusion": "minmax", "candidates": 50}), encoder)
-    other = ShardedRetriever.load(sharded[4].shards[0].snapshot.path.parents[1], config,
-                                  encoder=encoder)
+    other = Retriever.load(sharded[4].snapshot.path, config, encoder=encoder)
     for text, vector in list(zip(texts, vectors, strict=True))[:60]:
         want = plain.search(text, FILTER, 10, query_vector=vector)
         got = other.search(text, FILTER, 10, query_vector=vector)
@@ -96,10 +97,13 @@ def test_every_bm25_score_equals_the_unsharded_one(scifact_shards):
         rows, scores = whole.bm25.score_touched(tokens)
         expected = dict(zip(rows.tolist(), scores.tolist(), strict=True))
         found = {}
-        for shard in sharded[4].shards:
-            local, local_scores = shard.snapshot.bm25.score_touched(tokens)
-            found.update(zip((local + shard.start).tolist(), local_scores.tolist(), strict=True))
+        for shard, start in zip(sharded[4].snapshot.shards,
+                                sharded[4].snapshot.bm25.owners.bounds, strict=False):
+            local, local_scores = shard.bm25.score_touched(tokens)
+            found.update(zip((local + start).tolist(), local_scores.tolist(), strict=True))
         assert found == expected
+        rows, scores = sharded[4].snapshot.bm25.score_touched(tokens)
+        assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == expected
 
 
 def test_sharded_search_encodes_the_query_itself(scifact_shards):
@@ -134,7 +138,7 @@ def test_one_manifest_names_the_shards_and_one_flip_publishes_them(tmp_path):
     staged = _tiny_build(tmp_path, 3, publish=False)
     assert (tmp_path / CURRENT).read_text().strip() == first.build_id
     publish_build(tmp_path, staged.build_id)
-    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+    with Retriever.load(tmp_path, CONFIG) as retriever:
         assert retriever.build_id == staged.build_id
         assert retriever.search("gamma", k=3, query_vector=np.ones(8, np.float32)).hits
 
@@ -144,18 +148,25 @@ def test_a_changed_shard_file_is_refused_naming_it(tmp_path):
     impacts = report.path / "shards" / "shard-001" / "bm25" / "impacts.npy"
     impacts.write_bytes(impacts.read_bytes()[:-4] + b"\0\0\0\0")
     with pytest.raises(CorruptArtifactError, match="shard-001"):
-        ShardedRetriever.load(tmp_path, CONFIG)
+        Retriever.load(tmp_path, CONFIG)
 
 
-def test_a_sharded_build_is_not_loaded_as_one_build_nor_the_reverse(tmp_path):
+def test_one_front_door_opens_whole_and_sharded_builds(tmp_path):
+    """``Retriever.load`` opens both; a whole build's parts are never asked for shards, and the
+    lower-level loaders still refuse the other layout naming the way in."""
     _tiny_build(tmp_path / "sharded", 2)
-    with pytest.raises(ArtifactError, match="ShardedRetriever"):
-        Retriever.load(tmp_path / "sharded", CONFIG)
-    vectors = np.random.default_rng(0).normal(size=(5, 8)).astype(np.float32)
-    build_index(_tiny_docs(5), tmp_path / "plain", vectors=vectors, encoder_info=INFO,
+    vectors = np.random.default_rng(0).normal(size=(6, 8)).astype(np.float32)
+    build_index(_tiny_docs(30)[:6], tmp_path / "plain", vectors=vectors, encoder_info=INFO,
                 progress=False)
+    with Retriever.load(tmp_path / "sharded", CONFIG) as sharded:
+        assert len(sharded.snapshot.shards) == 2
+        assert sharded.search("gamma", k=30, query_vector=np.ones(8, np.float32)).hits
+    with Retriever.load(tmp_path / "plain", CONFIG) as plain:
+        assert not isinstance(plain.snapshot, ShardedBuild)
+    with pytest.raises(ArtifactError, match="Retriever.load"):
+        LoadedBuild.load(tmp_path / "sharded")
     with pytest.raises(ArtifactError, match="not a sharded build"):
-        ShardedRetriever.load(tmp_path / "plain", CONFIG)
+        ShardedBuild.load(tmp_path / "plain")
 
 
 @pytest.mark.parametrize("count", [0, -1, 31, True])
@@ -170,9 +181,9 @@ def test_features_are_refused_without_a_runtime_that_applies_them(tmp_path):
     _tiny_build(tmp_path, 2)
     directory, layout = read_layout(tmp_path)
     config = RetrieverConfig(**{**CONFIG, "recency": {"field": "year", "weight": 0.1}})
-    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
-        with pytest.raises(ConfigError, match="in-process sharded search"):
-            ShardRouter(read_manifest(directory), retriever.calls, config, None)
+    _, shards = load_shards(tmp_path, config)
+    with pytest.raises(ConfigError, match="Retriever.load"):
+        ShardRouter(read_manifest(directory), LocalShards(shards, config), config, None)
 
 
 VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
@@ -196,8 +207,8 @@ def test_sharded_features_equal_unsharded_features(scifact_shards, tmp_path):
                       feature_store=store)
     moved = 0
     for count in (2, 4):
-        with ShardedRetriever.load(sharded[count].shards[0].snapshot.path.parents[1],
-                                   settings, feature_store=store) as featured:
+        with Retriever.load(sharded[count].snapshot.path, settings,
+                            feature_store=store) as featured:
             for text, vector in list(zip(texts, vectors, strict=True))[:40]:
                 want = plain.search(text, FILTER, 10, query_vector=vector)
                 got = featured.search(text, FILTER, 10, query_vector=vector)
@@ -228,22 +239,25 @@ class AllShardsDown(LocalShards):
 
 
 def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
+    """The Ray router's policy for a shard with no live replica, over our own runtime."""
     _tiny_build(tmp_path, 3)
     vector = np.ones(8, np.float32)
-    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
+    config = RetrieverConfig(**CONFIG)
+    directory, shards = load_shards(tmp_path, config)
+    manifest = read_manifest(directory)
+    with Retriever.load(tmp_path, CONFIG) as retriever:
         full = retriever.search("gamma", k=30, query_vector=vector)
-        retriever.calls = OneShardDown(retriever.shards, retriever.config)
-        with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
-            retriever.search("gamma", k=30, query_vector=vector)
-        assert caught.value.shard == "shard-001"
-        retriever.allow_partial = True
-        partial = retriever.search("gamma", k=30, query_vector=vector)
+    router = ShardRouter(manifest, OneShardDown(shards, config), config, None)
+    with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
+        router.search("gamma", k=30, query_vector=vector)
+    assert caught.value.shard == "shard-001"
+    router.allow_partial = True
+    partial = router.search("gamma", k=30, query_vector=vector)
     assert partial.degraded == ["partial:shard-001"]
-    with ShardedRetriever.load(tmp_path, CONFIG) as retriever:
-        retriever.calls = AllShardsDown(retriever.shards, retriever.config)
-        retriever.allow_partial = True
-        with pytest.raises(ShardUnavailableError, match="shard-000"):
-            retriever.search("gamma", k=30, query_vector=vector)
+    router = ShardRouter(manifest, AllShardsDown(shards, config), config, None,
+                         allow_partial=True)
+    with pytest.raises(ShardUnavailableError, match="shard-000"):
+        router.search("gamma", k=30, query_vector=vector)
     assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
         f"d{i}" for i in range(10, 20)}
 
@@ -261,8 +275,8 @@ def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, cap
     directory, layout = read_layout(out)
     assert [(e.start, e.stop) for e in layout.shards] == [(0, 8), (8, 16), (16, 24)]
     assert ":onnx:" in read_manifest(directory).encoder.encoder_id
-    with ShardedRetriever.load(out, CONFIG, encoder=encoder) as retriever:
-        built = np.concatenate([s.snapshot.vectors.reconstruct_all() for s in retriever.shards])
+    with Retriever.load(out, CONFIG, encoder=encoder) as retriever:
+        built = retriever.snapshot.vectors.reconstruct_all()
     reference = encoder.encode([d.content for d in itertools.islice(
         with_demo_metadata(read_corpus(dataset("scifact"))), 24)])
     assert np.min(np.sum(built * reference, axis=1)) >= 0.9999
@@ -271,9 +285,9 @@ def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, cap
 
 
 def test_the_router_caches_results_and_embeddings(scifact_sharded, encoder):
-    with ShardedRetriever.load(scifact_sharded(2), encoder=encoder) as retriever:
+    with Retriever.load(scifact_sharded(2), encoder=encoder) as retriever:
         first = retriever.search("vitamin D deficiency", k=5)
-        assert retriever.cache is not None and retriever.cache.cache.flush_writes(5.0)
+        assert retriever.flush_cache_writes(5.0)
         again = retriever.search("vitamin D deficiency", k=5)
         other_k = retriever.search("vitamin D deficiency", k=3)
     assert (first.cache.result, first.cache.embedding) == ("miss", "miss")

@@ -1,10 +1,10 @@
 """The publish gate: a candidate build checked against the live one before it serves a query.
 
-Both builds are loaded as a serving process loads them, ``Retriever.load`` or, for a sharded
-build, ``ShardedRetriever.load`` on their build directories (no cache, no reloader, the same
-ranking config), so the canaries and the labeled log see exactly what serving would return
-from each. A sharded build's contents are its shards' ids and hashes in global row order under
-its top manifest, so the structural checks compare documents whatever the layout.
+Both builds are loaded as a serving process loads them, ``Retriever.load`` on their build
+directories, whole or sharded (no cache, no reloader, the same ranking config), so the
+canaries and the labeled log see exactly what serving would return from each. A sharded
+build's contents are its shards' ids and hashes in global row order under its top manifest,
+so the structural checks compare documents whatever the layout.
 """
 
 from __future__ import annotations
@@ -38,9 +38,6 @@ from retrieval.publishing.quality import (
 from retrieval.publishing.report import Check, GateReport
 from retrieval.publishing.structure import structural_checks
 from retrieval.retriever import Retriever
-from retrieval.sharding import ShardedRetriever
-
-Searcher = Retriever | ShardedRetriever
 
 
 @dataclass(frozen=True)
@@ -140,15 +137,13 @@ def _gate_config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverCo
 
 
 def _load(directory: Path, contents: BuildContents, config: RetrieverConfig,
-          encoders: list[Encoder | None]) -> Searcher:
+          encoders: list[Encoder | None]) -> Retriever:
     """The build's retriever with the first of ``encoders`` that fits it (the model is loaded
     once for both builds), else with the encoder its manifest names."""
     index_id = contents.manifest.encoder.encoder_id
     fitting = [e for e in encoders
                if e is not None and compatible_query_encoder(e.encoder_id, index_id)]
     encoder = fitting[0] if fitting else None
-    if is_sharded(directory):
-        return ShardedRetriever.load(directory, config, encoder=encoder)
     return Retriever.load(directory, config, encoder=encoder)
 
 
@@ -156,7 +151,7 @@ def _skipped(names: list[str], why: str) -> list[Check]:
     return [Check(name=name, outcome="skipped", summary=why) for name in names]
 
 
-def _run_searches(live: Searcher, candidate: Searcher, gate: GateConfig,
+def _run_searches(live: Retriever, candidate: Retriever, gate: GateConfig,
                   inputs: SearchInputs, vectors: QueryVectors) -> list[Check]:
     checks: list[Check] = []
     if inputs.canaries:

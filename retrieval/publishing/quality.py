@@ -11,7 +11,6 @@ import numpy as np
 from indexes.encoders import Encoder
 from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
 from retrieval.retriever import Retriever
-from retrieval.sharding import ShardRouter
 
 Ranking = list[str]
 
@@ -36,19 +35,15 @@ class QueryVectors:
         return np.stack([self._vectors[(key, t)] for t in texts])
 
 
-def rankings(retriever: Retriever | ShardRouter, queries: Sequence[str], k: int,
+def rankings(retriever: Retriever, queries: Sequence[str], k: int,
              vectors: QueryVectors) -> list[Ranking]:
     """Top-k doc ids per query, searched with the given vectors (no encode per search); a
     passage build ranks documents by their best passage, as a whole-document build does."""
     if retriever.encoder is None:
         raise ValueError("no query encoder")
     matrix = vectors.get(retriever.encoder, queries)
-    if isinstance(retriever, ShardRouter):  # sharded builds hold whole documents
-        results = [retriever.search(q, k=k, query_vector=v) for q, v in zip(queries, matrix,
-                                                                            strict=True)]
-    else:
-        results = retriever.search_batch(list(queries), k=k, query_vectors=matrix,
-                                         group_by="document")
+    results = retriever.search_batch(list(queries), k=k, query_vectors=matrix,
+                                     group_by="document")
     return [[hit.doc_id for hit in result.hits] for result in results]
 
 

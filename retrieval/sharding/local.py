@@ -1,31 +1,21 @@
-"""The in-process runtime: every shard loaded in this process, searched by threads.
-
-For one big machine: the shards' kernels (numba, numpy, BLAS) release the GIL, so S shards are
-searched in parallel by S - 1 pool threads plus the caller's thread.
-"""
+"""``ShardCalls`` over shards loaded in this process: the reference the Ray Serve runtime's
+answers are checked against. Searching a sharded build in this process is ``Retriever.load``
+(``retrieval.sharding.whole``), through the one request path."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
 
 import numpy as np
 
-from indexes.encoders import Encoder
-from indexes.manifest import read_manifest
 from indexes.sharding import read_layout
-from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
-from retrieval.feature_stage import FeatureStage
-from retrieval.features import OnlineStore, make_store
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import Hit
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.merge import LateScores
-from retrieval.sharding.router import RouterFeatures, ShardRouter, router_encoder
 from retrieval.sharding.shard import FinalHits, Shard, ShardAnswer, ShardQuery
 
 
@@ -93,105 +83,3 @@ class LocalShards:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
-
-
-class _AllIds:
-    def __init__(self, shards: Sequence[Shard]) -> None:
-        self._shards = shards
-
-    def all_ids(self) -> list[str]:
-        return [doc_id for shard in self._shards for doc_id in shard.snapshot.docs.all_ids()]
-
-
-class _Columns:
-    def __init__(self, shards: Sequence[Shard]) -> None:
-        self._shards = shards
-        self._columns: dict[str, np.ndarray] = {}  # joined once per field
-
-    def numeric_column(self, field: str) -> np.ndarray:
-        column = self._columns.get(field)
-        if column is None:
-            column = np.concatenate([np.asarray(s.snapshot.metadata.numeric_column(field))
-                                     for s in self._shards])
-            self._columns[field] = column
-        return column
-
-
-@dataclass(frozen=True)
-class WholeRows:
-    """What the feature stage reads of a build (``FeatureStage.apply``: the build id, the doc
-    ids and the numeric metadata columns by row) over every shard, in global row order."""
-
-    build_id: str
-    docs: _AllIds
-    metadata: _Columns
-
-    @classmethod
-    def of(cls, build_id: str, shards: Sequence[Shard]) -> WholeRows:
-        return cls(build_id, _AllIds(shards), _Columns(shards))
-
-
-def feature_stage(config: RetrieverConfig, store: OnlineStore | None) -> FeatureStage | None:
-    """The feature stage ``Retriever`` would run with this config and store, or None."""
-    if not ((store is not None and config.features) or config.recency):
-        return None
-    return FeatureStage(store, config.features, config.recency,
-                        config.feature_snapshot_refresh_seconds)
-
-
-class ShardedRetriever(ShardRouter):
-    """``Retriever.search`` over a sharded build, every shard in this process. Features and
-    recency, as configured for ``Retriever``, re-score the merged candidates at the router."""
-
-    calls: LocalShards
-
-    @classmethod
-    def load(cls, path: str | Path, config: RetrieverConfig | dict[str, Any] | None = None, *,
-             encoder: Encoder | None = None, cache: Cache | None = None,
-             parallel: bool = False, feature_store: OnlineStore | None = None
-             ) -> ShardedRetriever:
-        """Load every shard of a sharded build (or of the live build of an index root);
-        ``parallel`` as ``LocalShards``; ``feature_store`` as ``Retriever.load``."""
-        if not isinstance(config, RetrieverConfig):
-            config = RetrieverConfig(**(config or {}))
-        directory, shards = load_shards(path, config)
-        manifest = read_manifest(directory)
-        if encoder is None:
-            encoder = router_encoder(manifest, config)
-        if feature_store is None and config.feature_store is not None:
-            feature_store = make_store(config.feature_store)
-        stage = feature_stage(config, feature_store)
-        rows = cast(LoadedBuild, WholeRows.of(manifest.build_id, shards))  # duck-typed
-        features = RouterFeatures(stage, rows) if stage is not None else None
-        retriever = cls(manifest, LocalShards(shards, config, parallel), config, encoder,
-                        cache or make_cache(config.cache), features=features)
-        if stage is not None:
-            try:
-                stage.check()
-            except BaseException:
-                retriever.close()
-                raise
-            stage.start()
-            stage.doc_ids(rows)  # the ids feature reads are keyed by, joined once
-        for shard in shards:
-            shard.warm_up()
-        if encoder is not None:
-            encoder.encode(["warm up"])
-        return retriever
-
-    @property
-    def shards(self) -> list[Shard]:
-        return self.calls.shards
-
-    def close(self) -> None:
-        self.calls.close()
-        if self.features is not None:
-            self.features.stage.stop()
-        if self.cache is not None:
-            self.cache.cache.close()
-
-    def __enter__(self) -> ShardedRetriever:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -22,6 +22,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.fusion import top_k_order
 from retrieval.pipeline import fuse, policy_wants_dense
 from retrieval.sharding.shard import ShardAnswer, ShardQuery, find_rows
+from retrieval.sharding.whole import best_first
 
 
 class LateScores(Protocol):
@@ -46,24 +47,6 @@ class Merged:
     @property
     def candidates(self) -> int:
         return int(self.rows.size)
-
-
-def best_first(rows: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the ``n`` best scores, best first, ties to the lower row.
-
-    A partition finds the n-th best score; only the rows at or above it are sorted.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    if n <= 0:
-        return np.empty(0, dtype=np.int64)
-    picked = np.arange(scores.size)
-    if scores.size > n:
-        cut = np.partition(scores, scores.size - n)[scores.size - n]
-        above = np.flatnonzero(scores > cut)
-        tied = np.flatnonzero(scores == cut)  # of rows tied at the cut, the lowest are kept
-        tied = tied[np.argsort(rows[tied], kind="stable")][:n - above.size]
-        picked = np.concatenate([above, tied])
-    return picked[np.lexsort((rows[picked], -scores[picked]))]
 
 
 def _concat(answers: Sequence[ShardAnswer], name: str) -> np.ndarray:

@@ -67,9 +67,9 @@ def router_encoder(manifest: Manifest, config: RetrieverConfig) -> Encoder | Non
 def check_config(config: RetrieverConfig, features: RouterFeatures | None) -> None:
     wanted = config.features or config.recency is not None or config.feature_store is not None
     if wanted and features is None:
-        raise ConfigError("features and recency are supported on in-process sharded search "
-                          "(ShardedRetriever) only; remove them from the config of a sharded "
-                          "index served on Ray", "features")
+        raise ConfigError("features and recency are supported on sharded builds opened in "
+                          "this process (Retriever.load) only; remove them from the config of "
+                          "a sharded index served on Ray", "features")
 
 
 @dataclass(frozen=True)

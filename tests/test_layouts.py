@@ -1,0 +1,147 @@
+"""One contract, one test body per capability, run against every in-process layout: a whole
+build and the same collection in 2 shards, both opened by ``Retriever.load`` and searched by the
+one request path. The unsharded build is the reference (its dense leg exact, as the shards')."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from indexes.docstore import Document
+from indexes.manifest import EncoderInfo
+from indexes.publish import publish_build
+from indexes.sharding import build_sharded_index
+from retrieval import Retriever, SearchResult
+from retrieval.integrations.langchain import LangChainRetriever
+from retrieval.sharding import ShardedBuild
+
+CONFIG = {"cache": {"backend": "none"}}
+FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
+LAYOUTS = ["whole", "2 shards"]
+
+
+@pytest.fixture(scope="module")
+def layouts(scifact_exact, scifact_sharded, encoder):
+    """({layout: retriever}, query texts, query vectors); "whole" is the reference."""
+    reference, texts, vectors = scifact_exact
+    sharded = Retriever.load(scifact_sharded(2), CONFIG, encoder=encoder)
+    assert isinstance(sharded.snapshot, ShardedBuild)
+    yield {"whole": reference, "2 shards": sharded}, texts, vectors
+    sharded.close()
+
+
+def same(got: SearchResult, want: SearchResult) -> None:
+    assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits], got.query
+    for a, b in zip(got.hits, want.hits, strict=True):
+        assert a.score == pytest.approx(b.score, abs=1e-6)
+        assert a.bm25_score == pytest.approx(b.bm25_score, abs=1e-6)
+        assert a.vector_score == pytest.approx(b.vector_score, abs=1e-6)
+    assert (got.candidates, got.allowed, got.degraded) == (want.candidates, want.allowed,
+                                                          want.degraded)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("filters", [None, FILTER], ids=["all", "filtered"])
+def test_search_batch_and_asearch_equal_the_reference_on_every_test_query(layouts, layout,
+                                                                          filters):
+    retrievers, texts, vectors = layouts
+    reference, retriever = retrievers["whole"], retrievers[layout]
+    wanted = [reference.search(t, filters, 10, query_vector=v)
+              for t, v in zip(texts, vectors, strict=True)]
+    batch = retriever.search_batch(texts, filters, 10, query_vectors=vectors)
+
+    async def concurrently() -> list[SearchResult]:
+        return await asyncio.gather(*(retriever.asearch(t, filters, 10, query_vector=v)
+                                      for t, v in zip(texts, vectors, strict=True)))
+
+    for want, got_batch, got_async in zip(wanted, batch, asyncio.run(concurrently()),
+                                          strict=True):
+        same(got_batch, want)
+        same(got_async, want)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_deadline_that_cuts_the_encoder_degrades_the_same_way(layouts, layout):
+    """Past the deadline the search ranks by BM25 alone, on any layout."""
+    retrievers, texts, _ = layouts
+    retriever = retrievers[layout]
+    long_query = " ".join(texts[:12])  # a long text: the encoder takes milliseconds
+    got = retriever.search(long_query, None, 10, deadline_ms=0.01)
+    assert got.degraded == ["embed"] and got.hits
+    rows, scores = retrievers["whole"].snapshot.bm25.top_candidates(
+        retrievers["whole"].snapshot.analyzer(long_query), 10)
+    want = [retrievers["whole"].snapshot.docs.doc_id(int(r)) for r in rows]
+    assert [h.doc_id for h in got.hits] == want
+    assert all(h.vector_score == 0.0 for h in got.hits)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_named_filters_and_value_suggestions_see_the_whole_collection(layouts, layout):
+    retrievers, texts, vectors = layouts
+    retriever = retrievers[layout]
+    allowed = retriever.register_filter("cardio", {"department": "cardiology"})
+    try:
+        whole = retrievers["whole"].snapshot.metadata
+        assert allowed == len(whole.keyword_rows("department", "cardiology"))
+        assert retriever.snapshot.metadata.value_counts("department") == \
+            whole.value_counts("department")
+        got = retriever.search(texts[3], {"$named": "cardio"}, 10, query_vector=vectors[3])
+        want = retrievers["whole"].search(texts[3], {"department": "cardiology"}, 10,
+                                          query_vector=vectors[3])
+        same(got, want)
+    finally:
+        retriever.unregister_filter("cardio")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_langchain_adapter_runs_over_every_layout(layouts, layout):
+    retrievers, texts, _ = layouts
+    docs = LangChainRetriever(retrievers[layout], k=5).invoke(texts[0])
+    want = retrievers["whole"].search(texts[0], k=5)
+    assert [d.id for d in docs] == [h.doc_id for h in want.hits]
+
+
+INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
+                   vector_dtype="float32")
+
+
+def _generation(root, tag: str, publish: bool):
+    """30 documents whose text and metadata name the build generation ``tag``."""
+    docs = [Document(f"d{i}", f"alpha beta gen{tag} doc{i}", metadata={"gen": tag})
+            for i in range(30)]
+    vectors = np.random.default_rng(len(tag)).normal(size=(30, 8)).astype(np.float32)
+    return build_sharded_index(docs, root, 3, vectors=vectors, encoder_info=INFO,
+                               progress=False, publish=publish)
+
+
+def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
+    """Searches running while builds flip each see one build: every hit is of the generation
+    its result's build id names, never a mix."""
+    first = _generation(tmp_path, "a", publish=True)
+    staged = [_generation(tmp_path, tag, publish=False) for tag in ("bb", "ccc")]
+    generation = {first.build_id: "a", staged[0].build_id: "bb", staged[1].build_id: "ccc"}
+    vector = np.ones(8, np.float32)
+    seen: list[SearchResult] = []
+    stop = threading.Event()
+    with Retriever.load(tmp_path, CONFIG) as retriever:
+        def search() -> None:
+            while not stop.is_set():
+                seen.append(retriever.search("alpha beta", k=30, query_vector=vector))
+
+        threads = [threading.Thread(target=search) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for report in (*staged, first):
+            publish_build(tmp_path, report.build_id)
+            assert retriever.refresh()
+            assert retriever.build_id == report.build_id
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert {r.build_id for r in seen} >= {first.build_id}
+    for result in seen:
+        assert len(result.hits) == 30
+        assert {h.metadata["gen"] for h in result.hits} == {generation[result.build_id]}
