@@ -7,6 +7,8 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── ArtifactError                 an index directory cannot be used (``.path``)
     │   ├── MissingArtifactError      a file named by the manifest is absent
     │   ├── CorruptArtifactError      a file's sha256 differs from the manifest
+    │   │   └── LogCorruptionError    (indexes.wal) a damaged write-ahead log record that
+    │   │                             acknowledged records follow: nothing is dropped
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed

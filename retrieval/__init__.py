@@ -7,6 +7,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
 from indexes.wal import IndexWriter
+from indexes.wal.log import LogCorruptionError
 from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
 from retrieval.cache.codec import CacheValueError
@@ -95,6 +96,7 @@ __all__ = [
     "InvalidWriteError",
     "LimitExceededError",
     "Limits",
+    "LogCorruptionError",
     "MalformedFilterError",
     "MalformedRequestError",
     "MissingArtifactError",

@@ -220,6 +220,12 @@ class Retriever:
         swapped = self.reload()
         return (self._log.apply_now() if self._log is not None else False) or swapped
 
+    @property
+    def log_failure(self) -> str | None:
+        """Why the write-ahead log's newest records cannot be applied (a damaged record), or
+        None; the last good state serves meanwhile."""
+        return self._log.failure if self._log is not None else None
+
     def live_windows(self) -> dict[str, tuple[float, float]]:
         """Monotonic-clock window in which each build served: from just before its swap to
         just after the next one (a request bound to it started and ended inside)."""

@@ -71,3 +71,23 @@ def test_compacting_an_empty_log_keeps_the_live_build(dataset, tmp_path, capsys)
     live = resolve_build_dir(root)
     assert main(["compact", str(root)]) == 0
     assert "0 log records" in capsys.readouterr().out and resolve_build_dir(root) == live
+
+
+def test_verify_checks_the_log_and_fails_on_a_damaged_record(dataset, tmp_path, capsys):
+    from live_index import unit_vectors
+
+    from indexes import Document
+    from indexes.wal import IndexWriter, segments
+
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 20))
+    with IndexWriter(tmp_path) as writer:
+        for n in range(3):
+            writer.upsert([Document(f"v{n}", f"verify text {n}")], vectors=unit_vectors(1, n))
+    assert main(["verify", str(tmp_path)]) == 0
+    assert "write-ahead log, 3 whole records" in capsys.readouterr().out
+    (_, path), = segments(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[30] ^= 0x01  # inside the first record: two acknowledged records follow it
+    path.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path)]) != 0
+    assert "damaged" in capsys.readouterr().err

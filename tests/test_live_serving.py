@@ -13,7 +13,8 @@ import pytest
 from live_index import build_small, scifact_docs, unit_vectors
 
 from indexes import Document
-from indexes.wal import IndexWriter
+from indexes.wal import IndexWriter, segments
+from indexes.wal.log import LogCorruptionError
 from retrieval import Retriever
 
 NEEDLE = "zebrafish telomerase hibernation"
@@ -52,7 +53,8 @@ def test_upserts_and_deletes_after_refresh_with_exact_filters(root, docs):
         assert set(ids(result)[:2]) == {"new-1", docs[5].id}
         assert len(ids(result)) == len(set(ids(result)))  # the old version is gone
         assert result.allowed == 151 and result.build_id.endswith("+1")
-        assert retriever.stats()["log"] == {"applied_seq": 1, "base_log_seq": 0, "records": 1}
+        assert retriever.stats()["log"] == {"applied_seq": 1, "base_log_seq": 0, "records": 1,
+                                          "failure": None}
         assert retriever.build_id == result.build_id.split("+")[0]  # metrics label the build
         only = retriever.search(NEEDLE, filters={"year": {"gte": 2030}}, query_vector=query_vector)
         assert ids(only) == ["new-1"] and only.allowed == 1
@@ -173,3 +175,34 @@ def test_four_readers_during_writes_and_compactions(root, docs):
         for thread in threads:
             thread.join()
     assert errors == [] and searches[0] > 20
+
+
+def _flip_inside(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_record_stops_the_log_loudly_and_the_last_good_state_serves(root, docs):
+    """Damage to a record not yet applied, with a whole record after it: ``refresh`` raises,
+    the background follower reports it (``log_failure``, the service's /readyz), the state
+    applied before it keeps serving; a fresh load refuses the root instead of dropping it."""
+    query_vector = unit_vectors(1, 99)[0]
+    with load(root, live_lag_seconds=0.2) as retriever, IndexWriter(root) as writer:
+        writer.upsert([Document("first", f"{NEEDLE} first")], vectors=unit_vectors(1, 1))
+        assert retriever.refresh()
+        (_, path), = segments(root)
+        before = path.stat().st_size
+        writer.upsert([Document("second", f"{NEEDLE} second")], vectors=unit_vectors(1, 2))
+        writer.upsert([Document("third", f"{NEEDLE} third")], vectors=unit_vectors(1, 3))
+        _flip_inside(path, before + 30)  # inside the second record's payload
+        with pytest.raises(LogCorruptionError, match="whole records follow"):
+            retriever.refresh()
+        deadline = time.monotonic() + 10
+        while retriever.log_failure is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert retriever.log_failure is not None and "damaged" in retriever.log_failure
+        found = ids(retriever.search(NEEDLE, query_vector=query_vector, k=5))
+        assert "first" in found and "third" not in found
+    with pytest.raises(LogCorruptionError):
+        load(root)

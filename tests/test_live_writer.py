@@ -17,7 +17,14 @@ from live_index import DIM, build_small, scifact_docs, unit_vectors
 from indexes import Document
 from indexes.errors import InvalidWriteError, WriterLockedError
 from indexes.wal import IndexWriter, read_all, segments
-from indexes.wal.log import Record, encode_record
+from indexes.wal.log import (
+    LogCorruptionError,
+    Record,
+    check_log,
+    encode_record,
+    segment_name,
+    wal_dir,
+)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +153,60 @@ def test_sigkilled_writer_loses_no_acknowledged_write(root):
             assert record.documents[0].metadata == {"year": n}
         acked_total += len(acked)
     assert acked_total > 0
+
+
+def _acknowledged(root: Path, batches: int) -> list[int]:
+    with IndexWriter(root) as writer:
+        return [writer.upsert([Document(f"c{n}-{i}", f"corruption probe {n} {i}")
+                               for i in range(5)], vectors=unit_vectors(5, n))
+                for n in range(batches)]
+
+
+def test_a_damaged_record_inside_the_log_fails_loudly_in_20_trials(root):
+    """A bit flipped at a random offset before the last record: every trial either reads
+    every acknowledged write back or raises ``LogCorruptionError``; none silently loses one,
+    and the writer never truncates acknowledged records to "repair" it. (Damage to the last
+    record reads as a torn write: see the next test.)"""
+    acked = _acknowledged(root, 30)
+    (_, path), = segments(root)
+    pristine = path.read_bytes()
+    last_record = len(encode_record(read_all(root)[-1]))
+    rng = random.Random(31)
+    loud = 0
+    for _ in range(20):
+        damaged = bytearray(pristine)
+        at = rng.randrange(len(damaged) - last_record)
+        damaged[at] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(damaged))
+        try:
+            seqs = [r.seq for r in read_all(root)]
+        except LogCorruptionError as exc:
+            loud += 1
+            assert str(path) in str(exc) and "backup" in str(exc)
+            with pytest.raises(LogCorruptionError):
+                IndexWriter(root)
+            assert path.read_bytes() == bytes(damaged)  # nothing truncated
+            with pytest.raises(LogCorruptionError):
+                check_log(root)
+            continue
+        assert seqs == acked, f"byte {at}: acknowledged writes lost silently"
+    assert loud > 0
+    path.write_bytes(pristine)
+
+
+def test_a_damaged_last_record_is_a_torn_tail_but_an_older_segment_is_not(root):
+    acked = _acknowledged(root, 3)
+    (_, path), = segments(root)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # the last record: unacknowledged as far as any reader can tell
+    path.write_bytes(bytes(data))
+    assert [r.seq for r in read_all(root)] == acked[:-1]
+    assert check_log(root)[1] > 0
+    path.write_bytes(bytes(data[:-1]) + bytes([data[-1] ^ 0xFF]))
+    later = wal_dir(root) / segment_name(acked[-1] + 1)
+    later.write_bytes(encode_record(Record(acked[-1] + 1, "delete", ids=("c0-0",))))
+    data[-1] ^= 0xFF
+    data[-2] ^= 0xFF  # damaged in a segment a newer one follows: acknowledged, so loud
+    path.write_bytes(bytes(data))
+    with pytest.raises(LogCorruptionError, match="newer segment"):
+        read_all(root)

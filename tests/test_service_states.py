@@ -101,3 +101,42 @@ def test_metrics_show_cache_errors_and_the_open_breaker_when_redis_dies(index: P
             assert after[("retrieval_cache_breaker_state", (("state", "closed"),))] == 0.0
     finally:
         redis.cleanup()
+
+
+def test_readyz_says_when_the_write_ahead_log_is_damaged(tmp_path: Path, dataset: Any) -> None:
+    """A damaged record inside the log, with acknowledged writes after it: a worker that has
+    applied the records before it stays alive and turns /readyz to 503 naming the damage; a
+    worker starting on that root reports it and never drops the writes after it (searches
+    over the last good state: tests/test_live_serving.py)."""
+    from live_index import build_small, scifact_docs, unit_vectors
+
+    from indexes import Document
+    from indexes.wal import IndexWriter, segments
+
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 40))
+    config = ServeConfig.model_validate({"retriever": {"live_lag_seconds": 0.2,
+                                                       "cache": {"backend": "none"}}})
+    with IndexWriter(tmp_path) as writer, TestClient(create_app(tmp_path, config)) as client:
+        wait_ready(client)
+        writer.upsert([Document("one", "first live text")], vectors=unit_vectors(1, 1))
+        (_, path), = segments(tmp_path)
+        applied = path.stat().st_size
+        time.sleep(0.6)  # applied by the follower before the damage
+        writer.upsert([Document("two", "second live text")], vectors=unit_vectors(1, 2))
+        writer.upsert([Document("three", "third live text")], vectors=unit_vectors(1, 3))
+        data = bytearray(path.read_bytes())
+        data[applied + 30] ^= 0x10
+        path.write_bytes(bytes(data))
+        deadline = time.monotonic() + LOAD_TIMEOUT
+        while client.get("/readyz").status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        refused = client.get("/readyz")
+        assert refused.status_code == 503
+        assert "write-ahead log" in refused.json()["error"]["message"]
+        assert client.get("/healthz").status_code == 200  # alive: the last good state serves
+    with TestClient(create_app(tmp_path, config)) as restarted:
+        deadline = time.monotonic() + LOAD_TIMEOUT
+        while "LogCorruptionError" not in restarted.get("/readyz").text:
+            assert time.monotonic() < deadline, restarted.get("/readyz").text
+            time.sleep(0.05)
+        assert restarted.get("/readyz").status_code == 503

@@ -15,7 +15,10 @@ also hold each document's passage offsets). Nothing is pickled.
 
 A record is whole or absent: a crash mid-append leaves a short or mis-checksummed tail, which
 the writer finds at open and truncates (with a warning). The writer fsyncs before it
-acknowledges, so an acknowledged record is never part of a torn tail.
+acknowledges, so an acknowledged record is never part of a torn tail. A damaged record with a
+whole record after it (in its segment or a later one) is not a tail: it held an acknowledged
+write, so every reader and the writer raise ``LogCorruptionError`` instead of stopping there
+(Elasticsearch's translog fails the shard the same way).
 """
 
 from __future__ import annotations
@@ -36,6 +39,12 @@ from indexes.docstore import Document
 from indexes.errors import CorruptArtifactError
 
 log = logging.getLogger(__name__)
+
+
+class LogCorruptionError(CorruptArtifactError):
+    """A record inside the write-ahead log is damaged and whole records follow it: writes
+    acknowledged after it would be lost by stopping there. Nothing is truncated or applied
+    past it; restore the log (or the root) from a backup."""
 
 WAL_DIR = "wal"
 SUFFIX = ".wal"
@@ -120,45 +129,96 @@ def decode_payload(seq: int, payload: bytes) -> Record:
                   passages=passages)
 
 
-def scan(data: bytes, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
+def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | None = None,
+         origin: int = 0) -> Iterator[tuple[int, int, bytes]]:
     """(seq, end offset, payload) of each whole, checksum-valid record from ``start``; stops
-    at the first short or corrupt one (a torn tail, or bytes still being written)."""
-    at = start
+    at a short or corrupt record with nothing whole after it (a torn tail, or bytes still being
+    written). Raises ``LogCorruptionError`` (naming ``path``) when a whole record follows it.
+    ``after``: the seq of the record before ``start`` when known (else the segment's name, for
+    ``start`` 0, or the damaged record's own header gives it); ``origin``: the file offset of
+    ``data`` (for the error's byte positions)."""
+    at, last = start, after
+    if last is None and start == 0 and path is not None and path.stem.isdigit():
+        last = int(path.stem) - 1
     while at + HEADER.size <= len(data):
         length, seq, crc = HEADER.unpack_from(data, at)
         end = at + HEADER.size + length
-        if end > len(data):
-            return
         payload = data[at + HEADER.size:end]
-        if zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+        if end > len(data) or zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+            _raise_if_followed(data, at, last, path, origin)
             return
         yield seq, end, payload
-        at = end
+        at, last = end, seq
 
 
-def read_from(path: Path, offset: int) -> tuple[list[Record], int]:
+def _raise_if_followed(data: bytes, at: int, last: int | None, path: Path | None,
+                       origin: int) -> None:
+    """Raise when a whole record starts after the damaged one at ``at``. Sequence numbers are
+    consecutive, so the next whole record is seq ``last + 1`` or ``last + 2`` (when the damaged
+    one is ``last + 1``): a byte search for those finds it without walking the tail."""
+    if last is None:  # a segment's first record: its own header gives the expected seq
+        last = HEADER.unpack_from(data, at)[1] - 1 if at + HEADER.size <= len(data) else 0
+    for seq in (last + 1, last + 2):
+        found = data.find(struct.pack("<Q", seq), at + 5)
+        while found != -1:
+            begin = found - 4
+            length, _, crc = HEADER.unpack_from(data, begin)
+            end = begin + HEADER.size + length
+            if end <= len(data) and zlib.crc32(
+                    data[found:found + 8] + data[begin + HEADER.size:end]) == crc:
+                raise LogCorruptionError(
+                    f"{path}: the record at byte {origin + at} (after seq {last}) is damaged and "
+                    f"whole records follow it (seq {seq} at byte {origin + begin}): "
+                    "acknowledged writes would "
+                    "be lost; restore the log from a backup", path or Path("."))
+            found = data.find(struct.pack("<Q", seq), found + 1)
+
+
+def read_from(path: Path, offset: int, newest: bool = True, after: int | None = None
+              ) -> tuple[list[Record], int]:
     """Whole records of one segment from ``offset``; returns them and the offset after the
-    last whole one. Raises FileNotFoundError when the segment was retired."""
+    last whole one. Raises FileNotFoundError when the segment was retired, and
+    ``LogCorruptionError`` when a damaged record is not a tail: whole records follow it, or
+    it is in a segment older than the ``newest`` (writes go on in a later segment); ``after``
+    as in ``scan``."""
     with open(path, "rb") as handle:
         handle.seek(offset)
         data = handle.read()
     records, consumed = [], 0
-    for seq, end, payload in scan(data):
+    for seq, end, payload in scan(data, path=path, after=after, origin=offset):
         records.append(decode_payload(seq, payload))
         consumed = end
+    if not newest and consumed < len(data):
+        raise LogCorruptionError(
+            f"{path}: the record at byte {offset + consumed} is damaged and a newer segment "
+            "follows this one: acknowledged writes would be lost; restore the log from a "
+            "backup", path)
     return records, offset + consumed
 
 
 def read_all(root: Path, after: int = 0) -> list[Record]:
     """Every whole record with seq > ``after``, oldest first."""
     out: list[Record] = []
-    for _, path in segments(root):
+    listed = segments(root)
+    for i, (_, path) in enumerate(listed):
         try:
-            records, _ = read_from(path, 0)
+            records, _ = read_from(path, 0, newest=i == len(listed) - 1)
         except FileNotFoundError:  # retired meanwhile: folded into the live build
             continue
         out.extend(r for r in records if r.seq > after)
     return out
+
+
+def check_log(root: Path) -> tuple[int, int]:
+    """(whole records, bytes of a torn tail) of the root's log; raises ``LogCorruptionError``
+    where a damaged record is not a tail (``retrieval verify``)."""
+    listed = segments(root)
+    count, torn = 0, 0
+    for i, (_, path) in enumerate(listed):
+        records, end = read_from(path, 0, newest=i == len(listed) - 1)
+        count += len(records)
+        torn = path.stat().st_size - end
+    return count, torn
 
 
 def repair_tail(path: Path) -> tuple[int, int]:
@@ -168,7 +228,7 @@ def repair_tail(path: Path) -> tuple[int, int]:
     """
     data = path.read_bytes()
     last, whole = 0, 0
-    for seq, end, _ in scan(data):
+    for seq, end, _ in scan(data, path=path):
         if seq <= last:
             raise CorruptArtifactError(f"{path}: sequence number {seq} after {last}; the log "
                                        "is damaged, restore it from a backup", path)

@@ -1,11 +1,19 @@
-"""``retrieval verify`` and ``retrieval gc``: check a build, remove old builds."""
+"""``retrieval verify`` and ``retrieval gc``: check a build (and an index root's write-ahead
+log), remove old builds."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir, verify_build
+from indexes.manifest import (
+    CURRENT,
+    collect_garbage,
+    read_manifest,
+    resolve_build_dir,
+    verify_build,
+)
+from indexes.wal.log import check_log
 from retrieval.cli.common import Subparsers, add_parser
 
 
@@ -28,6 +36,10 @@ def run_verify(args: argparse.Namespace) -> int:
     verify_build(directory, manifest)
     print(f"ok: build {manifest.build_id}, {manifest.n_docs} documents, "
           f"{len(manifest.files)} files verified")
+    if (Path(args.index) / CURRENT).is_file():  # an index root: its write-ahead log too
+        records, torn = check_log(Path(args.index))  # LogCorruptionError: exit 1, named
+        tail = f"; a torn tail of {torn} bytes (an unacknowledged write)" if torn else ""
+        print(f"ok: write-ahead log, {records} whole records{tail}")
     return 0
 
 

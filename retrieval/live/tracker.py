@@ -17,6 +17,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,6 +47,9 @@ class LogFollower:
         self._set_base(base)
         self._position = (0, 0)  # (segment's first seq, byte offset) read so far
         self._thread: threading.Thread | None = None
+        # Why the log could not be applied (e.g. a damaged record): the last good state
+        # serves on, and the service's /readyz says so until a poll succeeds.
+        self.failure: str | None = None
         self.apply_now()
         if lag_seconds is not None:
             self._interval = min(0.05, lag_seconds / 4)
@@ -145,7 +149,9 @@ class LogFollower:
             if start != first and start - 1 > (found[-1].seq if found else self.applied_seq):
                 return None  # records before this segment were retired unread
             try:
-                records, end = read_from(path, offset if start == first else 0)
+                at = offset if start == first else 0
+                records, end = read_from(path, at, newest=start == listed[-1][0],
+                                         after=self.applied_seq if at else None)
             except FileNotFoundError:
                 return None
             found.extend(r for r in records if r.seq > self.applied_seq
@@ -153,10 +159,10 @@ class LogFollower:
             self._position = (start, end)
         return found
 
-    def describe(self) -> dict[str, int]:
+    def describe(self) -> dict[str, Any]:
         """For ``Retriever.stats``: the log position served and the records above the base."""
         return {"applied_seq": self.applied_seq, "base_log_seq": self.base.manifest.log_seq,
-                "records": len(self.records)}
+                "records": len(self.records), "failure": self.failure}
 
     # -- the background thread ---------------------------------------------------------------
 
@@ -165,8 +171,11 @@ class LogFollower:
             try:
                 self._prepare_terms()
                 self.apply_now()
+                self.failure = None
             except (RetrievalError, OSError, ValueError) as exc:
-                log.error("applying the write-ahead log of %s failed: %s", self.root, exc)
+                if str(exc) != self.failure:  # once per distinct failure, not every poll
+                    log.error("applying the write-ahead log of %s failed: %s", self.root, exc)
+                self.failure = str(exc)
 
     def _prepare_terms(self) -> None:
         """Analyze the base's texts ahead of the first write (on a root that has a log), so

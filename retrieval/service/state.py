@@ -77,6 +77,9 @@ class ServiceState:
         if self.draining.is_set():
             return False, "draining: the server is shutting down"
         if self._retriever is not None:
+            failure = self._retriever.log_failure
+            if failure is not None:
+                return False, f"the write-ahead log cannot be applied: {failure}"
             return True, "ready"
         if self.load_error is not None:
             return False, f"the index could not be loaded: {self.load_error}"
