@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS_DIR, measure_side_by_side, publish_report
-from indexes.build import BuildConfig
+from indexes.build import BuildConfig, build_index
 from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
-from indexes.sharding import build_sharded_index
 from indexes.synthetic import random_unit_vectors
 from indexes.synthetic_corpus import CorpusSpec, generate
 from indexes.synthetic_corpus import queries as corpus_queries
@@ -36,7 +35,7 @@ def write_sharded(root: Path, n_docs: int, shards: int) -> list[str]:
     info = EncoderInfo(encoder_id="bench:random:fp32:384", model="bench", dim=DIM,
                        vector_dtype="float32")
     config = BuildConfig(analyzer={"stemmer": None, "stop_words": ()})
-    build_sharded_index(docs, root, shards, vectors=random_unit_vectors(n_docs, DIM, seed=3),
+    build_index(docs, root, shards=shards, vectors=random_unit_vectors(n_docs, DIM, seed=3),
                         encoder_info=info, config=config, progress=False, dense="exact")
     return [" ".join(t) for t in corpus_queries(corpus, 1000, seed=1)]
 

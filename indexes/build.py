@@ -7,17 +7,16 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analyzer import Analyzer, AnalyzerConfig
-from indexes.ann import ANN_DIR, AnnKind, build_ann
+from indexes.ann import AnnKind
 from indexes.bm25 import BM25Index, BM25Params
-from indexes.docstore import DocStore, Document
+from indexes.build_write import DenseLeg, write_components, write_sharded
+from indexes.docstore import Document
 from indexes.encoders import Encoder, default_model_path
 from indexes.errors import CorpusError, RetrievalError
 from indexes.long_documents import (
@@ -27,22 +26,18 @@ from indexes.long_documents import (
     window_report,
 )
 from indexes.manifest import (
-    FORMAT_VERSION,
     EncoderInfo,
-    Manifest,
-    checksum_tree,
     current_build_dir,
     discard,
     new_build_id,
     place,
     read_manifest,
     staging_dir,
-    write_manifest,
 )
 from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
-from indexes.storage import load_array, save_array
+from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.vectors import VectorDtype, VectorStore
 
 log = logging.getLogger(__name__)
@@ -106,13 +101,7 @@ def _previous_vectors(root: Path, encoder_id: str) -> tuple[dict[bytes, int], Ve
         # Only exact float32 vectors are reused: re-quantizing dequantized codes would drift.
         if manifest.encoder.encoder_id != encoder_id or manifest.encoder.vector_dtype != "float32":
             return None
-        if (previous / "shards.json").is_file():  # a sharded build: its shards' vectors
-            from indexes.sharding.layout import shard_vectors  # lazily: it imports this module
-
-            hashes, store = shard_vectors(previous)
-        else:
-            hashes = load_array(previous / "vectors" / "content_hashes.npy")
-            store = VectorStore.load(previous / "vectors")
+        hashes, store = stored_vectors(previous)
     except RetrievalError as exc:
         log.warning("previous build %s not reusable, re-encoding everything: %s", previous, exc)
         return None
@@ -164,8 +153,17 @@ def build_index(
     progress: bool = True,
     publish: bool = True,
     log_seq: int | None = None,
+    shards: int | None = None,
+    dense: DenseLeg = "ivf",
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
+
+    ``shards``: write S shard builds of contiguous row ranges (in input order) sharing the
+    collection's BM25 statistics, published by one flip (``indexes.sharding``); the same
+    stages run for any S. ``dense``: each shard's dense leg, ``ivf`` (trained on the shard's
+    vectors, sized and calibrated as a whole build's) or ``exact`` (the merged dense top rows
+    are then exactly the global ones). Raises ``ShardCountError`` for a shard count below 1 or
+    above the number of documents.
 
     With ``publish=False`` the verified build is staged in ``builds/`` without flipping
     ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
@@ -179,9 +177,12 @@ def build_index(
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
     """
     config = config or BuildConfig()
+    if shards is not None:
+        refuse_passages(config, "sharded")
     root = Path(root)
     parents = list(documents)
     _check_ids(parents)
+    ranges = shard_ranges(len(parents), shards) if shards is not None else None
     if log_seq is None and (root / "wal").is_dir():  # writes pending on the live build
         from indexes.wal.checks import check_pending_fit  # here: indexes.wal imports build
 
@@ -206,6 +207,12 @@ def build_index(
         log_seq = _live_log_seq(root)
 
     def write(staging: Path) -> None:
+        if ranges is not None:
+            avgdl = float(np.mean([len(t) for t in tokens])) if tokens else 0.0
+            write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
+                          config, ranges, avgdl, 0 if dense == "exact" else None,
+                          log_seq=log_seq, window=window)
+            return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, log_seq=log_seq, window=window,
                          passages=passage_info)
@@ -267,35 +274,6 @@ def refuse_passages(config: BuildConfig, kind: str) -> None:
 def _live_log_seq(root: Path) -> int:
     previous = current_build_dir(root)
     return read_manifest(previous).log_seq if previous is not None else 0
-
-
-def write_components(
-    directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
-    metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
-    config: BuildConfig, ann_nlist: int | None = None, passage_map: PassageMap | None = None,
-    **manifest_fields: Any,
-) -> None:
-    """Write every component of one build and its manifest into ``directory`` (a whole build,
-    or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
-    dense leg (None = by corpus size, 0 = exact search); ``manifest_fields``: the manifest's
-    optional fields (``log_seq``, ``window``, ``passages``)."""
-    bm25.save(directory / "bm25")
-    metadata.save(directory / "metadata")
-    VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
-    save_array(directory / "vectors" / "content_hashes.npy", hashes)
-    build_ann(matrix, directory / ANN_DIR, kind=config.ann, nlist=ann_nlist)  # the dense leg
-    DocStore.build(docs).save(directory / "docstore")
-    if passage_map is not None:
-        passage_map.save(directory / "passages")
-    analyzer = Analyzer(config.analyzer)
-    write_manifest(directory, Manifest(
-        format_version=FORMAT_VERSION, build_id=build_id,
-        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
-        analyzer=config.analyzer.model_dump(mode="json"),
-        analyzer_fingerprint=analyzer.fingerprint, encoder=info,
-        bm25=config.bm25.model_dump(mode="json"),
-        metadata_fields=dict(metadata.kinds), files=checksum_tree(directory), **manifest_fields,
-    ))
 
 
 def _vectors_for(

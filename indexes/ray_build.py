@@ -136,7 +136,7 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
                  config: BuildConfig | None = None, publish: bool = True,
                  shards: int | None = None, **shard_options: Any) -> BuildReport:
     """Build ``source`` into ``root`` on the connected Ray cluster (see the module docstring);
-    ``shards`` as ``indexes.sharding.build_sharded_index``."""
+    ``shards`` as ``indexes.build.build_index``."""
     config = config or BuildConfig()
     refuse_passages(config, "Ray")
     documents = read_documents(source)
@@ -146,15 +146,8 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     encoded = encode_on_ray(texts, todo, backend, model, workers, config.batch_size, info.dim,
                             cpus_per_worker)
     vectors = np.where(np.isin(np.arange(len(texts)), todo)[:, None], encoded, reused)
-    if shards is not None:
-        from indexes.sharding import build_sharded_index
-
-        report = build_sharded_index(documents, root, shards, vectors=vectors,
-                                     encoder_info=info, config=config, progress=False,
-                                     publish=publish, **shard_options)
-    else:
-        report = build_index(documents, root, vectors=vectors, encoder_info=info,
-                             config=config, progress=False, publish=publish)
+    report = build_index(documents, root, vectors=vectors, encoder_info=info, config=config,
+                         progress=False, publish=publish, shards=shards, **shard_options)
     report.vectors_given = 0
     report.vectors_encoded = len(todo)
     report.vectors_reused = len(texts) - len(todo)

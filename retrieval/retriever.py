@@ -36,7 +36,7 @@ from retrieval.models import SearchResult
 from retrieval.request import FilterMemo, is_light_filter
 from retrieval.request_cache import RequestCache
 from retrieval.request_path import Live, RequestPath
-from retrieval.sharding.whole import ShardedBuild, open_build, warm_up_build
+from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,7 @@ class Retriever:
             retriever.close()
             raise
         retriever._warm_up()
-        if (Path(path) / CURRENT).is_file() and not isinstance(snapshot, ShardedBuild):
-            # an index root: follow its write-ahead log
+        if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
             try:
                 retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
                                              retriever.reload, config.live_lag_seconds)

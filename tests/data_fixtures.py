@@ -127,7 +127,7 @@ def scifact_exact(beir_index, encoder):
 def scifact_sharded(beir_index, dataset, encoder, tmp_path_factory):
     """scifact_sharded(S) -> root of SciFact in S shards with exact dense legs (vectors reused
     from the session's SciFact index by content hash); built once per session."""
-    from indexes.sharding import build_sharded_index
+    from indexes.build import build_index
 
     source, _, _ = beir_index("scifact")
     built: dict[int, Path] = {}
@@ -136,7 +136,7 @@ def scifact_sharded(beir_index, dataset, encoder, tmp_path_factory):
         if count not in built:
             root = tmp_path_factory.mktemp(f"scifact-{count}-shards")
             docs = list(with_demo_metadata(read_corpus(dataset("scifact"))))
-            report = build_sharded_index(docs, root, count, encoder=encoder, progress=False,
+            report = build_index(docs, root, shards=count, encoder=encoder, progress=False,
                                          config=BuildConfig(reuse_from=str(source)),
                                          dense="exact")
             assert report.vectors_reused == len(docs)

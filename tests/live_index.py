@@ -25,8 +25,11 @@ def scifact_docs(dataset_dir: Path, n: int) -> list[Document]:
     return list(itertools.islice(with_demo_metadata(read_corpus(dataset_dir)), n))
 
 
-def build_small(root: Path, docs: list[Document], seed: int = 0) -> np.ndarray:
-    """Build ``docs`` under ``root`` with random unit vectors; returns the vectors."""
+def build_small(root: Path, docs: list[Document], seed: int = 0,
+                shards: int | None = None) -> np.ndarray:
+    """Build ``docs`` under ``root`` with random unit vectors (in ``shards`` shards with exact
+    dense legs, when given); returns the vectors."""
     vectors = unit_vectors(len(docs), seed)
-    build_index(docs, root, vectors=vectors, encoder_info=INFO, progress=False)
+    build_index(docs, root, vectors=vectors, encoder_info=INFO, progress=False, shards=shards,
+                dense="exact")
     return vectors

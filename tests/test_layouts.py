@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
+from live_index import build_small, scifact_docs, unit_vectors
 
+from indexes.build import build_index
 from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
 from indexes.publish import publish_build
-from indexes.sharding import build_sharded_index
+from indexes.sharding import is_sharded
+from indexes.wal import IndexWriter
 from retrieval import Retriever, SearchResult
 from retrieval.integrations.langchain import LangChainRetriever
 from retrieval.sharding import ShardedBuild
@@ -113,7 +117,7 @@ def _generation(root, tag: str, publish: bool):
     docs = [Document(f"d{i}", f"alpha beta gen{tag} doc{i}", metadata={"gen": tag})
             for i in range(30)]
     vectors = np.random.default_rng(len(tag)).normal(size=(30, 8)).astype(np.float32)
-    return build_sharded_index(docs, root, 3, vectors=vectors, encoder_info=INFO,
+    return build_index(docs, root, shards=3, vectors=vectors, encoder_info=INFO,
                                progress=False, publish=publish)
 
 
@@ -145,3 +149,63 @@ def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
     for result in seen:
         assert len(result.hits) == 30
         assert {h.metadata["gen"] for h in result.hits} == {generation[result.build_id]}
+
+
+@pytest.fixture
+def live_roots(tmp_path, dataset):
+    """{layout: index root} of the same 120 SciFact documents and vectors: whole, 2 shards."""
+    docs = scifact_docs(dataset("scifact"), 120)
+    roots = {"whole": tmp_path / "whole", "2 shards": tmp_path / "sharded"}
+    build_small(roots["whole"], docs)
+    build_small(roots["2 shards"], docs, shards=2)
+    return roots, docs
+
+
+LIVE = {"cache": {"backend": "none"}, "live_lag_seconds": 0.2, "vector_weight": 0.5}
+NEEDLE = "zebrafish telomerase hibernation"
+
+
+def _write_the_day(root, docs) -> None:
+    with IndexWriter(root) as writer:
+        writer.upsert([Document("live-1", f"{NEEDLE} in a new study", metadata={"year": 2031}),
+                       Document(docs[70].id, f"{NEEDLE} rewritten", metadata={"year": 1999})],
+                      vectors=unit_vectors(2, 7))
+        writer.delete([docs[3].id, docs[90].id])
+
+
+def test_live_writes_and_compaction_are_the_same_on_every_layout(live_roots):
+    """An upsert and a delete through the writer are visible within the live lag, searched
+    exactly alike on both layouts (the whole build is the reference); compaction folds them
+    into the next build of the same layout."""
+    roots, docs = live_roots
+    vector = unit_vectors(1, 99)[0]
+    queries = [NEEDLE, docs[3].text[:80], docs[90].title, "cell growth in tumors"]
+    retrievers = {name: Retriever.load(root, LIVE) for name, root in roots.items()}
+    try:
+        for root in roots.values():
+            _write_the_day(root, docs)
+        deadline = time.monotonic() + 10
+        while any("live-1" not in
+                  [h.doc_id for h in r.search(NEEDLE, k=3, query_vector=vector).hits]
+                  for r in retrievers.values()):
+            assert time.monotonic() < deadline, "a write was not visible within the lag"
+            time.sleep(0.05)
+        for query in queries:
+            want = retrievers["whole"].search(query, None, 10, query_vector=vector)
+            got = retrievers["2 shards"].search(query, None, 10, query_vector=vector)
+            same(got, want)
+            assert not {docs[3].id, docs[90].id} & {h.doc_id for h in got.hits}
+            assert got.build_id.endswith("+2")  # the sharded build plus two log records
+        for name, root in roots.items():
+            with IndexWriter(root) as writer:
+                report = writer.compact()
+            assert report.records_folded == 2 and report.n_docs == 119
+            assert is_sharded(root) == (name == "2 shards")
+            retrievers[name].refresh()
+        for query in queries:
+            same(retrievers["2 shards"].search(query, None, 10, query_vector=vector),
+                 retrievers["whole"].search(query, None, 10, query_vector=vector))
+        assert isinstance(retrievers["2 shards"].snapshot, ShardedBuild)
+    finally:
+        for retriever in retrievers.values():
+            retriever.close()

@@ -12,7 +12,7 @@ from test_publish_gate import scifact_fixture  # noqa: F401 (``scifact``: dir, q
 
 from indexes.build import BuildConfig, build_index
 from indexes.manifest import CURRENT, current_build_dir
-from indexes.sharding import build_sharded_index, is_sharded
+from indexes.sharding import is_sharded
 from retrieval.publishing import GateConfig, check, publish
 from retrieval.publishing.gate import build_contents
 
@@ -22,7 +22,7 @@ def _reusing(source: Path) -> BuildConfig:
 
 
 def _sharded(docs, root: Path, encoder, source: Path, shards: int, publish: bool) -> str:
-    return build_sharded_index(docs, root, shards, encoder=encoder, config=_reusing(source),
+    return build_index(docs, root, shards=shards, encoder=encoder, config=_reusing(source),
                                progress=False, publish=publish, dense="exact").build_id
 
 

@@ -20,7 +20,6 @@ from indexes.publish import publish_build
 from indexes.sharding import (
     SHARDS_FILE,
     ShardCountError,
-    build_sharded_index,
     read_layout,
     shard_ranges,
 )
@@ -124,7 +123,7 @@ INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
 
 def _tiny_build(root, shards: int, publish: bool = True, n: int = 30):
     vectors = np.random.default_rng(0).normal(size=(n, 8)).astype(np.float32)
-    return build_sharded_index(_tiny_docs(n), root, shards, vectors=vectors,
+    return build_index(_tiny_docs(n), root, shards=shards, vectors=vectors,
                                encoder_info=INFO, progress=False, publish=publish)
 
 
@@ -317,11 +316,11 @@ class CountingEncoder:
 
 def test_a_sharded_rebuild_reuses_the_shards_vectors_by_content_hash(tmp_path):
     encoder = CountingEncoder()
-    first = build_sharded_index(_tiny_docs(30), tmp_path, 3, encoder=encoder, progress=False)
+    first = build_index(_tiny_docs(30), tmp_path, shards=3, encoder=encoder, progress=False)
     assert (first.vectors_encoded, encoder.encoded) == (30, 30)
     changed = [Document(d.id, d.text + (" changed" if d.id in ("d3", "d17") else ""),
                         metadata=d.metadata) for d in _tiny_docs(30)]
-    again = build_sharded_index(changed, tmp_path, 2, encoder=encoder, progress=False)
+    again = build_index(changed, tmp_path, shards=2, encoder=encoder, progress=False)
     assert (again.vectors_reused, again.vectors_encoded, encoder.encoded) == (28, 2, 32)
 
 
@@ -335,7 +334,7 @@ def test_passage_builds_are_refused_sharded_and_on_ray(tmp_path):
     config = BuildConfig(passages=PassageConfig())
     vectors = np.zeros((4, 8), dtype=np.float32)
     with pytest.raises(CorpusError, match="passages are not supported in sharded builds"):
-        build_sharded_index(_tiny_docs(4), tmp_path, 2, vectors=vectors, encoder_info=INFO,
+        build_index(_tiny_docs(4), tmp_path, shards=2, vectors=vectors, encoder_info=INFO,
                             config=config, progress=False)
     with pytest.raises(CorpusError, match="passages are not supported in Ray builds"):
         build_on_ray(tmp_path / "corpus.jsonl", tmp_path / "ray", config=config)

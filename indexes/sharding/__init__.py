@@ -1,14 +1,16 @@
-"""Shard builds of one logical index that share its global BM25 statistics."""
+"""The layout of shard builds of one logical index that share its global BM25 statistics
+(written by ``indexes.build.build_index(..., shards=S)``)."""
 
-from indexes.sharding.build import build_sharded_index
 from indexes.sharding.layout import (
     SHARDS_FILE,
     ShardCountError,
     ShardEntry,
     ShardLayout,
+    build_parts,
     is_sharded,
     read_layout,
     shard_ranges,
+    stored_vectors,
 )
 from indexes.sharding.slices import slice_bm25, slice_metadata
 
@@ -17,10 +19,11 @@ __all__ = [
     "ShardCountError",
     "ShardEntry",
     "ShardLayout",
-    "build_sharded_index",
+    "build_parts",
     "is_sharded",
     "read_layout",
     "shard_ranges",
     "slice_bm25",
     "slice_metadata",
+    "stored_vectors",
 ]

@@ -101,13 +101,23 @@ def read_layout(path: Path, verify: bool = True) -> tuple[Path, ShardLayout]:
     return directory, layout
 
 
-def shard_vectors(path: Path) -> tuple[np.ndarray, VectorStore]:
-    """(content hashes S16 (n,), float32 vectors (n, d)) of every shard in global row order:
-    what a rebuild reuses by content hash (``indexes.build``)."""
-    directory, layout = read_layout(path, verify=False)
-    hashes, blocks = [], []
-    for i in range(len(layout.shards)):
-        vectors = layout.shard_dir(directory, i) / "vectors"
-        hashes.append(load_array(vectors / "content_hashes.npy"))
-        blocks.append(VectorStore.load(vectors).reconstruct_all())
+def build_parts(path: Path) -> list[Path]:
+    """The directories holding a build's rows, in row order: the shards of a sharded build,
+    else the build directory itself."""
+    directory = resolve_build_dir(Path(path))
+    if not (directory / SHARDS_FILE).is_file():
+        return [directory]
+    directory, layout = read_layout(directory, verify=False)
+    return [layout.shard_dir(directory, i) for i in range(len(layout.shards))]
+
+
+def stored_vectors(path: Path) -> tuple[np.ndarray, VectorStore]:
+    """(content hashes S16 (n,), vectors (n, d)) of a build, whole or sharded, in global row
+    order: what a rebuild, the log's writer and compaction reuse by content hash."""
+    parts = build_parts(path)
+    if len(parts) == 1:
+        return (load_array(parts[0] / "vectors" / "content_hashes.npy"),
+                VectorStore.load(parts[0] / "vectors"))
+    hashes = [load_array(part / "vectors" / "content_hashes.npy") for part in parts]
+    blocks = [VectorStore.load(part / "vectors").reconstruct_all() for part in parts]
     return np.concatenate(hashes), VectorStore.build(np.concatenate(blocks), "float32")

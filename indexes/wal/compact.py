@@ -17,12 +17,14 @@ from typing import Protocol
 import numpy as np
 
 from indexes.analyzer import AnalyzerConfig
+from indexes.ann import ANN_DIR
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
-from indexes.storage import fsync_dir
+from indexes.sharding.layout import build_parts, is_sharded
+from indexes.storage import fsync_dir, read_json
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_records_fit
 from indexes.wal.log import read_all, segments, wal_dir
@@ -80,8 +82,11 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
                          bm25=BM25Params(**manifest.bm25), passages=passages,
                          vector_dtype=manifest.encoder.vector_dtype)  # type: ignore[arg-type]
+    parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
-                         config=config, progress=progress, log_seq=folded)
+                         config=config, progress=progress, log_seq=folded,
+                         shards=len(parts) if is_sharded(build) else None,
+                         dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
     retired = retire(root, folded)
     writer.reopen()
     return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
@@ -98,11 +103,23 @@ def _live_corpus(build: Path, changes: Changes) -> tuple[list[Document], np.ndar
 
 
 def _build_documents(build: Path, replaced: set[str]) -> tuple[list[Document], np.ndarray]:
-    """The surviving documents of a build, in row order, and their stored vectors."""
-    store = DocStore.load(build / "docstore")
-    rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
-    vectors = VectorStore.load(build / "vectors").reconstruct_rows(np.asarray(rows, np.int64))
-    return [store.get(r) for r in rows], vectors
+    """The surviving documents of a build (whole or sharded), in row order, and their stored
+    vectors."""
+    docs: list[Document] = []
+    vectors: list[np.ndarray] = []
+    for part in build_parts(build):
+        store = DocStore.load(part / "docstore")
+        rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
+        docs.extend(store.get(r) for r in rows)
+        vectors.append(VectorStore.load(part / "vectors").reconstruct_rows(
+            np.asarray(rows, np.int64)))
+    return docs, np.concatenate(vectors)
+
+
+def _exact_leg(build: Path) -> bool:
+    """Whether a build's dense leg is exact search (kept so by compaction)."""
+    meta = build / ANN_DIR / "ann.json"
+    return not meta.is_file() or read_json(meta)["kind"] == "exact"
 
 
 def retire(root: Path, folded: int) -> int:

@@ -24,8 +24,8 @@ from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import EncoderMismatchError, InvalidWriteError, WriterLockedError
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
-from indexes.storage import fsync_dir, load_array
-from indexes.vectors import VectorStore
+from indexes.sharding.layout import stored_vectors
+from indexes.storage import fsync_dir
 from indexes.wal.checks import check_documents, check_ids, merged_kinds
 from indexes.wal.compact import CompactionReport, compact
 from indexes.wal.log import (
@@ -236,9 +236,8 @@ class IndexWriter:
         rule: exact float32 vectors only)."""
         known: dict[bytes, np.ndarray] = {}
         build = resolve_build_dir(self.root)
-        if self.manifest.encoder.vector_dtype == "float32":
-            hashes = load_array(build / "vectors" / "content_hashes.npy")
-            store = VectorStore.load(build / "vectors")
+        if self.manifest.encoder.vector_dtype == "float32":  # whole or sharded
+            hashes, store = stored_vectors(build)
             known = {bytes(h): store.data[row] for row, h in enumerate(hashes)}
         for record in records:
             rows, vectors = record_rows(record)

@@ -16,7 +16,6 @@ from indexes.manifest import read_manifest
 from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
-from indexes.sharding import build_sharded_index
 from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
 from retrieval.cli.compact import fold_after_build
@@ -59,7 +58,7 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--ray-workers", type=int, default=2, help="encoder actors on Ray")
     build.add_argument("--shards", type=int, default=None, metavar="S",
                        help="write S shard builds sharing the collection's BM25 statistics "
-                       "(serve them with retrieval.sharding); published by one flip")
+                       "(opened by Retriever.load like any build); published by one flip")
     build.add_argument("--shard-dense", choices=["ivf", "exact"], default="ivf",
                        help="each shard's dense leg: IVF, or exact (sharded results then equal "
                        "an exact unsharded index's)")
@@ -84,12 +83,8 @@ def run_build(args: argparse.Namespace) -> int:
         documents = list(with_demo_metadata(documents))
     encoder = make_encoder(args.doc_encoder, args.model)
     publish = not (args.no_publish or args.gate)
-    if args.shards is not None:
-        report = build_sharded_index(documents, args.out, args.shards, encoder=encoder,
-                                     config=config, publish=publish, dense=args.shard_dense)
-    else:
-        report = build_index(documents, args.out, encoder=encoder, config=config,
-                             publish=publish)
+    report = build_index(documents, args.out, encoder=encoder, config=config, publish=publish,
+                         shards=args.shards, dense=args.shard_dense)
     if not report.published:
         return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "

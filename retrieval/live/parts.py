@@ -24,7 +24,8 @@ class LiveVectors(VectorStore):
     """The base's stored vectors, then the delta's float32 rows."""
 
     def __init__(self, base: VectorStore, delta: np.ndarray) -> None:
-        super().__init__(base.data, base.dtype, base.scale, base.low)
+        # Not VectorStore.__init__: the base may be a sharded build's, with no one matrix.
+        self.dtype, self.scale, self.low = base.dtype, base.scale, base.low
         self.base = base
         self.delta = np.ascontiguousarray(delta, dtype=np.float32).reshape(-1, base.dim)
         self.n_base = base.n_docs
@@ -32,6 +33,14 @@ class LiveVectors(VectorStore):
     @property
     def n_docs(self) -> int:
         return self.n_base + int(self.delta.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes + int(self.delta.nbytes)
 
     def scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
         query = self.check_query(query)
@@ -43,6 +52,9 @@ class LiveVectors(VectorStore):
         out[~in_delta] = self.base.scores(query, rows[~in_delta])
         out[in_delta] = np.take(self.delta, rows[in_delta] - self.n_base, axis=0) @ query
         return out
+
+    def reconstruct_all(self) -> np.ndarray:
+        return np.concatenate([self.base.reconstruct_all(), self.delta])
 
     def reconstruct_rows(self, rows: np.ndarray) -> np.ndarray:
         return np.stack([self.delta[r - self.n_base] if r >= self.n_base

@@ -16,6 +16,7 @@ from indexes.bm25 import BM25Params
 from indexes.build import content_hashes
 from indexes.docstore import Document
 from indexes.metadata import value_kind
+from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
 from indexes.wal import Changes
 from indexes.wal.checks import check_records_fit
@@ -94,5 +95,6 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
 
 
 def content_hashes_of(build: LoadedBuild) -> np.ndarray:
-    """S16 (n_docs,): the build's content hashes (written by every build)."""
-    return load_array(build.path / "vectors" / "content_hashes.npy")
+    """S16 (n_docs,): the build's content hashes (written by every build and shard)."""
+    return np.concatenate([load_array(part / "vectors" / "content_hashes.npy")
+                           for part in build_parts(build.path)])

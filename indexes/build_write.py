@@ -1,0 +1,106 @@
+"""The writers of a build's files: one build's components, or S shard builds of one logical
+index under one manifest (``indexes.sharding.layout``).
+
+Global statistics travel with the data: the BM25 impacts are computed once over the whole
+collection (its N, df per term, avgdl; okapi's idf floor from the mean over the whole
+vocabulary) and each shard stores the impacts of its rows, so a document's BM25 score in its
+shard equals its score in the unsharded index, bit for bit. Vectors are computed (or reused by
+content hash) once for the collection and split by the same row ranges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from indexes.analyzer import Analyzer
+from indexes.ann import ANN_DIR, build_ann
+from indexes.bm25 import BM25Index
+from indexes.docstore import DocStore, Document
+from indexes.manifest import (
+    FORMAT_VERSION,
+    MANIFEST,
+    EncoderInfo,
+    Manifest,
+    checksum_tree,
+    sha256_file,
+    write_manifest,
+)
+from indexes.metadata import MetadataIndex
+from indexes.passages import PassageMap
+from indexes.sharding.layout import SHARDS_DIR, SHARDS_FILE, ShardEntry, ShardLayout
+from indexes.sharding.slices import slice_bm25, slice_metadata
+from indexes.storage import save_array, write_json
+from indexes.vectors import VectorStore
+
+if TYPE_CHECKING:
+    from indexes.build import BuildConfig
+
+DenseLeg = Literal["ivf", "exact"]  # a shard's dense leg (``indexes.build.build_index``)
+
+def write_components(
+    directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
+    metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
+    config: BuildConfig, ann_nlist: int | None = None, passage_map: PassageMap | None = None,
+    **manifest_fields: Any,
+) -> None:
+    """Write every component of one build and its manifest into ``directory`` (a whole build,
+    or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
+    dense leg (None = by corpus size, 0 = exact search); ``manifest_fields``: the manifest's
+    optional fields (``log_seq``, ``window``, ``passages``)."""
+    bm25.save(directory / "bm25")
+    metadata.save(directory / "metadata")
+    VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
+    save_array(directory / "vectors" / "content_hashes.npy", hashes)
+    build_ann(matrix, directory / ANN_DIR, kind=config.ann, nlist=ann_nlist)  # the dense leg
+    DocStore.build(docs).save(directory / "docstore")
+    if passage_map is not None:
+        passage_map.save(directory / "passages")
+    analyzer = Analyzer(config.analyzer)
+    write_manifest(directory, Manifest(
+        format_version=FORMAT_VERSION, build_id=build_id,
+        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+        analyzer=config.analyzer.model_dump(mode="json"),
+        analyzer_fingerprint=analyzer.fingerprint, encoder=info,
+        bm25=config.bm25.model_dump(mode="json"),
+        metadata_fields=dict(metadata.kinds), files=checksum_tree(directory), **manifest_fields,
+    ))
+
+
+def write_sharded(
+    staging: Path, build_id: str, docs: list[Document], bm25: BM25Index,
+    metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
+    config: BuildConfig, ranges: list[tuple[int, int]], avgdl: float,
+    ann_nlist: int | None = None, **manifest_fields: Any,
+) -> None:
+    """Write every shard, shards.json and the top manifest naming their checksums;
+    ``manifest_fields`` as ``write_components`` (on the top manifest)."""
+    entries = []
+    for i, (start, stop) in enumerate(ranges):
+        name = f"shard-{i:03d}"
+        directory = staging / SHARDS_DIR / name
+        directory.mkdir(parents=True)
+        shard_id = f"{build_id}-{name}"
+        write_components(directory, shard_id, docs[start:stop], slice_bm25(bm25, start, stop),
+                         slice_metadata(metadata, start, stop), matrix[start:stop],
+                         hashes[start:stop], info, config, ann_nlist)
+        entries.append(ShardEntry(name=name, start=start, stop=stop, build_id=shard_id,
+                                  manifest_sha256=sha256_file(directory / MANIFEST)))
+    layout = ShardLayout(n_docs=len(docs), avgdl=avgdl, n_terms=len(bm25.vocab_list),
+                         shards=entries)
+    write_json(staging / SHARDS_FILE, layout.model_dump(mode="json"))
+    files = {SHARDS_FILE: sha256_file(staging / SHARDS_FILE)}
+    files.update({f"{SHARDS_DIR}/{e.name}/{MANIFEST}": e.manifest_sha256 for e in entries})
+    write_manifest(staging, Manifest(
+        format_version=FORMAT_VERSION, build_id=build_id,
+        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+        analyzer=config.analyzer.model_dump(mode="json"),
+        analyzer_fingerprint=Analyzer(config.analyzer).fingerprint, encoder=info,
+        bm25=config.bm25.model_dump(mode="json"), metadata_fields=dict(metadata.kinds),
+        files=files, **manifest_fields,
+    ))
+
