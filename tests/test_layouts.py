@@ -20,6 +20,7 @@ from indexes.sharding import is_sharded
 from indexes.wal import IndexWriter
 from retrieval import Retriever, SearchResult
 from retrieval.integrations.langchain import LangChainRetriever
+from retrieval.integrations.llamaindex import LlamaIndexRetriever
 from retrieval.sharding import ShardedBuild
 
 CONFIG = {"cache": {"backend": "none"}}
@@ -101,11 +102,41 @@ def test_named_filters_and_value_suggestions_see_the_whole_collection(layouts, l
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_the_langchain_adapter_runs_over_every_layout(layouts, layout):
+def test_the_framework_adapters_run_over_every_layout(layouts, layout):
     retrievers, texts, _ = layouts
+    want = [h.doc_id for h in retrievers["whole"].search(texts[0], k=5).hits]
     docs = LangChainRetriever(retrievers[layout], k=5).invoke(texts[0])
-    want = retrievers["whole"].search(texts[0], k=5)
-    assert [d.id for d in docs] == [h.doc_id for h in want.hits]
+    assert [d.id for d in docs] == want
+    nodes = LlamaIndexRetriever(retrievers[layout], k=5).retrieve(texts[0])
+    assert [n.node.node_id for n in nodes] == want
+
+
+def test_the_service_answers_over_a_sharded_build_as_in_process(layouts, scifact_sharded):
+    """``retrieval serve``'s app over the 2-shard build: /v1/search and /v1/search/batch equal
+    the in-process searches of the same build."""
+    from starlette.testclient import TestClient
+
+    from retrieval.service.app import create_app
+    from retrieval.service.settings import ServeConfig
+
+    _, texts, _ = layouts
+    config = ServeConfig.model_validate({"retriever": CONFIG})
+    local = Retriever.load(scifact_sharded(2), CONFIG)  # the service's default encoder
+    with local, TestClient(create_app(scifact_sharded(2), config)) as client:
+        deadline = time.monotonic() + 120
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/readyz").text
+            time.sleep(0.05)
+        assert client.get("/v1/index").json()["documents"] == local.snapshot.manifest.n_docs
+        one = client.post("/v1/search", json={"query": texts[5], "k": 10, "filters": FILTER})
+        assert one.status_code == 200, one.text
+        want = local.search(texts[5], FILTER, 10)
+        assert [h["doc_id"] for h in one.json()["hits"]] == [h.doc_id for h in want.hits]
+        batch = client.post("/v1/search/batch", json={"queries": texts[:20], "k": 5})
+        assert batch.status_code == 200, batch.text
+        wanted = local.search_batch(texts[:20], k=5)
+        assert [[h["doc_id"] for h in r["hits"]] for r in batch.json()["results"]] == \
+            [[h.doc_id for h in r.hits] for r in wanted]
 
 
 INFO = EncoderInfo(encoder_id="test:precomputed:fp32:8", model="test", dim=8,
