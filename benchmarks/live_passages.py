@@ -20,8 +20,8 @@ import numpy as np
 
 from benchmarks.common import DEFAULT_DATA, RESULTS_DIR
 from indexes import BuildConfig, Document, EncoderInfo, PassageConfig, build_index, read_corpus
-from indexes.wal import IndexWriter
 from indexes.wal.split import split, token_counter
+from indexes.writer import IndexWriter
 from retrieval import Retriever
 
 DIM = 8

@@ -27,7 +27,7 @@ from benchmarks.live import scifact
 from indexes import BM25Index, BM25Params, Document, build_index, read_qrels, read_queries
 from indexes.bm25 import idf_weights, impacts_for
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.wal import IndexWriter
+from indexes.writer import IndexWriter
 from retrieval import Retriever, RetrieverConfig
 
 CONFIG = {"cache": {"backend": "none"}, "live_lag_seconds": None, "candidate_policy": "keyword"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -38,7 +37,8 @@ from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
-from indexes.vectors import VectorDtype, VectorStore
+from indexes.vectors import VectorDtype, VectorStore, content_hashes
+from indexes.wal.checks import check_pending_fit
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,6 @@ class BuildReport:
         if self.vectors_given:
             return f"{self.vectors_given} vectors given precomputed"
         return f"{self.vectors_reused} vectors reused, {self.vectors_encoded} encoded"
-
-
-def content_hashes(texts: Sequence[str]) -> np.ndarray:
-    """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key)."""
-    digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]
-    return np.array(digests, dtype="S16")
 
 
 def _previous_vectors(root: Path, encoder_id: str) -> tuple[dict[bytes, int], VectorStore] | None:
@@ -184,8 +178,6 @@ def build_index(
     _check_ids(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     if log_seq is None and (root / "wal").is_dir():  # writes pending on the live build
-        from indexes.wal.checks import check_pending_fit  # here: indexes.wal imports build
-
         check_pending_fit(root, _live_log_seq(root), config.passages is not None)
     timer = _Stopwatch()
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)

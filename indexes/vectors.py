@@ -7,6 +7,8 @@ matrix-vector product; it never scans the whole matrix.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +19,12 @@ from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
 VectorDtype = Literal["float32", "float16", "int8"]
+
+
+def content_hashes(texts: Sequence[str]) -> np.ndarray:
+    """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key)."""
+    digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]
+    return np.array(digests, dtype="S16")
 
 
 def quantize_int8(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

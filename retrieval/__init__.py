@@ -6,8 +6,8 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
-from indexes.wal import IndexWriter
 from indexes.wal.log import LogCorruptionError
+from indexes.writer import IndexWriter
 from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
 from retrieval.cache.codec import CacheValueError

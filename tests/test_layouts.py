@@ -17,7 +17,7 @@ from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
 from indexes.publish import publish_build
 from indexes.sharding import is_sharded
-from indexes.wal import IndexWriter
+from indexes.writer import IndexWriter
 from retrieval import Retriever, SearchResult
 from retrieval.integrations.langchain import LangChainRetriever
 from retrieval.integrations.llamaindex import LlamaIndexRetriever

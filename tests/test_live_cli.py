@@ -77,7 +77,8 @@ def test_verify_checks_the_log_and_fails_on_a_damaged_record(dataset, tmp_path, 
     from live_index import unit_vectors
 
     from indexes import Document
-    from indexes.wal import IndexWriter, segments
+    from indexes.wal import segments
+    from indexes.writer import IndexWriter
 
     build_small(tmp_path, scifact_docs(dataset("scifact"), 20))
     with IndexWriter(tmp_path) as writer:

@@ -21,8 +21,9 @@ from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import InvalidWriteError
 from indexes.manifest import resolve_build_dir
 from indexes.publish import publish_build
-from indexes.wal import IndexWriter, read_all
+from indexes.wal import read_all
 from indexes.wal.split import split, token_counter
+from indexes.writer import IndexWriter
 from retrieval import Retriever
 
 VOLCANO = ("Volcanic ash from the eruption in Iceland grounded flights across Europe for six "

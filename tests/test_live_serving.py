@@ -13,8 +13,9 @@ import pytest
 from live_index import build_small, scifact_docs, unit_vectors
 
 from indexes import Document
-from indexes.wal import IndexWriter, segments
-from indexes.wal.log import LogCorruptionError
+from indexes.wal import segments
+from indexes.wal.log import LogCorruptionError, Record, encode_record
+from indexes.writer import IndexWriter
 from retrieval import Retriever
 
 NEEDLE = "zebrafish telomerase hibernation"
@@ -177,10 +178,14 @@ def test_four_readers_during_writes_and_compactions(root, docs):
     assert errors == [] and searches[0] > 20
 
 
-def _flip_inside(path: Path, offset: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x10
-    path.write_bytes(bytes(data))
+def _append_damaged_then_whole(path: Path, first_seq: int, ids: list[str]) -> None:
+    """Append, in one write (no reader sees one without the other), a delete record whose
+    payload is damaged and a whole delete record after it."""
+    damaged = bytearray(encode_record(Record(first_seq, "delete", ids=(ids[0],))))
+    damaged[-3] ^= 0x10
+    whole = encode_record(Record(first_seq + 1, "delete", ids=(ids[1],)))
+    with open(path, "ab") as handle:
+        handle.write(bytes(damaged) + whole)
 
 
 def test_a_damaged_record_stops_the_log_loudly_and_the_last_good_state_serves(root, docs):
@@ -188,14 +193,13 @@ def test_a_damaged_record_stops_the_log_loudly_and_the_last_good_state_serves(ro
     the background follower reports it (``log_failure``, the service's /readyz), the state
     applied before it keeps serving; a fresh load refuses the root instead of dropping it."""
     query_vector = unit_vectors(1, 99)[0]
-    with load(root, live_lag_seconds=0.2) as retriever, IndexWriter(root) as writer:
-        writer.upsert([Document("first", f"{NEEDLE} first")], vectors=unit_vectors(1, 1))
+    with load(root, live_lag_seconds=0.2) as retriever:
+        with IndexWriter(root) as writer:
+            seq = writer.upsert([Document("first", f"{NEEDLE} first")],
+                                vectors=unit_vectors(1, 1))
         assert retriever.refresh()
         (_, path), = segments(root)
-        before = path.stat().st_size
-        writer.upsert([Document("second", f"{NEEDLE} second")], vectors=unit_vectors(1, 2))
-        writer.upsert([Document("third", f"{NEEDLE} third")], vectors=unit_vectors(1, 3))
-        _flip_inside(path, before + 30)  # inside the second record's payload
+        _append_damaged_then_whole(path, seq + 1, [docs[0].id, docs[1].id])
         with pytest.raises(LogCorruptionError, match="whole records follow"):
             retriever.refresh()
         deadline = time.monotonic() + 10
@@ -203,6 +207,8 @@ def test_a_damaged_record_stops_the_log_loudly_and_the_last_good_state_serves(ro
             time.sleep(0.05)
         assert retriever.log_failure is not None and "damaged" in retriever.log_failure
         found = ids(retriever.search(NEEDLE, query_vector=query_vector, k=5))
-        assert "first" in found and "third" not in found
+        assert "first" in found
+        assert docs[1].id in ids(retriever.search(docs[1].text[:60], k=150,
+                                                  query_vector=query_vector))
     with pytest.raises(LogCorruptionError):
         load(root)

@@ -16,7 +16,7 @@ from live_index import DIM, build_small, scifact_docs, unit_vectors
 
 from indexes import Document
 from indexes.errors import InvalidWriteError, WriterLockedError
-from indexes.wal import IndexWriter, read_all, segments
+from indexes.wal import read_all, segments
 from indexes.wal.log import (
     LogCorruptionError,
     Record,
@@ -25,6 +25,7 @@ from indexes.wal.log import (
     segment_name,
     wal_dir,
 )
+from indexes.writer import IndexWriter
 
 
 @pytest.fixture(scope="module")

@@ -109,24 +109,22 @@ def test_readyz_says_when_the_write_ahead_log_is_damaged(tmp_path: Path, dataset
     worker starting on that root reports it and never drops the writes after it (searches
     over the last good state: tests/test_live_serving.py)."""
     from live_index import build_small, scifact_docs, unit_vectors
+    from test_live_serving import _append_damaged_then_whole
 
     from indexes import Document
-    from indexes.wal import IndexWriter, segments
+    from indexes.wal import segments
+    from indexes.writer import IndexWriter
 
-    build_small(tmp_path, scifact_docs(dataset("scifact"), 40))
+    docs = scifact_docs(dataset("scifact"), 40)
+    build_small(tmp_path, docs)
     config = ServeConfig.model_validate({"retriever": {"live_lag_seconds": 0.2,
                                                        "cache": {"backend": "none"}}})
-    with IndexWriter(tmp_path) as writer, TestClient(create_app(tmp_path, config)) as client:
+    with TestClient(create_app(tmp_path, config)) as client:
         wait_ready(client)
-        writer.upsert([Document("one", "first live text")], vectors=unit_vectors(1, 1))
+        with IndexWriter(tmp_path) as writer:
+            seq = writer.upsert([Document("one", "first live text")], vectors=unit_vectors(1, 1))
         (_, path), = segments(tmp_path)
-        applied = path.stat().st_size
-        time.sleep(0.6)  # applied by the follower before the damage
-        writer.upsert([Document("two", "second live text")], vectors=unit_vectors(1, 2))
-        writer.upsert([Document("three", "third live text")], vectors=unit_vectors(1, 3))
-        data = bytearray(path.read_bytes())
-        data[applied + 30] ^= 0x10
-        path.write_bytes(bytes(data))
+        _append_damaged_then_whole(path, seq + 1, [docs[0].id, docs[1].id])
         deadline = time.monotonic() + LOAD_TIMEOUT
         while client.get("/readyz").status_code == 200 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -1,11 +1,10 @@
-"""The write-ahead log of live updates: its format (``log``), the one writer of a root
-(``writer``), the state its records describe (``state``) and compaction into a build
-(``compact``)."""
+"""The write-ahead log of live updates: its format (``log``), the state its records describe
+(``state``), the checks a write or a build must pass against it (``checks``) and the passage
+split of written documents (``split``). Its one writer is ``indexes.writer``; compaction into
+the next build is ``indexes.compaction`` (both build on ``indexes.build``, which this package
+never imports)."""
 
-from indexes.wal.compact import CompactionReport, compact
-from indexes.wal.log import Record, read_all, segments
+from indexes.wal.log import LogCorruptionError, Record, read_all, segments
 from indexes.wal.state import Changes
-from indexes.wal.writer import IndexWriter
 
-__all__ = ["Changes", "CompactionReport", "IndexWriter", "Record", "compact", "read_all",
-           "segments"]
+__all__ = ["Changes", "LogCorruptionError", "Record", "read_all", "segments"]

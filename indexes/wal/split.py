@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from indexes.build import content_hashes
 from indexes.docstore import DocStore, Document
 from indexes.encoders import default_model_path
 from indexes.errors import InvalidWriteError
@@ -24,7 +23,7 @@ from indexes.long_documents import split_documents
 from indexes.manifest import Manifest
 from indexes.passages import PassageConfig, PassageMap, TokenCounter
 from indexes.storage import load_array
-from indexes.vectors import VectorStore
+from indexes.vectors import VectorStore, content_hashes
 from indexes.wal.log import Record
 from indexes.wal.state import Changes
 

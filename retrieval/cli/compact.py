@@ -8,7 +8,8 @@ from pathlib import Path
 
 from indexes.encoders import Encoder
 from indexes.errors import WriterLockedError
-from indexes.wal import IndexWriter, segments
+from indexes.wal import segments
+from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
 
 log = logging.getLogger(__name__)

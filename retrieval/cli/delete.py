@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from indexes.errors import CorpusError
-from indexes.wal import IndexWriter
+from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
 
 

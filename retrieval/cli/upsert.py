@@ -7,7 +7,7 @@ from pathlib import Path
 
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.wal import IndexWriter
+from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
 
 EPILOG = """The corpus has the format of `retrieval build` (a BEIR folder or a JSONL file, one

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexes.bm25 import BM25Params
-from indexes.build import content_hashes
 from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
+from indexes.vectors import content_hashes
 from indexes.wal import Changes
 from indexes.wal.checks import check_records_fit
 from retrieval.live.bm25_live import BaseTerms, live_bm25

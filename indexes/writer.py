@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.build import content_hashes
+from indexes.compaction import CompactionReport, compact
 from indexes.docstore import Document
 from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import EncoderMismatchError, InvalidWriteError, WriterLockedError
@@ -26,8 +26,8 @@ from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_dir
+from indexes.vectors import content_hashes
 from indexes.wal.checks import check_documents, check_ids, merged_kinds
-from indexes.wal.compact import CompactionReport, compact
 from indexes.wal.log import (
     Record,
     encode_record,
@@ -210,7 +210,7 @@ class IndexWriter:
         return matrix
 
     def compact(self, progress: bool = False) -> CompactionReport:
-        """Fold the log into a new published build (``indexes.wal.compact``)."""
+        """Fold the log into a new published build (``indexes.compaction``)."""
         return compact(self, progress)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
