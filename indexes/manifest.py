@@ -133,6 +133,11 @@ def resolve_build_dir(path: Path) -> Path:
     current = path / CURRENT
     if current.is_file():
         name = current.read_text(encoding="utf-8").strip()
+        if not name or name != Path(name).name or name.startswith("."):  # "../x", "/x", ".tmp-"
+            raise CorruptArtifactError(
+                f"{current} names {name!r}, which is not a build id of this root (a name under "
+                f"{path / 'builds'}); publish a build with `retrieval publish` or roll back",
+                current)
         build = path / "builds" / name
         if not (build / MANIFEST).is_file():
             raise MissingArtifactError(f"{current} names build {name!r} but {build} has no "

@@ -135,6 +135,9 @@ class FilterMemo:
         return entry
 
 
+MAX_DEADLINE_MS = 86_400_000.0  # a day: longer budgets overflow thread timeouts (~9.2e12 ms)
+
+
 def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
     """The search's budget in ms (the argument, else the config default), or None."""
     if deadline_ms is None:
@@ -143,6 +146,9 @@ def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
             or not math.isfinite(deadline_ms) or deadline_ms <= 0:
         raise InvalidQueryError(f"deadline_ms must be a positive number of milliseconds, got "
                                 f"{deadline_ms!r}; pass None for the config default")
+    if deadline_ms > MAX_DEADLINE_MS:
+        raise LimitExceededError(f"deadline_ms {deadline_ms!r} is more than a day "
+                                 f"({MAX_DEADLINE_MS:,.0f} ms); pass None for no deadline")
     return float(deadline_ms)
 
 

@@ -90,6 +90,7 @@ class Retriever:
         if self._features is not None:  # snapshot ids for cache keys, off the request path
             self._features.start()
         self._reloader: Any = None
+        self._refused: tuple[str, int] | None = None  # the CURRENT a reload last refused
         self._log: LogFollower | None = None
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
@@ -181,6 +182,9 @@ class Retriever:
         """
         if self.root is None:
             return False
+        marker = self._current_marker()
+        if marker is not None and marker == self._refused:  # refused already: not every tick
+            return False
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
@@ -195,6 +199,7 @@ class Retriever:
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})
+            self._refused = marker
             return False
         swap_started = time.monotonic()
         if self._log is not None:  # the new build plus the log records it did not fold
@@ -206,6 +211,16 @@ class Retriever:
                                    **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
+
+    def _current_marker(self) -> tuple[str, int] | None:
+        """(what ``CURRENT`` says, its mtime) under the root; None for a build directory. A
+        refused build is checked again only once ``CURRENT`` is rewritten."""
+        assert self.root is not None
+        try:
+            current = self.root / CURRENT
+            return current.read_text(encoding="utf-8"), current.stat().st_mtime_ns
+        except OSError:
+            return None
 
     def _serve(self, snapshot: LoadedBuild) -> None:
         """Serve ``snapshot`` (a build, or a build plus its live delta), every named filter's

@@ -12,6 +12,7 @@ import pytest
 
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
+from indexes.errors import CorruptArtifactError
 from indexes.manifest import CURRENT, read_manifest
 from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
@@ -93,6 +94,21 @@ def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, t
     assert retriever.search("cell", k=3).build_id == old
     refused = retriever.stats()["reloads"][-1]
     assert refused["event"] == "refused" and "vectors.npy" in refused["error"]
+    events = len(retriever.reload_events)
+    assert retriever.reload() is False and len(retriever.reload_events) == events  # not again
+    good = build_subset(_variant(docs, 2), tmp_path)  # a rewritten CURRENT is looked at
+    assert retriever.reload() is True and retriever.build_id == good.build_id
+
+
+@pytest.mark.parametrize("name", ["../elsewhere", "/tmp", ".tmp-x", ""])
+def test_current_naming_no_build_of_the_root_is_refused(docs, tmp_path, build_subset, name):
+    """``CURRENT`` must name a build under the root's builds/: never a path elsewhere."""
+    build_subset(docs, tmp_path / "root")
+    build_subset(docs, tmp_path / "elsewhere")
+    (tmp_path / "root" / CURRENT).write_text(name + "\n")
+    with pytest.raises(CorruptArtifactError, match="not a build id"):
+        Retriever.load(tmp_path / "root", {"cache": {"backend": "none"}})
+    assert cli(["verify", str(tmp_path / "root")]) != 0
 
 
 def test_gc_keeps_newest_and_live_builds(docs, encoder, tmp_path, capsys, build_subset):

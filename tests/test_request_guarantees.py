@@ -155,8 +155,10 @@ def test_config_deadline_applies_and_features_past_it_are_skipped(index, query_e
     assert result.degraded == ["embed", "features"] and result.features_available is None
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True, 9.3e12, 86_400_001])
 def test_invalid_deadline_is_an_invalid_query(index, query_encoder, bad) -> None:
+    """Also budgets past a day: 9.3e12 ms overflowed the thread timeout (a builtin
+    OverflowError, a 500 over HTTP) before the limit."""
     with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=query_encoder) as r, \
             pytest.raises(InvalidQueryError, match="deadline_ms"):
         r.search(QUERIES[0], deadline_ms=bad)
