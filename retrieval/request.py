@@ -152,6 +152,24 @@ def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
     return float(deadline_ms)
 
 
+def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverConfig) -> None:
+    """Refuse a batch whose total hits or candidates pass ``limits`` before any work (each
+    query's own k and candidates are checked by ``validate``)."""
+    limits = config.limits
+    k = config.default_k if k is None else k
+    c = config.candidates if candidates is None else candidates
+    if not (isinstance(k, int) and isinstance(c, int)):
+        return  # validate names the bad argument
+    for name, total, limit, fix in (
+            ("hits (queries x k)", queries * k, limits.max_batch_hits, "max_batch_hits"),
+            ("candidates (queries x candidates)", queries * c, limits.max_batch_candidates,
+             "max_batch_candidates")):
+        if total > limit:
+            raise LimitExceededError(f"a batch of {queries} queries asks for {total:,} {name}, "
+                                     f"more than the limit {limit:,}; split it, lower k or "
+                                     f"candidates, or raise limits.{fix}")
+
+
 def validate(
     query: Any, filters: Any, k: Any, candidates: Any, config: RetrieverConfig,
     memo: FilterMemo, group_by: Any = None, context: Any = 0,

@@ -35,7 +35,13 @@ from retrieval.grouping import grouping_key
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
 from retrieval.pipeline import FutureVector, PendingVector, ReadyVector, run_pipeline, timed_encode
-from retrieval.request import FilterMemo, SearchRequest, check_deadline, validate
+from retrieval.request import (
+    FilterMemo,
+    SearchRequest,
+    check_batch_work,
+    check_deadline,
+    validate,
+)
 from retrieval.request_cache import Lookup, RequestCache
 from retrieval.timing import StageTimer
 from retrieval.tracing import Observer
@@ -175,6 +181,7 @@ class RequestPath:
     def search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
                      candidates: int | None, query_vectors: np.ndarray | None,
                      group_by: Any = None, context: Any = 0) -> list[SearchResult]:
+        check_batch_work(len(queries), k, candidates, self.config)
         requests = [validate(q, filters, k, candidates, self.config, live.filters, group_by,
                              context) for q in queries]
         with self.in_flight:

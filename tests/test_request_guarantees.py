@@ -7,6 +7,7 @@ event: a search that would wait on it can only finish by the mechanism under tes
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Sequence
@@ -20,7 +21,12 @@ from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F
 
 from retrieval import Retriever
 from retrieval.cli import main as cli_main
-from retrieval.errors import ConfigError, InvalidQueryError, OverloadedError
+from retrieval.errors import (
+    ConfigError,
+    InvalidQueryError,
+    LimitExceededError,
+    OverloadedError,
+)
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 
 VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
@@ -183,3 +189,19 @@ def test_searches_past_max_in_flight_are_shed_at_once(index, query_encoder) -> N
         assert all(f.result(timeout=30).hits for f in running)
         assert retriever.stats()["shed"] == 1
         assert retriever.search(QUERIES[3], k=3).hits  # capacity is back
+
+
+def test_a_batch_over_its_work_bounds_is_refused_before_any_work(index, query_encoder) -> None:
+    """queries x k and queries x candidates are bounded per call (a 256 x k=1000 batch took
+    44 s of CPU and GBs of memory before the bound), with a typed error saying which."""
+    counting = GatedEncoder(query_encoder)
+    config = {"cache": {"backend": "none"}, "limits": {"max_batch_hits": 100,
+                                                       "max_batch_candidates": 3000}}
+    with Retriever.load(index, config, encoder=counting) as retriever:
+        counting.entered = threading.Semaphore(0)  # forget the load's warm-up encode
+        with pytest.raises(LimitExceededError, match=r"queries x k.*max_batch_hits"):
+            retriever.search_batch(QUERIES * 20, k=10)
+        with pytest.raises(LimitExceededError, match="max_batch_candidates"):
+            asyncio.run(retriever.asearch_batch(QUERIES[:4], k=5, candidates=1000))
+        assert not counting.entered.acquire(blocking=False)  # refused before any encode
+        assert len(retriever.search_batch(QUERIES[:5], k=10)) == 5

@@ -138,3 +138,16 @@ def test_readyz_says_when_the_write_ahead_log_is_damaged(tmp_path: Path, dataset
             assert time.monotonic() < deadline, restarted.get("/readyz").text
             time.sleep(0.05)
         assert restarted.get("/readyz").status_code == 503
+
+
+def test_a_batch_past_the_work_bounds_is_413_and_the_service_serves_on(index: Path) -> None:
+    with TestClient(create_app(index, ServeConfig())) as client:
+        wait_ready(client)
+        heavy = client.post("/v1/search/batch", json={"queries": ["boundary layer"] * 64,
+                                                      "k": 1000})
+        assert heavy.status_code == 413
+        error = heavy.json()["error"]
+        assert error["type"] == "LimitExceededError" and "max_batch_hits" in error["message"]
+        light = client.post("/v1/search/batch", json={"queries": ["boundary layer"] * 4,
+                                                      "k": 5})
+        assert light.status_code == 200 and len(light.json()["results"]) == 4
