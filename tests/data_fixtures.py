@@ -1,8 +1,9 @@
 """Session fixtures for real data: datasets, the real model, and indexes built from them.
 
-Datasets come from ``--data-dir`` / ``RETRIEVAL_DATA`` (default ``../shared/data``). Without
-them the data tests skip with a message saying where they looked, except under CI (``CI`` set),
-where missing data is a failure. Indexes are built under ``RETRIEVAL_TEST_INDEXES`` (default
+Datasets come from ``--data-dir`` / ``RETRIEVAL_DATA`` (default ``../shared/data``), else from
+the copies the repository ships (``examples/data``: Cranfield and SciFact, with their
+SOURCE.md), so a fresh clone runs every test. A dataset found nowhere skips with a message
+saying where it was looked for, except under CI (``CI`` set), where it is a failure. Indexes are built under ``RETRIEVAL_TEST_INDEXES`` (default
 ``build/test-indexes``); a rebuild there reuses vectors by content hash, as operators' rebuilds do.
 """
 
@@ -19,6 +20,7 @@ from indexes.encoders import SentenceTransformerEncoder
 from indexes.synthetic import with_demo_metadata
 
 REPO = Path(__file__).resolve().parents[1]
+SHIPPED = REPO / "examples" / "data"  # the collections the repository ships
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,7 +39,10 @@ def dataset(request: pytest.FixtureRequest):
     def find(name: str) -> Path:
         path = _data_dir(request.config) / name
         if not (path / "corpus.jsonl").is_file():
-            message = f"dataset {name!r} not found at {path}; pass --data-dir or RETRIEVAL_DATA"
+            path = SHIPPED / name
+        if not (path / "corpus.jsonl").is_file():
+            message = (f"dataset {name!r} not found at {_data_dir(request.config) / name} nor "
+                       f"{path}; pass --data-dir or RETRIEVAL_DATA")
             if os.environ.get("CI"):
                 pytest.fail(message)
             pytest.skip(message)
