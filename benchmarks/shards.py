@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +51,8 @@ from indexes.synthetic_corpus import queries as corpus_queries
 from indexes.vectors import VectorStore
 from retrieval import Retriever, RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
-from retrieval.request import FilterMemo, validate
-from retrieval.sharding import (
-    LocalShards,
-    Shard,
-    ShardedBuild,
-    ShardQuery,
-    ShardRouter,
-    merge_answers,
-)
+from retrieval.sharding import ShardedBuild
+from retrieval.sharding.whole import merged_top
 
 DIM = 384
 MODEL_SHARDS = (2, 4, 8, 16, 32, 64)  # 2 and 4: checked against the measured routers
@@ -82,6 +76,14 @@ def in_memory_build(name: str, bm25: Any, metadata: MetadataIndex, vectors: np.n
                        ExactDense(store))
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One shard of the benchmark: its build and the global row where it starts."""
+
+    snapshot: LoadedBuild
+    start: int
+
+
 class Setup:
     def __init__(self, n_docs: int, n_queries: int, shard_counts: list[int]) -> None:
         began = time.perf_counter()
@@ -93,7 +95,7 @@ class Setup:
         self.shards = {}
         for count in shard_counts:
             self.shards[count] = [
-                Shard(i, in_memory_build(f"shard-{i:03d}", slice_bm25(bm25, a, b),
+                Shard(in_memory_build(f"shard-{i:03d}", slice_bm25(bm25, a, b),
                                          slice_metadata(metadata, a, b), vectors[a:b], ids[a:b]),
                       a)
                 for i, (a, b) in enumerate(shard_ranges(n_docs, count))]
@@ -111,12 +113,6 @@ class Setup:
         build = ShardedBuild.of(Path(f"sharded-{count}"), self.whole.manifest,
                                 [s.snapshot for s in shards], [s.start for s in shards])
         return Retriever(build, self.config, None)
-
-    def router(self, count: int, parallel: bool) -> ShardRouter:
-        """The Ray runtime's router over in-process shards: the latency model's fan-out."""
-        shards = self.shards[count]
-        return ShardRouter(self.whole.manifest, LocalShards(shards, self.config, parallel),
-                           self.config, None)
 
 
 def cpu_timed(searcher: Any, setup: Setup, sink: list[float]) -> Any:
@@ -142,38 +138,36 @@ def same_hits(got: list[Any], want: list[Any]) -> bool:
     return True
 
 
-def per_shard_times(setup: Setup, count: int, items: list[int]) -> tuple[list[float], Any]:
-    """Each shard's ``answer`` timed alone (ms), re-ranking its own candidates as a shard
-    behind a network hop does, and the last query's answers (for merges)."""
-    memo = FilterMemo(setup.whole.metadata.kinds, setup.config.limits)
+def per_shard_times(setup: Setup, count: int, items: list[int]
+                    ) -> tuple[list[float], list[tuple[np.ndarray, np.ndarray]]]:
+    """Each shard's work for one search timed alone (ms): BM25 top C and the cosines of its
+    candidates, what a shard deployment does for a search; and the last query's BM25
+    answers (for merges)."""
     times: list[float] = []
-    answers: list[Any] = []
+    answers: list[tuple[np.ndarray, np.ndarray]] = []
+    candidates = setup.config.candidates
     for i in items:
-        request = validate(setup.texts[i], None, None, None, setup.config, memo)
-        query = ShardQuery(request, setup.whole.analyzer(request.query), setup.vectors[i])
+        tokens = setup.whole.analyzer(setup.texts[i])
         answers = []
         for shard in setup.shards[count]:
             began = time.perf_counter()
-            answers.append(shard.answer(query, setup.config))
+            rows, scores = shard.snapshot.bm25.top_candidates(tokens, candidates)
+            shard.snapshot.vectors.scores(setup.vectors[i], rows)
             times.append((time.perf_counter() - began) * 1e3)
-    return times, (query, answers)
+            answers.append((rows, scores))
+    return times, answers
 
 
-def merge_ms(setup: Setup, query: Any, answers: list[Any], count: int, repeats: int = 200
-             ) -> float:
-    """Median time of the real merge over ``count`` answers (the measured ones, repeated with
-    their rows shifted so every shard is distinct)."""
-    span = setup.whole.manifest.n_docs
-    many = []
-    for j in range(count):
-        base = answers[j % len(answers)]
-        shifted = type(base)(**{**base.__dict__, "rows": base.rows + span * (j // len(answers)),
-                                "dense_rows": base.dense_rows})
-        many.append(shifted)
+def merge_ms(setup: Setup, answers: list[tuple[np.ndarray, np.ndarray]], count: int,
+             repeats: int = 200) -> float:
+    """Median time of the real BM25 merge (``merged_top``) over ``count`` answers (the
+    measured ones, repeated as if from further shards)."""
+    many = [answers[j % len(answers)] for j in range(count)]
+    starts = np.arange(count, dtype=np.int64) * setup.whole.manifest.n_docs
     samples = []
     for _ in range(repeats):
         began = time.perf_counter()
-        merge_answers(many, query, setup.config)
+        merged_top(many, starts, setup.config.candidates)
         samples.append((time.perf_counter() - began) * 1e3)
     return float(np.median(samples))
 
@@ -237,10 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     setup = Setup(args.docs, args.queries, counts)
     warm, items = list(range(args.warmup)), list(range(args.warmup, args.queries))
     whole = Retriever(setup.whole, setup.config, None)
-    routers = {**{f"S={c}": setup.sharded(c) for c in counts},
-               **{f"S={c}, threads": setup.router(c, True) for c in counts}}
-    searchers: dict[str, Any] = {"unsharded": whole, **{f"in-process {name}": router
-                                                        for name, router in routers.items()}}
+    searchers: dict[str, Any] = {"unsharded": whole,
+                                 **{f"in-process S={c}": setup.sharded(c) for c in counts}}
     cpu: dict[str, list[float]] = {name: [] for name in searchers}
     runners = {name: cpu_timed(searcher, setup, cpu[name]) for name, searcher in searchers.items()}
     load_before = os.getloadavg()
@@ -249,18 +241,13 @@ def main(argv: list[str] | None = None) -> None:
     equal = {name: same_hits(s.outputs, samples["unsharded"].outputs)
              for name, s in samples.items()}
     largest = max(counts)
-    draws, (query, answers) = per_shard_times(setup, largest, items)
+    draws, answers = per_shard_times(setup, largest, items)
     e2e = {name: s.summary() for name, s in samples.items()}
-    # The caller's thread only: the threaded routers' pool threads are not counted.
-    cpu_ms = {name: summarize(times[len(warm):]) for name, times in cpu.items()
-              if not name.endswith("threads")}
-    # The parallel fan-out's own cost: the threaded router's median minus the median of its
-    # slowest shard per query and of the merge (validation and hydration are in it too).
-    slowest = np.asarray(draws).reshape(-1, largest).max(axis=1)
-    hop = max(0.0, e2e[f"in-process S={largest}, threads"]["p50"] - float(np.median(slowest))
-              - merge_ms(setup, query, answers, largest))
-    merges = {c: merge_ms(setup, query, answers, c) for c in MODEL_SHARDS}
-    models = {"in-process": latency_model(draws, merges, hop)}
+    cpu_ms = {name: summarize(times[len(warm):]) for name, times in cpu.items()}
+    # What sharding adds in this process: the sharded search's percentiles minus the whole's.
+    hop = e2e[f"in-process S={largest}"]["p50"] - e2e["unsharded"]["p50"]
+    merges = {c: merge_ms(setup, answers, c) for c in MODEL_SHARDS}
+    models: dict[str, dict[int, dict[str, float]]] = {}
     ray_part: dict[str, Any] = {}
     if args.ray:
         from benchmarks.shards_ray import ray_hop
@@ -276,9 +263,7 @@ def main(argv: list[str] | None = None) -> None:
                "model": {k: {str(c): v for c, v in m.items()} for k, m in models.items()},
                "ray": ray_part}
     args.out.mkdir(parents=True, exist_ok=True)
-    figure = plot_model(models, {k.removeprefix("in-process "): v["p95"]
-                                 for k, v in e2e.items() if k.endswith("threads")},
-                        args.out / "shards-model.png")
+    figure = (plot_model(models, {}, args.out / "shards-model.png") if models else None)
     publish_report("shards", args, results, render(results, largest, figure))
 
 
@@ -291,11 +276,10 @@ def render(r: dict[str, Any], largest: int, figure: Path | None) -> str:
     cpu = r["cpu_ms"]
     lines.append(markdown_table(
         ["search", "wall p50 / p95 / p99 ms", "thread CPU p50 / p95 / p99 ms"],
-        [[k, percentile_cells(v), percentile_cells(cpu[k]) if k in cpu else "(pool threads)"]
-         for k, v in r["e2e"].items()]))
+        [[k, percentile_cells(v), percentile_cells(cpu[k])] for k, v in r["e2e"].items()]))
     shard = r["shard_answer_ms"]
-    lines += ["", f"one shard's answer (S={largest}): {percentile_cells(shard)} ms; in-process "
-              f"fan-out overhead (hop) {r['hop_ms']:.3f} ms at p50", ""]
+    lines += ["", f"one shard's work for a search (S={largest}): {percentile_cells(shard)} ms; "
+              f"in-process sharding adds {r['hop_ms']:.3f} ms at p50", ""]
     rows = [[kind, c, f"{v['merge_ms']:.3f}", f"{v['p50']:.2f}", f"{v['p95']:.2f}"]
             for kind, model in r["model"].items() for c, v in model.items()]
     lines.append(markdown_table(["runtime", "S", "merge ms", "predicted p50", "predicted p95"],

@@ -1,11 +1,12 @@
-"""The Ray Serve hop: the same on-disk sharded build searched by the in-process router and
-through the Ray Serve router's handle, side by side (a local Ray cluster with 2 CPUs).
+"""The Ray Serve hop: the same on-disk sharded build searched in this process
+(``Retriever.load``) and through Ray Serve shard deployments (``Retriever.connect``), side by
+side (a local Ray cluster with 2 CPUs).
 
     python -m benchmarks.shards_ray --docs 50000
 
 Query vectors given, no cache; both return the same hits (checked). The hop is the p50 / p95
-difference: serialization of the request and the shard answers, two fan-outs over Ray (answers,
-then hydration), the router replica's thread hand-off.
+difference: serialization of the calls and answers, three fan-outs over Ray (BM25 top C; the
+dense leg with the candidates' cosines; hydration), the replicas' thread hand-offs.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ def ray_hop(n_docs: int, n_queries: int, warmup: int, shards: int = 2) -> dict[s
     import ray
     from ray import serve
 
-    from benchmarks.common import free_port
-    from retrieval.sharding.ray_serve import serve_sharded
+    from retrieval.sharding.ray_serve import serve_shards
 
     with tempfile.TemporaryDirectory() as tmp:
         texts = write_sharded(Path(tmp), n_docs, shards)[:n_queries]
@@ -53,15 +53,17 @@ def ray_hop(n_docs: int, n_queries: int, warmup: int, shards: int = 2) -> dict[s
         local = Retriever.load(tmp, CONFIG)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
-            handle = serve_sharded(tmp, CONFIG, port=free_port(), encode=False)
+            serve_shards(tmp, CONFIG)
+            remote = Retriever.connect(tmp, CONFIG)
             runners = {
                 "in-process": lambda i: local.search(texts[i], None, 10,
                                                      query_vector=vectors[i]),
-                "Ray Serve": lambda i: handle.search.remote(texts[i], None, 10, None,
-                                                            vectors[i]).result(),
+                "Ray Serve": lambda i: remote.search(texts[i], None, 10,
+                                                     query_vector=vectors[i]),
             }
             samples = measure_side_by_side(runners, list(range(warmup, len(texts))),
                                            list(range(warmup)), chunk=50)
+            remote.close()
         finally:
             serve.shutdown()
             ray.shutdown()

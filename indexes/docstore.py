@@ -128,6 +128,10 @@ class DocStore:
         return Document(id=self._doc_id[row], title=self._title[row], text=self._text[row],
                         metadata=metadata)
 
+    def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
+        """The documents of ``rows``, in order (one call for a whole hit list)."""
+        return [self.get(int(row)) for row in np.asarray(rows).tolist()]
+
     def row_of(self, doc_id: str) -> int | None:
         """Row of an external id (the mapping is built on first use)."""
         if self._row_of is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,15 @@ class LoadedBuild:
     @property
     def build_id(self) -> str:
         return self.manifest.build_id
+
+    def local_builds(self) -> Sequence[LoadedBuild]:
+        """The whole builds in this process that hold its rows: itself, or its shards."""
+        return (self,)
+
+    def degradations(self) -> list[str]:
+        """What the search running on this thread lost to its layout (a remote shard left
+        out: ``partial:<shard>``), taken once at its end; a loaded build loses nothing."""
+        return []
 
     @classmethod
     def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from indexes.analyzer import Analyzer
+from indexes.docstore import Document
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
 from retrieval.deadline import NO_DEADLINE, Deadline
@@ -123,10 +124,12 @@ def run_pipeline(
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
-    hits = [make_hit(snapshot, int(rows[i]), fused[i], bm25[i], cosine[i], values,
+    documents = snapshot.docs.get_many(rows[order])  # one call per shard on remote layouts
+    hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
                      request.context)
-            for i, values in zip(order, per_hit, strict=True)]
+            for i, doc, values in zip(order, documents, per_hit, strict=True)]
     timer.lap("hydrate")
+    degraded.extend(snapshot.degradations())
     provided = embed_ms is None and query_vector is not None
     status: Any = embed_status or ("provided" if provided else "miss")
     result = SearchResult(
@@ -265,9 +268,8 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
     return linear_fusion(bm25, cosine, config.vector_weight)
 
 
-def make_hit(snapshot: LoadedBuild, row: int, score: float, bm25: float, cosine: float,
-             features: dict[str, float], context: int = 0) -> Hit:
-    doc = snapshot.docs.get(row)
+def make_hit(snapshot: LoadedBuild, row: int, doc: Document, score: float, bm25: float,
+             cosine: float, features: dict[str, float], context: int = 0) -> Hit:
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
                features=features, **passage_fields(snapshot, row, context))

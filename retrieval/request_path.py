@@ -85,7 +85,7 @@ class RequestPath:
         # With other searches in flight the encoder keeps a single query to one thread.
         self.in_flight = InFlight(config.max_in_flight)
         self._hint_threads = encoder is not None and takes_single_thread(encoder)
-        self.degraded = CacheCounters(("embed", "features"))
+        self.degraded = CacheCounters(("embed", "features", "partial"))
         self.observer = Observer(config.tracing)
 
     # -- one search --------------------------------------------------------------------------
@@ -268,8 +268,8 @@ class RequestPath:
         return ReadyVector(*timed_encode(self.encode, text))
 
     def _done(self, result: SearchResult, timer: StageTimer) -> SearchResult:
-        if result.degraded:
-            self.degraded.add(**dict.fromkeys(result.degraded, 1))
+        if result.degraded:  # "partial:<shard>" counts as "partial"
+            self.degraded.add(**dict.fromkeys((d.split(":")[0] for d in result.degraded), 1))
         self.observer.observe(result, timer)
         return result
 

@@ -64,6 +64,12 @@ def check_encoder(encoder: Encoder, snapshot: LoadedBuild) -> None:
         )
 
 
+def _config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverConfig:
+    if isinstance(config, RetrieverConfig):
+        return config
+    return RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
+
+
 class Retriever:
     """Two-stage hybrid search over the live build. Thread-safe; one instance serves many."""
 
@@ -106,18 +112,53 @@ class Retriever:
         cache: Cache | None = None,
         feature_store: OnlineStore | None = None,
     ) -> Retriever:
-        """Load the live build under ``path`` (or a build directory), verified and mmapped.
+        """Load the live build under ``path`` (or a build directory), whole or sharded,
+        verified and mmapped.
 
         The cache is built from ``config.cache`` (in-process by default) unless one is given.
         """
-        if not isinstance(config, RetrieverConfig):
-            config = RetrieverConfig(**(config or {}))  # ConfigError, never ValidationError
+        config = _config(config)
         snapshot = open_build(path, verify=config.verify_checksums, mmap=config.mmap)
+        return cls._start(snapshot, config, Path(path), encoder, cache, feature_store)
+
+    @classmethod
+    def connect(
+        cls,
+        path: str | Path,
+        config: RetrieverConfig | dict[str, Any] | None = None,
+        *,
+        encoder: Encoder | None = None,
+        cache: Cache | None = None,
+        feature_store: OnlineStore | None = None,
+        allow_partial: bool = False,
+        **ray_options: Any,
+    ) -> Retriever:
+        """The sharded build under ``path`` served by Ray Serve shard deployments
+        (``retrieval.sharding.ray_serve.serve_shards``; ``ray.init`` first, the ray extra),
+        searched here by the same request path as ``load``: same results, same capabilities.
+        ``allow_partial``: a shard with no live replica is left out (``partial:<shard>`` in
+        ``degraded``) instead of failing the search; ``ray_options``: ``app_name``,
+        ``retry_seconds``, ``timeout_seconds``. The deployments serve the build they were
+        deployed with: publishing a new one means deploying it (no reload, no live log here).
+        """
+        from retrieval.sharding.ray_serve import RayShardedBuild
+
+        config = _config(config)
+        snapshot = RayShardedBuild.connect(path, config, allow_partial=allow_partial,
+                                           **ray_options)
+        return cls._start(snapshot, config, None, encoder, cache, feature_store)
+
+    @classmethod
+    def _start(cls, snapshot: LoadedBuild, config: RetrieverConfig, root: Path | None,
+               encoder: Encoder | None, cache: Cache | None,
+               feature_store: OnlineStore | None) -> Retriever:
+        """A retriever over ``snapshot``: dependencies checked, warmed up, and under an index
+        ``root`` following its write-ahead log and (by config) its published builds."""
         if encoder is None:
             encoder = default_encoder(snapshot, config)
         if feature_store is None and config.feature_store is not None:
             feature_store = make_store(config.feature_store)
-        retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), Path(path),
+        retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), root,
                         feature_store)
         try:
             retriever._check_dependencies()
@@ -125,14 +166,14 @@ class Retriever:
             retriever.close()
             raise
         retriever._warm_up()
-        if (Path(path) / CURRENT).is_file():  # an index root: follow its write-ahead log
+        if root is not None and (root / CURRENT).is_file():  # follow its write-ahead log
             try:
-                retriever._log = LogFollower(Path(path), retriever.snapshot, retriever._serve,
+                retriever._log = LogFollower(root, retriever.snapshot, retriever._serve,
                                              retriever.reload, config.live_lag_seconds)
             except BaseException:  # e.g. records a passage build cannot apply
                 retriever.close()
                 raise
-        if config.reload_interval_seconds is not None:
+        if config.reload_interval_seconds is not None and root is not None:
             from retrieval.reload import Reloader
 
             retriever._reloader = Reloader(retriever, config.reload_interval_seconds)

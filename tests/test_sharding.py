@@ -24,11 +24,11 @@ from indexes.sharding import (
     shard_ranges,
 )
 from indexes.synthetic import with_demo_metadata
-from retrieval import ConfigError, Retriever, RetrieverConfig, ShardUnavailableError
+from retrieval import Retriever, RetrieverConfig
 from retrieval.cli import main as cli
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding import LocalShards, ShardedBuild, ShardRouter, load_shards
+from retrieval.sharding import ShardedBuild
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 # ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
@@ -176,15 +176,6 @@ def test_impossible_shard_counts_are_refused(tmp_path, count):
         shard_ranges(5, count if count != 31 else 6)
 
 
-def test_features_are_refused_without_a_runtime_that_applies_them(tmp_path):
-    _tiny_build(tmp_path, 2)
-    directory, layout = read_layout(tmp_path)
-    config = RetrieverConfig(**{**CONFIG, "recency": {"field": "year", "weight": 0.1}})
-    _, shards = load_shards(tmp_path, config)
-    with pytest.raises(ConfigError, match="Retriever.load"):
-        ShardRouter(read_manifest(directory), LocalShards(shards, config), config, None)
-
-
 VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
                                                         default=0.0),))
 
@@ -223,44 +214,6 @@ def test_sharded_features_equal_unsharded_features(scifact_shards, tmp_path):
     assert moved > 0  # the features changed rankings: the comparison is not of plain searches
 
 
-class OneShardDown(LocalShards):
-    """Our own runtime interface with one shard unreachable (no replica left)."""
-
-    def answer_all(self, query):
-        answers = super().answer_all(query)
-        answers[1] = ShardUnavailableError("shard-001 has no live replica", "shard-001")
-        return answers
-
-
-class AllShardsDown(LocalShards):
-    def answer_all(self, query):
-        return [ShardUnavailableError(f"{name} has no live replica", name) for name in self.names]
-
-
-def test_a_shard_without_replica_fails_naming_it_or_answers_partial(tmp_path):
-    """The Ray router's policy for a shard with no live replica, over our own runtime."""
-    _tiny_build(tmp_path, 3)
-    vector = np.ones(8, np.float32)
-    config = RetrieverConfig(**CONFIG)
-    directory, shards = load_shards(tmp_path, config)
-    manifest = read_manifest(directory)
-    with Retriever.load(tmp_path, CONFIG) as retriever:
-        full = retriever.search("gamma", k=30, query_vector=vector)
-    router = ShardRouter(manifest, OneShardDown(shards, config), config, None)
-    with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
-        router.search("gamma", k=30, query_vector=vector)
-    assert caught.value.shard == "shard-001"
-    router.allow_partial = True
-    partial = router.search("gamma", k=30, query_vector=vector)
-    assert partial.degraded == ["partial:shard-001"]
-    router = ShardRouter(manifest, AllShardsDown(shards, config), config, None,
-                         allow_partial=True)
-    with pytest.raises(ShardUnavailableError, match="shard-000"):
-        router.search("gamma", k=30, query_vector=vector)
-    assert {h.doc_id for h in partial.hits} == {h.doc_id for h in full.hits} - {
-        f"d{i}" for i in range(10, 20)}
-
-
 def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, capsys):
     """Also with the fp32 ONNX document encoder: its vectors match the torch model's."""
     corpus = tmp_path / "corpus.jsonl"
@@ -283,7 +236,7 @@ def test_cli_builds_shards_published_by_one_flip(dataset, encoder, tmp_path, cap
     assert "shards must be a positive integer" in capsys.readouterr().err
 
 
-def test_the_router_caches_results_and_embeddings(scifact_sharded, encoder):
+def test_sharded_searches_cache_results_and_embeddings(scifact_sharded, encoder):
     with Retriever.load(scifact_sharded(2), encoder=encoder) as retriever:
         first = retriever.search("vitamin D deficiency", k=5)
         assert retriever.flush_cache_writes(5.0)

@@ -1,16 +1,16 @@
 """Ray: one local cluster (2 CPUs) for the whole module. The Ray Data build against the local
-build; SciFact in 2 shards of 2 replicas each behind a Ray Serve router: equality with the
-unsharded index over handles and HTTP, no failed search while a replica is killed under load,
-and a shard whose replicas are all killed: a typed error naming it, or a partial answer."""
+build; SciFact in 2 shards of 2 replicas each on Ray Serve, searched by ``Retriever.connect``
+through the one request path: equality with the unsharded index (search, asearch,
+search_batch, filters, features), no failed search while a replica is killed under load, and
+a shard whose replicas are all killed: a typed error naming it, or a partial answer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -24,19 +24,13 @@ from indexes.errors import CorpusError
 from indexes.manifest import read_manifest
 from indexes.ray_build import build_on_ray, read_documents
 from indexes.sharding import read_layout
-from retrieval import RetrieverConfig, ShardUnavailableError
+from retrieval import Retriever, ShardUnavailableError
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding import LocalShards, ShardRouter, load_shards
-from retrieval.sharding.ray_serve import APP_NAME, RayShardCalls, serve_sharded
+from retrieval.sharding import ShardedBuild
+from retrieval.sharding.ray_serve import APP_NAME, RayShardedBuild, serve_shards
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 CONFIG = {"cache": {"backend": "none"}}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -77,44 +71,57 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
 
 
 @pytest.fixture(scope="module")
-def on_ray(cluster, scifact_sharded, scifact_exact):
+def on_ray(cluster, scifact_sharded, scifact_exact, encoder):
     root = scifact_sharded(2)
-    port = free_port()
-    handle = serve_sharded(root, CONFIG, port=port, replicas=2, encode=False)
-    yield handle, port, scifact_exact
+    serve_shards(root, CONFIG, replicas=2)
+    retriever = Retriever.connect(root, CONFIG, encoder=encoder)
+    assert isinstance(retriever.snapshot, RayShardedBuild)
+    yield retriever, scifact_exact
+    retriever.close()
     serve.shutdown()
 
 
 def same(got, want) -> None:
     assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits]
     assert [h.score for h in got.hits] == pytest.approx([h.score for h in want.hits], abs=1e-6)
+    assert [h.text for h in got.hits] == [h.text for h in want.hits]
     assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
 
 
 @pytest.mark.parametrize("filters", [None, FILTER], ids=["all", "filtered"])
 def test_ray_serve_results_equal_unsharded_on_scifact(on_ray, filters):
-    handle, _, (unsharded, texts, vectors) = on_ray
+    retriever, (unsharded, texts, vectors) = on_ray
     assert len(texts) == 300
-    with ThreadPoolExecutor(4) as pool:  # concurrent callers, as a router serves them
+    with ThreadPoolExecutor(4) as pool:  # concurrent callers
         answers = list(pool.map(
-            lambda pair: handle.search.remote(pair[0], filters, 10, None, pair[1]).result(),
+            lambda pair: retriever.search(pair[0], filters, 10, query_vector=pair[1]),
             zip(texts, vectors, strict=True)))
     for text, vector, got in zip(texts, vectors, answers, strict=True):
         same(got, unsharded.search(text, filters, 10, query_vector=vector))
+    batch = retriever.search_batch(texts[:40], filters, 10, query_vectors=vectors[:40])
+
+    async def concurrently():
+        return await asyncio.gather(*(retriever.asearch(t, filters, 10, query_vector=v)
+                                      for t, v in zip(texts[:40], vectors[:40], strict=True)))
+
+    for got_batch, got_async, want in zip(batch, asyncio.run(concurrently()), answers[:40],
+                                          strict=True):
+        same(got_batch, want)
+        same(got_async, want)
 
 
-def test_http_route_answers_like_the_unsharded_index(on_ray):
-    _, port, (unsharded, texts, vectors) = on_ray
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        for text, vector in list(zip(texts, vectors, strict=True))[:20]:
-            response = client.post("/search", json={"query": text, "filters": FILTER, "k": 10,
-                                                    "query_vector": vector.tolist()})
-            assert response.status_code == 200, response.text
-            want = unsharded.search(text, FILTER, 10, query_vector=vector)
-            assert [h["doc_id"] for h in response.json()["hits"]] == [
-                h.doc_id for h in want.hits]
-        bad = client.post("/search", json={"query": "x", "k": 0, "query_vector": [0.0] * 384})
-        assert bad.status_code == 400 and bad.json()["error"] == "InvalidQueryError"
+def test_features_and_the_keyword_policy_rank_as_in_process(on_ray, scifact_sharded, encoder):
+    """Recency re-scores the merged candidates as for any layout; without the dense leg the
+    cosines take their own trip."""
+    _, (_, texts, vectors) = on_ray
+    settings = {**CONFIG, "candidate_policy": "keyword",
+                "recency": {"field": "year", "weight": 0.3, "half_life_days": 1e-4}}
+    with Retriever.connect(scifact_sharded(2), settings, encoder=encoder) as remote, \
+            Retriever.load(scifact_sharded(2), settings, encoder=encoder) as local:
+        for text, vector in list(zip(texts, vectors, strict=True))[:30]:
+            got = remote.search(text, FILTER, 10, query_vector=vector)
+            same(got, local.search(text, FILTER, 10, query_vector=vector))
+            assert got.hits and all("recency" in h.features for h in got.hits)
 
 
 def _replicas(deployment: str) -> list[str]:
@@ -124,7 +131,7 @@ def _replicas(deployment: str) -> list[str]:
 
 
 def test_killing_a_replica_under_load_fails_no_search(on_ray):
-    handle, _, (unsharded, texts, vectors) = on_ray
+    retriever, (unsharded, texts, vectors) = on_ray
     victims = _replicas("shard-000")
     assert len(victims) == 2
     done = threading.Event()
@@ -132,7 +139,7 @@ def test_killing_a_replica_under_load_fails_no_search(on_ray):
     lock = threading.Lock()
 
     def search(i: int):
-        result = handle.search.remote(texts[i % 300], None, 10, None, vectors[i % 300]).result()
+        result = retriever.search(texts[i % 300], None, 10, query_vector=vectors[i % 300])
         with lock:
             count["served"] += 1
             if count["served"] == 40:
@@ -152,23 +159,16 @@ def test_killing_a_replica_under_load_fails_no_search(on_ray):
 def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray, scifact_sharded):
     """Both replicas of shard-001 killed (``ray.kill``). Serve starts replacements at once, so
     the shard's directory is moved away first (a lost disk): the replacements cannot load it
-    and the shard stays without a live replica while the routers search. Routers here run in
-    the test process over the deployments' real handles, one strict and one partial."""
-    _, _, (unsharded, texts, vectors) = on_ray
-    directory, layout = read_layout(scifact_sharded(2))
-    config = RetrieverConfig(**CONFIG)
-    handles = [serve.get_deployment_handle(e.name, app_name=APP_NAME) for e in layout.shards]
-
-    def router(allow_partial: bool) -> ShardRouter:
-        calls = RayShardCalls(handles, [e.name for e in layout.shards],
-                              [e.start for e in layout.shards], retry_seconds=2.0,
-                              timeout_seconds=1.0)
-        return ShardRouter(read_manifest(directory), calls, config, None,
-                           allow_partial=allow_partial)
-
-    strict, partial = router(False), router(True)
+    and the shard stays without a live replica while the searches run, one strict and one
+    partial."""
+    _, (unsharded, texts, vectors) = on_ray
+    root = scifact_sharded(2)
+    options = {"retry_seconds": 2.0, "timeout_seconds": 1.0}
+    strict = Retriever.connect(root, CONFIG, **options)
+    partial = Retriever.connect(root, CONFIG, allow_partial=True, **options)
     same(strict.search(texts[0], None, 10, query_vector=vectors[0]),
          unsharded.search(texts[0], None, 10, query_vector=vectors[0]))
+    directory, layout = read_layout(root)
     victims = _replicas("shard-001")
     assert len(victims) == 2
     shard_dir = layout.shard_dir(directory, 1)
@@ -182,11 +182,15 @@ def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray,
         answered = partial.search(texts[1], None, 10, query_vector=vectors[1])
     finally:
         lost.rename(shard_dir)
+        strict.close()
+        partial.close()
     assert caught.value.shard == "shard-001"
-    assert answered.degraded == ["partial:shard-001"]
-    _, shards = load_shards(directory, config)  # what shard-000 alone answers, in-process
-    first = LocalShards(shards[:1], config)
-    alone = ShardRouter(read_manifest(directory), first, config, None)
-    same(answered, alone.search(texts[1], None, 10, query_vector=vectors[1]))
-    first.close()
-    assert set(h.doc_id for h in answered.hits) <= set(shards[0].snapshot.docs.all_ids())
+    assert answered.degraded == ["partial:shard-001"] and answered.hits
+    # What shard-000 alone answers, in this process: the same hits.
+    first = LoadedBuild.load(layout.shard_dir(directory, 0))
+    manifest = read_manifest(directory).model_copy(update={"n_docs": layout.shards[0].stop})
+    with Retriever(ShardedBuild.of(directory, manifest, [first], [0]),
+                   unsharded.config, None) as alone:
+        want = alone.search(texts[1], None, 10, query_vector=vectors[1])
+    assert [h.doc_id for h in answered.hits] == [h.doc_id for h in want.hits]
+    assert set(h.doc_id for h in answered.hits) <= set(first.docs.all_ids())

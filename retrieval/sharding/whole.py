@@ -47,14 +47,10 @@ def open_build(path: str | Path, *, verify: bool = True, mmap: bool = True) -> L
 
 
 def warm_up_build(snapshot: LoadedBuild) -> None:
-    """Load the BM25 kernels of every shard (``indexes.warmup``) before the first request."""
-    for part in parts_of(snapshot):
+    """Load the BM25 kernels of every shard in this process (``indexes.warmup``) before the
+    first request (remote shards warm themselves)."""
+    for part in snapshot.local_builds():
         warm_bm25(part.bm25)
-
-
-def parts_of(snapshot: LoadedBuild) -> Sequence[LoadedBuild]:
-    """The shard builds of ``snapshot``, in row order (itself for a whole build)."""
-    return snapshot.shards if isinstance(snapshot, ShardedBuild) else (snapshot,)
 
 
 class RowOwners:
@@ -234,6 +230,9 @@ class ShardedDocs(DocStore):
         self.parts = list(parts)
         self.owners = owners
 
+    def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
+        return [self.get(row) for row in np.asarray(rows).tolist()]
+
     def __len__(self) -> int:
         return sum(len(p) for p in self.parts)
 
@@ -299,6 +298,9 @@ class ShardedBuild(LoadedBuild):
     docstring); ``shards``: the shard builds, in row order."""
 
     shards: tuple[LoadedBuild, ...] = ()
+
+    def local_builds(self) -> Sequence[LoadedBuild]:
+        return self.shards
 
     @classmethod
     def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> ShardedBuild:
