@@ -29,11 +29,12 @@ class Limits(StrictConfig):
     max_filter_clauses: int = Field(64, ge=1)
     max_in_values: int = Field(100_000, ge=1, description="values in one IN / NOT IN list "
                                "(access-control lists of ids); parsed and masked in linear time")
-    max_batch_hits: int = Field(10_000, ge=1, description="queries x k of one search_batch: "
-                                "bounds its hydration and response (256 queries x k=1000 "
-                                "returned 111 MB per 64 queries)")
-    max_batch_candidates: int = Field(100_000, ge=1, description="queries x candidates of "
-                                      "one search_batch: bounds its CPU (256 x 1000 ran 44 s)")
+    max_batch_hits: int | None = Field(
+        None, ge=1, description="queries x k of one search_batch (None: unbounded, for offline "
+        "evaluation in-process; the HTTP service bounds it: server.max_batch_hits)")
+    max_batch_candidates: int | None = Field(
+        None, ge=1, description="queries x candidates of one search_batch (None: unbounded; "
+        "the service: server.max_batch_candidates)")
 
 
 class RetrieverConfig(StrictConfig):

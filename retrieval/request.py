@@ -152,22 +152,28 @@ def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
     return float(deadline_ms)
 
 
-def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverConfig) -> None:
-    """Refuse a batch whose total hits or candidates pass ``limits`` before any work (each
-    query's own k and candidates are checked by ``validate``)."""
+def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverConfig,
+                     max_hits: int | None = None, max_candidates: int | None = None,
+                     where: str = "limits") -> None:
+    """Refuse a batch whose total hits (queries x k) or candidates (queries x candidates) pass
+    ``max_hits`` / ``max_candidates`` (default ``config.limits``; None: unbounded), before any
+    work; ``where`` names the settings to raise. Each query's own k and candidates are checked
+    by ``validate``."""
     limits = config.limits
+    max_hits = limits.max_batch_hits if max_hits is None else max_hits
+    max_candidates = limits.max_batch_candidates if max_candidates is None else max_candidates
     k = config.default_k if k is None else k
     c = config.candidates if candidates is None else candidates
     if not (isinstance(k, int) and isinstance(c, int)):
         return  # validate names the bad argument
-    for name, total, limit, fix in (
-            ("hits (queries x k)", queries * k, limits.max_batch_hits, "max_batch_hits"),
-            ("candidates (queries x candidates)", queries * c, limits.max_batch_candidates,
+    for name, total, limit, key in (
+            ("hits (queries x k)", queries * k, max_hits, "max_batch_hits"),
+            ("candidates (queries x candidates)", queries * c, max_candidates,
              "max_batch_candidates")):
-        if total > limit:
+        if limit is not None and total > limit:
             raise LimitExceededError(f"a batch of {queries} queries asks for {total:,} {name}, "
                                      f"more than the limit {limit:,}; split it, lower k or "
-                                     f"candidates, or raise limits.{fix}")
+                                     f"candidates, or raise {where}.{key}")
 
 
 def validate(

@@ -1,10 +1,11 @@
 """Session fixtures for real data: datasets, the real model, and indexes built from them.
 
 Datasets come from ``--data-dir`` / ``RETRIEVAL_DATA`` (default ``../shared/data``), else from
-the copies the repository ships (``examples/data``: Cranfield and SciFact, with their
+the copies the repository ships (``examples/data``: Cranfield, SciFact and CISI, with their
 SOURCE.md), so a fresh clone runs every test. A dataset found nowhere skips with a message
-saying where it was looked for, except under CI (``CI`` set), where it is a failure. Indexes are built under ``RETRIEVAL_TEST_INDEXES`` (default
-``build/test-indexes``); a rebuild there reuses vectors by content hash, as operators' rebuilds do.
+saying where it was looked for, except under CI (``CI`` set), where it is a failure. Indexes
+are built under ``RETRIEVAL_TEST_INDEXES`` (default ``build/test-indexes``); a rebuild there
+reuses vectors by content hash, as operators' rebuilds do.
 """
 
 from __future__ import annotations

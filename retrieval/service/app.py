@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
+from retrieval.request import check_batch_work
 from retrieval.result_json import result_json
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.errors import (
@@ -152,7 +153,10 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
             raise LimitExceededError(
                 f"batch has {len(body.queries)} queries, more than the limit "
                 f"{settings.max_batch_queries}; split it or raise server.max_batch_queries")
-        results = await state.retriever().asearch_batch(body.queries, body.filters, body.k,
+        retriever = state.retriever()
+        check_batch_work(len(body.queries), body.k, body.candidates, retriever.config,
+                         settings.max_batch_hits, settings.max_batch_candidates, "server")
+        results = await retriever.asearch_batch(body.queries, body.filters, body.k,
                                                         candidates=body.candidates,
                                                         group_by=body.group_by,
                                                         context=body.context or 0)

@@ -41,6 +41,11 @@ class ServerSettings(BaseModel):
     metrics_auth: bool = Field(True, description="/metrics needs an API key when keys are set")
     max_body_bytes: int = Field(1_048_576, ge=64, description="larger bodies get 413")
     max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
+    max_batch_hits: int = Field(10_000, ge=1, description="queries x k per batch: bounds its "
+                                "hydration and response (256 x k=1000 returned 111 MB per 64 "
+                                "queries before this bound); more gets 413")
+    max_batch_candidates: int = Field(100_000, ge=1, description="queries x candidates per "
+                                      "batch: bounds its CPU (256 x 1000 ran 44 s); more: 413")
     drain_seconds: float = Field(
         2.0, ge=0, description="after SIGTERM: keep serving with /readyz 503 this long, so load "
         "balancers stop sending, then stop accepting and finish what was accepted")
