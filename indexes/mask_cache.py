@@ -6,6 +6,7 @@ are read-only: a caller that wrote into one would silently change later results.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Hashable
 
@@ -21,9 +22,24 @@ DEFAULT_MAX_BYTES = 64 << 20  # 64 masks at 1M documents, 6 at 10M
 DEFAULT_MAX_ENTRIES = 1024  # bounds the bookkeeping when masks are tiny
 
 
+def footprint(key: object) -> int:
+    """Bytes a cache key holds: itself and what it refers to (tuples, strings, and the fields
+    of a filter node, such as an IN list's values and their joined form). A key can outweigh
+    its mask: an 80,000-value IN list holds ~6.4 MB beside a 5 KB mask."""
+    if isinstance(key, str | bytes | int | float) or key is None:
+        return sys.getsizeof(key)
+    if isinstance(key, tuple | list | frozenset):
+        return sys.getsizeof(key) + sum(map(footprint, key))
+    fields = getattr(key, "__dict__", None)
+    if fields is None:
+        return sys.getsizeof(key)
+    return sys.getsizeof(key) + sum(footprint(v) for v in fields.values()
+                                    if not isinstance(v, np.ndarray))
+
+
 class MaskCache:
     """LRU of (read-only bool mask (n_docs,), its allowed count or None) by key, bounded by the
-    masks' bytes and by entry count.
+    bytes its masks and keys hold (``footprint``) and by entry count.
 
     Thread-safe: one lock around the dict operations (never held while a mask is computed, so
     two threads may compute the same mask once each; both results are equal).
@@ -31,8 +47,9 @@ class MaskCache:
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES,
                  max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
-        self._entries: LRU[Hashable, tuple[Mask, int | None]] = LRU(
-            max_entries, max_bytes, lambda key, entry: entry[0].nbytes)
+        # Entries are (mask, count, bytes of mask and key), weighed once when put.
+        self._entries: LRU[Hashable, tuple[Mask, int | None, int]] = LRU(
+            max_entries, max_bytes, lambda key, entry: entry[2])
         self._lock = threading.Lock()
 
     @property
@@ -58,15 +75,17 @@ class MaskCache:
     def get(self, key: Hashable) -> tuple[Mask, int | None] | None:
         """(mask, allowed count if known) for ``key``, or None; a hit becomes most recent."""
         with self._lock:
-            return self._entries.get(key)
+            entry = self._entries.get(key)
+        return None if entry is None else (entry[0], entry[1])
 
     def put(self, key: Hashable, mask: Mask, count: int | None = None) -> Mask:
         """Remember ``mask`` (made read-only) and optionally its count under ``key``."""
         mask.flags.writeable = False
-        if mask.nbytes > self.max_bytes:
+        weight = mask.nbytes + footprint(key)
+        if weight > self.max_bytes:
             return mask
         with self._lock:
-            self._entries.put(key, (mask, count))
+            self._entries.put(key, (mask, count, weight))
         return mask
 
     def clear(self) -> None:

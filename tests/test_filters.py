@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from indexes.mask_cache import footprint
 from indexes.metadata import MetadataIndex
 from retrieval.errors import (
     FilterTypeError,
@@ -518,12 +519,13 @@ def test_mask_cache_hits_counts_and_stays_per_build() -> None:
 
 def test_mask_cache_is_bounded_in_bytes_and_entries() -> None:
     index = MetadataIndex.build([{"n": i} for i in range(1000)])
-    index.masks.max_bytes = 10_000  # ten masks of 1,000 bytes
+    index.masks.max_bytes = 10_000  # masks of 1,000 bytes, each with its key's bytes
     for i in range(50):
         parsed = parse_filter({"n": {"gte": i}}, index.kinds)
         assert parsed is not None
         assert int(evaluate(parsed, index).sum()) == 1000 - i
-    assert len(index.masks) == 10 and index.masks.nbytes == 10_000
+    entry = 1000 + footprint(parsed)
+    assert len(index.masks) == 10_000 // entry and index.masks.nbytes <= 10_000
     index.masks.max_entries = 3
     evaluate(Eq("n", 5.0), index)
     assert len(index.masks) == 3

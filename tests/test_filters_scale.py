@@ -134,3 +134,30 @@ def test_filter_memo_remembers_large_filters_within_its_weight_bound(corpus: Any
     with pytest.raises(FilterTypeError):  # errors are never remembered
         memo.parse({"year": True})
     assert memo.parse({"year": 1})[0] != memo.parse({"year": 2})[0]
+
+
+def test_the_mask_cache_counts_the_bytes_its_keys_hold():
+    """Distinct large IN filters: each key holds its values (~6.4 MB for 80,000) beside a
+    small mask, and the cache stays within its bytes by counting both (it counted only the
+    masks: 300 such filters grew a worker by ~1.9 GB). Evicted keys are freed."""
+    import gc
+    import weakref
+
+    from indexes.mask_cache import footprint
+    from indexes.metadata import MetadataIndex
+    from retrieval.filters import evaluate
+    from retrieval.filters.nodes import In
+
+    metadata = MetadataIndex.build([{"tag": f"t{i % 50}"} for i in range(5000)])
+    metadata.masks.max_bytes = 32 << 20
+    alive = []
+    for n in range(24):
+        node = In("tag", tuple(f"user-{n}-{i:06d}" for i in range(80_000)))
+        assert footprint(node) > 5_000_000
+        evaluate(node, metadata)
+        alive.append(weakref.ref(node))
+        del node
+        assert metadata.masks.nbytes <= metadata.masks.max_bytes
+    gc.collect()
+    kept = sum(ref() is not None for ref in alive)
+    assert 1 <= kept <= 5 and len(metadata.masks) == kept
