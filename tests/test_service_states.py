@@ -151,3 +151,36 @@ def test_a_batch_past_the_work_bounds_is_413_and_the_service_serves_on(index: Pa
         light = client.post("/v1/search/batch", json={"queries": ["boundary layer"] * 4,
                                                       "k": 5})
         assert light.status_code == 200 and len(light.json()["results"]) == 4
+
+
+def test_a_worker_serves_the_last_good_build_and_recovers_when_current_is_fixed(
+        tmp_path: Path, dataset: Any) -> None:
+    """The live build fails verification at start: the worker serves the build live before it
+    (/readyz says so), retries, and serves the live build once ``CURRENT`` names a good one;
+    it never stays down until restarted."""
+    from live_index import build_small, scifact_docs
+
+    from indexes.manifest import read_manifest, resolve_build_dir
+
+    docs = scifact_docs(dataset("scifact"), 60)
+    build_small(tmp_path, docs[:30])
+    good = read_manifest(resolve_build_dir(tmp_path)).build_id
+    build_small(tmp_path, docs[:40])
+    bad = resolve_build_dir(tmp_path)
+    victim = bad / "vectors" / "vectors.npy"
+    victim.write_bytes(victim.read_bytes()[:-4] + b"\0\0\0\1")
+    config = ServeConfig.model_validate({"server": {"load_retry_seconds": 0.2},
+                                         "retriever": {"cache": {"backend": "none"}}})
+    with TestClient(create_app(tmp_path, config)) as client:
+        wait_ready(client)
+        ready = client.get("/readyz").json()
+        assert good in str(ready) and "last good build" in str(ready), ready
+        assert client.get("/v1/index").json()["build_id"] == good
+        fixed = build_small(tmp_path, docs[:50])  # a new good build: CURRENT rewritten
+        assert fixed is not None
+        live = read_manifest(resolve_build_dir(tmp_path)).build_id
+        deadline = time.monotonic() + LOAD_TIMEOUT
+        while client.get("/v1/index").json()["build_id"] != live:
+            assert time.monotonic() < deadline, client.get("/readyz").text
+            time.sleep(0.05)
+        assert "last good build" not in client.get("/readyz").text

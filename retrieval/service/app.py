@@ -59,7 +59,8 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                loader: Loader | None = None) -> Starlette:
     """The service for ``index_root``; the build loads in the background once it starts."""
     settings = config.server
-    state = ServiceState(Path(index_root), config.retriever, loader, config.named_filters)
+    state = ServiceState(Path(index_root), config.retriever, loader, config.named_filters,
+                         settings.load_retry_seconds)
     metrics = ServiceMetrics()
 
     @asynccontextmanager
@@ -182,7 +183,8 @@ def _operator_routes(state: ServiceState, metrics: ServiceMetrics) -> list[Route
         ready, reason = state.readiness()
         if not ready:
             return JSONResponse(error_body(ServiceUnavailableError(reason)), status_code=503)
-        return _json(Health(status="ready", build_id=state.retriever().build_id))
+        return _json(Health(status="ready", build_id=state.retriever().build_id,
+                            detail=None if reason == "ready" else reason))
 
     async def prometheus_metrics(_: Request) -> Response:
         _sync_once(state, metrics)

@@ -81,3 +81,5 @@ class Health(BaseModel):
 
     status: str
     build_id: str | None = None
+    detail: str | None = Field(None, description="why a ready worker is degraded (serving the "
+                               "last good build while the live one fails to load)")

@@ -50,6 +50,9 @@ class ServerSettings(BaseModel):
         2.0, ge=0, description="after SIGTERM: keep serving with /readyz 503 this long, so load "
         "balancers stop sending, then stop accepting and finish what was accepted")
     grace_period_seconds: float = Field(30.0, gt=0, description="SIGTERM to exit, at most")
+    load_retry_seconds: float = Field(
+        30.0, gt=0, description="a build that fails to load is tried again, backing off to "
+        "this interval (the build live before it serves meanwhile, when there is one)")
     log_query_text: bool = Field(False, description="query text in logs (off: it may be "
                                  "personal data)")
     access_log: bool = Field(False, description="uvicorn's per-request access log")

@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 from indexes.errors import RetrievalError
+from indexes.history import rollback_target
 from retrieval.config import RetrieverConfig
 from retrieval.errors import ConfigError
 from retrieval.retriever import Retriever
@@ -33,13 +34,18 @@ class ServiceState:
 
     def __init__(self, index_root: Path, config: RetrieverConfig,
                  loader: Loader | None = None,
-                 named_filters: Mapping[str, dict[str, Any] | str] | None = None) -> None:
+                 named_filters: Mapping[str, dict[str, Any] | str] | None = None,
+                 retry_seconds: float = 30.0) -> None:
         self.index_root = index_root
+        self._config = config
         self._loader = loader or (lambda: Retriever.load(index_root, config))
         self.named_filters = dict(named_filters or {})  # registered once loaded
         self._retriever: Retriever | None = None
         self.load_error: str | None = None
+        self.fallback: str | None = None  # the last good build served while the live one fails
+        self.retry_seconds = retry_seconds
         self.draining = threading.Event()
+        self._closed = threading.Event()
         self._loaded = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -50,19 +56,61 @@ class ServiceState:
         self._thread.start()
 
     def _load(self) -> None:
+        """Load the live build; on failure serve the build that was live before it (when the
+        flip history names one) and try the live one again, backing off to ``retry_seconds``,
+        until it loads: a restored ``CURRENT`` is picked up without a restart."""
+        delay = min(0.5, self.retry_seconds)
+        while not self._closed.is_set():
+            retriever = self._attempt(self._loader, f"the index under {self.index_root}")
+            if retriever is not None:
+                self._serve(retriever, fallback=None)
+                return
+            if self._retriever is None:
+                self._fall_back()
+            self._closed.wait(delay)
+            delay = min(delay * 2, self.retry_seconds)
+
+    def _attempt(self, loader: Loader, what: str) -> Retriever | None:
         try:
-            retriever = self._loader()
+            retriever = loader()
             register_named_filters(retriever, self.named_filters)
         except RetrievalError as exc:
             self.load_error = f"{type(exc).__name__}: {exc}"
-            log.error("cannot load the index under %s: %s", self.index_root, exc)
-            return
+            log.error("cannot load %s: %s", what, exc)
+            return None
         except Exception as exc:  # noqa: BLE001 (reported by /readyz; the worker stays up)
             self.load_error = f"{type(exc).__name__}: {exc}"
-            log.exception("unexpected error loading the index under %s", self.index_root)
+            log.exception("unexpected error loading %s", what)
+            return None
+        return retriever
+
+    def _fall_back(self) -> None:
+        """Serve the build live before the failing one, from its own directory."""
+        try:
+            previous = rollback_target(self.index_root)
+        except RetrievalError:
+            previous = None
+        if previous is None:
             return
-        self._retriever = retriever
+        directory = self.index_root / "builds" / previous
+        error = self.load_error
+        retriever = self._attempt(lambda: Retriever.load(directory, self._config),
+                                  f"the last good build {previous}")
+        self.load_error = error
+        if retriever is not None:
+            log.warning("serving the last good build %s while the live one fails to load",
+                        previous)
+            self._serve(retriever, fallback=previous)
+
+    def _serve(self, retriever: Retriever, fallback: str | None) -> None:
+        old, self._retriever, self.fallback = self._retriever, retriever, fallback
+        if fallback is None:
+            self.load_error = None
         self._loaded.set()
+        if old is not None:  # requests holding it finish on it first; then its threads stop
+            closer = threading.Timer(10.0, old.close)
+            closer.daemon = True
+            closer.start()
         log.info("ready: serving build %s", retriever.build_id)
 
     def wait_loaded(self, timeout: float) -> bool:
@@ -76,6 +124,9 @@ class ServiceState:
         """(ready, reason) for ``/readyz``."""
         if self.draining.is_set():
             return False, "draining: the server is shutting down"
+        if self._retriever is not None and self.fallback is not None:
+            return True, (f"ready: serving the last good build {self.fallback} while the live "
+                          f"build fails to load ({self.load_error})")
         if self._retriever is not None:
             failure = self._retriever.log_failure
             if failure is not None:
@@ -96,6 +147,7 @@ class ServiceState:
         return self._retriever
 
     def close(self) -> None:
+        self._closed.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)  # a load still running is a daemon: exit anyway
         if self._retriever is not None:
