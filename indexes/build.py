@@ -246,13 +246,13 @@ def stage_and_place(root: Path, build_id: str, write: Callable[[Path], None],
     """``write`` a build into a staging directory, then publish it (or place it, staged);
     returns its final directory. A failure leaves nothing behind."""
     root.mkdir(parents=True, exist_ok=True)
-    staging = staging_dir(root, build_id)
-    try:
-        write(staging)
-        return (publish_staged if publish else place)(staging, root, build_id)
-    except BaseException:
-        discard(staging)
-        raise
+    with staging_dir(root, build_id) as staging:
+        try:
+            write(staging)
+            return (publish_staged if publish else place)(staging, root, build_id)
+        except BaseException:
+            discard(staging)
+            raise
 
 
 def refuse_passages(config: BuildConfig, kind: str) -> None:

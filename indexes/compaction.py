@@ -66,9 +66,11 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     root = writer.root
     build = resolve_build_dir(root)
     manifest = read_manifest(build)
-    if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build
-        return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs, 0,
-                                round(time.perf_counter() - started, 3))
+    if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build, but
+        # retire what it folded (a compaction that stopped after publishing left it behind)
+        retired = retire(root, manifest.log_seq)
+        return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs,
+                                retired, round(time.perf_counter() - started, 3))
     folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
     changes = Changes.of(records, after=manifest.log_seq)

@@ -14,10 +14,13 @@ recorded in ``HISTORY.jsonl`` (``indexes.history``).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -158,10 +161,36 @@ def current_build_dir(root: Path) -> Path | None:
         return None
 
 
-def staging_dir(root: Path, build_id: str) -> Path:
+@contextmanager
+def staging_dir(root: Path, build_id: str) -> Iterator[Path]:
+    """A new staging directory for ``build_id``, held (an exclusive ``flock`` on its
+    ``.lock`` file beside it) while the build writes it: ``collect_garbage`` removes a staging
+    directory nobody holds at once (a crashed build), whatever its age."""
     staging = root / "builds" / f".tmp-{build_id}"
     staging.mkdir(parents=True, exist_ok=False)
-    return staging
+    lock = staging.with_name(staging.name + ".lock")
+    with open(lock, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield staging
+        finally:
+            lock.unlink(missing_ok=True)
+
+
+def _abandoned(staging: Path, now: float, stale_seconds: float) -> bool:
+    """Whether no build holds ``staging`` (its lock is free), or, for a staging directory
+    without a lock file, whether it is older than ``stale_seconds``."""
+    lock = staging.with_name(staging.name + ".lock")
+    try:
+        handle = open(lock, "r+")  # noqa: SIM115 - closed below, after the probe
+    except FileNotFoundError:
+        return now - staging.stat().st_mtime > stale_seconds
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
 
 
 def place(staging: Path, root: Path, build_id: str) -> Path:
@@ -188,8 +217,9 @@ def collect_garbage(root: Path, keep: int, stale_staging_seconds: float = 3600.0
     """Delete all but the newest ``keep`` builds and abandoned staging dirs.
 
     Never deleted: the live build and the build ``rollback`` would return to (from the flip
-    history). Staging directories younger than ``stale_staging_seconds`` may belong to a build
-    in progress in another process, so they are left alone. Returns what was removed.
+    history). A staging directory whose build still holds its lock is left alone; one nobody
+    holds (a crashed build) is removed; one without a lock file (written before the lock
+    existed) only once older than ``stale_staging_seconds``. Returns what was removed.
     """
     if keep < 1:
         raise ValueError("keep must be at least 1: the live build is never removed")
@@ -202,7 +232,8 @@ def collect_garbage(root: Path, keep: int, stale_staging_seconds: float = 3600.0
     doomed = [p for p in published[keep:] if p not in protected]
     now = time.time()
     doomed += [p for p in builds.glob(".tmp-*")
-               if p.is_dir() and now - p.stat().st_mtime > stale_staging_seconds]
+               if p.is_dir() and _abandoned(p, now, stale_staging_seconds)]
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
+        path.with_name(path.name + ".lock").unlink(missing_ok=True)
     return doomed

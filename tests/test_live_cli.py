@@ -92,3 +92,25 @@ def test_verify_checks_the_log_and_fails_on_a_damaged_record(dataset, tmp_path, 
     path.write_bytes(bytes(data))
     assert main(["verify", str(tmp_path)]) != 0
     assert "damaged" in capsys.readouterr().err
+
+
+def test_a_compaction_retires_segments_a_stopped_one_left_behind(dataset, tmp_path, capsys):
+    """A compaction that published its build but stopped before retiring the folded segment:
+    the next one has nothing to fold and retires it."""
+    from live_index import unit_vectors
+
+    from indexes import Document
+    from indexes.wal import segments
+    from indexes.writer import IndexWriter
+
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 20))
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("c1", "compaction probe")], vectors=unit_vectors(1, 1))
+        (_, folded), = segments(tmp_path)
+        kept = folded.read_bytes()
+        assert writer.compact().records_folded == 1
+        folded.write_bytes(kept)  # as if the retire step never ran
+        assert len(segments(tmp_path)) == 2
+        again = writer.compact()
+    assert again.records_folded == 0 and again.segments_retired == 1
+    assert folded.name not in [path.name for _, path in segments(tmp_path)]

@@ -119,3 +119,26 @@ def test_gc_keeps_newest_and_live_builds(docs, encoder, tmp_path, capsys, build_
     remaining = sorted(p.name for p in (tmp_path / "builds").iterdir())
     assert remaining == sorted([ids[0], ids[2], ids[3]])
     assert read_manifest(tmp_path / "builds" / ids[0]).build_id == ids[0]
+
+
+def test_gc_removes_a_crashed_build_s_staging_at_once_but_never_one_in_progress(
+        docs, tmp_path, build_subset):
+    """A staging directory is held (a lock beside it) while its build writes: one nobody holds
+    is a crashed build's and goes at once, whatever its age; one still held stays."""
+    import fcntl
+
+    build_subset(docs, tmp_path)
+    builds = tmp_path / "builds"
+    for name in ("crashed", "running"):
+        (builds / f".tmp-{name}").mkdir()
+        (builds / f".tmp-{name}" / "vectors.npy").write_bytes(b"x" * 1000)
+        (builds / f".tmp-{name}.lock").write_text("")
+    (builds / ".tmp-unlocked-young").mkdir()  # no lock file: only once stale (an hour)
+    with open(builds / ".tmp-running.lock", "r+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert cli(["gc", str(tmp_path), "--keep", "1"]) == 0
+    left = sorted(p.name for p in builds.iterdir())
+    assert ".tmp-crashed" not in left and ".tmp-crashed.lock" not in left
+    assert {".tmp-running", ".tmp-running.lock", ".tmp-unlocked-young"} <= set(left)
+    # A finished build leaves no lock behind: only the one still held is there.
+    assert {p.name for p in builds.iterdir() if p.name.endswith(".lock")} == {".tmp-running.lock"}
