@@ -71,7 +71,8 @@ def test_readyz_names_why_a_build_could_not_be_loaded(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert answer.status_code == 503
         message = answer.json()["error"]["message"]
-        assert message.startswith("the index could not be loaded") and "no-index" in message
+        assert message.startswith("the index could not be loaded")
+        assert "INDEX_ROOT is neither" in message and str(tmp_path) not in message  # no paths
         assert client.get("/healthz").status_code == 200
 
 
@@ -184,3 +185,43 @@ def test_a_worker_serves_the_last_good_build_and_recovers_when_current_is_fixed(
             assert time.monotonic() < deadline, client.get("/readyz").text
             time.sleep(0.05)
         assert "last good build" not in client.get("/readyz").text
+
+
+def test_http_details_retry_after_allow_no_paths_and_the_open_bind_warning(
+        index: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """503s say when to retry, a 405 names the allowed methods, /readyz (an open route) names
+    no server path, and an open service bound beyond loopback is warned about at start."""
+    import logging
+
+    from retrieval.cli.serve import check_before_start
+
+    release = threading.Event()
+
+    def slow_loader() -> Retriever:
+        release.wait(LOAD_TIMEOUT)
+        return Retriever.load(index, RetrieverConfig())
+
+    with TestClient(create_app(index, ServeConfig(), loader=slow_loader)) as client:
+        loading = client.get("/readyz")
+        assert loading.status_code == 503 and loading.headers["retry-after"] == "1"
+        refused = client.post("/v1/search", json={"query": "boundary layer"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        release.set()
+        wait_ready(client)
+        wrong = client.get("/v1/search")
+        assert wrong.status_code == 405 and "POST" in wrong.headers["allow"]
+    (tmp_path / "CURRENT").write_text("no-such-build\n")
+    with TestClient(create_app(tmp_path, ServeConfig())) as broken:
+        deadline = time.monotonic() + LOAD_TIMEOUT
+        while "could not be loaded" not in broken.get("/readyz").text:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        message = broken.get("/readyz").json()["error"]["message"]
+        assert "INDEX_ROOT" in message and str(tmp_path) not in message
+    with caplog.at_level(logging.WARNING, logger="retrieval.cli.serve"):
+        check_before_start(index, ServeConfig.model_validate({"server": {"host": "0.0.0.0"}}))
+    assert "without API keys" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="retrieval.cli.serve"):
+        check_before_start(index, ServeConfig())
+    assert "without API keys" not in caplog.text

@@ -27,6 +27,9 @@ METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 APP = "retrieval.service.app:app_from_env"
 
 
+log = logging.getLogger(__name__)
+
+
 def register(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``serve`` to an ``add_subparsers()`` object; returns the parser."""
     serve = subparsers.add_parser(
@@ -79,10 +82,18 @@ def uvicorn_options(config: ServeConfig, log_level: str) -> dict[str, Any]:
     return options
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
 def check_before_start(index: Path, config: ServeConfig) -> None:
-    """Fail before forking workers: the index root has a readable build, keys are readable."""
+    """Fail before forking workers: the index root has a readable build, keys are readable;
+    warn when a service without API keys listens beyond this machine."""
     read_manifest(resolve_build_dir(index))
-    load_api_keys(config.server)
+    keys = load_api_keys(config.server)
+    if not keys.enabled and config.server.host not in LOOPBACK:
+        log.warning("serving %s on %s without API keys: anyone who can reach it can search "
+                    "it; set server.api_keys_file or server.api_keys_env", index,
+                    config.server.host)
 
 
 def run_serve(args: argparse.Namespace) -> int:

@@ -182,7 +182,8 @@ def _operator_routes(state: ServiceState, metrics: ServiceMetrics) -> list[Route
     async def readyz(_: Request) -> Response:
         ready, reason = state.readiness()
         if not ready:
-            return JSONResponse(error_body(ServiceUnavailableError(reason)), status_code=503)
+            return JSONResponse(error_body(ServiceUnavailableError(reason)), status_code=503,
+                                headers={"Retry-After": RETRY_AFTER_SECONDS})
         return _json(Health(status="ready", build_id=state.retriever().build_id,
                             detail=None if reason == "ready" else reason))
 
@@ -216,9 +217,14 @@ async def _sync_metrics(state: ServiceState, metrics: ServiceMetrics) -> None:
         await asyncio.sleep(METRICS_SYNC_SECONDS)
 
 
+RETRY_AFTER_SECONDS = "1"  # loading, draining, shedding: worth asking again soon
+
+
 async def _retrieval_error(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RetrievalError)
-    return JSONResponse(error_body(exc), status_code=status_for(exc))
+    status = status_for(exc)
+    headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
+    return JSONResponse(error_body(exc), status_code=status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -228,7 +234,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             f"no route {request.method} {request.url.path}; see /openapi.json for the API")
     else:
         error = ServerError(str(exc.detail))
-    return JSONResponse(error_body(error), status_code=exc.status_code)
+    # A 405 carries the route's allowed methods in ``Allow`` (Starlette sets it).
+    return JSONResponse(error_body(error), status_code=exc.status_code, headers=exc.headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> Response:

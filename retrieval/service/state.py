@@ -121,7 +121,14 @@ class ServiceState:
         return self._retriever is not None and not self.draining.is_set()
 
     def readiness(self) -> tuple[bool, str]:
-        """(ready, reason) for ``/readyz``."""
+        """(ready, reason) for ``/readyz``, an open route: the index root's absolute path is
+        written ``INDEX_ROOT`` (the server's filesystem is not the caller's business)."""
+        ready, reason = self._readiness()
+        for root in {str(self.index_root.resolve()), str(self.index_root)}:
+            reason = reason.replace(root, "INDEX_ROOT")
+        return ready, reason
+
+    def _readiness(self) -> tuple[bool, str]:
         if self.draining.is_set():
             return False, "draining: the server is shutting down"
         if self._retriever is not None and self.fallback is not None:
