@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis_servers import RedisProcess
-from small_index import index_fixture  # noqa: F401 (the ``index`` fixture)
+from small_index import index_fixture, query_encoder_fixture  # noqa: F401 (fixtures)
 from starlette.testclient import TestClient
 
 from retrieval import Retriever, RetrieverConfig
@@ -225,3 +225,32 @@ def test_http_details_retry_after_allow_no_paths_and_the_open_bind_warning(
     with caplog.at_level(logging.WARNING, logger="retrieval.cli.serve"):
         check_before_start(index, ServeConfig())
     assert "without API keys" not in caplog.text
+
+
+def test_searches_past_the_worker_s_in_flight_bound_are_shed_before_a_thread(
+        index: Path, query_encoder: Any) -> None:
+    """With server.max_in_flight = 1 and one search held inside the encoder, the next search
+    is a 503 OverloadedError with Retry-After at once (the retriever's own bound, counted in
+    the executor, never fired past the executor's 6 threads); once it ends, searches run."""
+    from test_request_guarantees import GatedEncoder
+
+    gated = GatedEncoder(query_encoder)
+    config = ServeConfig.model_validate({"server": {"max_in_flight": 1},
+                                         "retriever": {"cache": {"backend": "none"}}})
+    app = create_app(index, config, loader=lambda: Retriever.load(
+        index, RetrieverConfig(cache={"backend": "none"}), encoder=gated))
+    with TestClient(app) as client:
+        wait_ready(client)
+        gated.close_gate()
+        held: dict[str, Any] = {}
+        first = threading.Thread(target=lambda: held.update(response=client.post(
+            "/v1/search", json={"query": "boundary layer transition", "k": 3})))
+        first.start()
+        assert gated.entered.acquire(timeout=30)  # the first search is inside the encoder
+        shed = client.post("/v1/search", json={"query": "shock wave", "k": 3})
+        assert shed.status_code == 503 and shed.headers["retry-after"] == "1"
+        assert shed.json()["error"]["type"] == "OverloadedError"
+        gated.gate.set()
+        first.join(30)
+        assert held["response"].status_code == 200
+        assert client.post("/v1/search", json={"query": "shock wave", "k": 3}).status_code == 200

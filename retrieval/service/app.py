@@ -32,6 +32,7 @@ from starlette.routing import Route
 from indexes.errors import LimitExceededError, RetrievalError
 from retrieval.request import check_batch_work
 from retrieval.result_json import result_json
+from retrieval.service.admission import Admission
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.errors import (
     MalformedRequestError,
@@ -134,14 +135,16 @@ def _json(model: BaseModel, status: int = 200) -> Response:
 def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig
                    ) -> list[Route]:
     settings = config.server
+    admission = Admission(settings.max_in_flight)
 
     async def search(request: Request) -> Response:
         body = await parse_body(request, SearchBody)
-        result = await state.retriever().asearch(body.query, body.filters, body.k,
-                                                 candidates=body.candidates,
-                                                 deadline_ms=body.deadline_ms,
-                                                 group_by=body.group_by,
-                                                 context=body.context or 0)
+        with admission.admit():
+            result = await state.retriever().asearch(body.query, body.filters, body.k,
+                                                     candidates=body.candidates,
+                                                     deadline_ms=body.deadline_ms,
+                                                     group_by=body.group_by,
+                                                     context=body.context or 0)
         metrics.observe_result(result)
         if settings.log_query_text:
             log.info("search %r: %d hits, %.3f ms", body.query, len(result.hits),
@@ -157,10 +160,11 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
         retriever = state.retriever()
         check_batch_work(len(body.queries), body.k, body.candidates, retriever.config,
                          settings.max_batch_hits, settings.max_batch_candidates, "server")
-        results = await retriever.asearch_batch(body.queries, body.filters, body.k,
-                                                        candidates=body.candidates,
-                                                        group_by=body.group_by,
-                                                        context=body.context or 0)
+        with admission.admit():
+            results = await retriever.asearch_batch(body.queries, body.filters, body.k,
+                                                    candidates=body.candidates,
+                                                    group_by=body.group_by,
+                                                    context=body.context or 0)
         for result in results:
             metrics.observe_result(result)
         payload = b",".join(result_json(r) for r in results)

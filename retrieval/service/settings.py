@@ -41,6 +41,9 @@ class ServerSettings(BaseModel):
     metrics_auth: bool = Field(True, description="/metrics needs an API key when keys are set")
     max_body_bytes: int = Field(1_048_576, ge=64, description="larger bodies get 413")
     max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
+    max_in_flight: int | None = Field(
+        None, ge=1, description="searches a worker admits at once; more are shed with 503 and "
+        "Retry-After before reaching a thread (None: 16 per usable core)")
     max_batch_hits: int = Field(10_000, ge=1, description="queries x k per batch: bounds its "
                                 "hydration and response (256 x k=1000 returned 111 MB per 64 "
                                 "queries before this bound); more gets 413")
