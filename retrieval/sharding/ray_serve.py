@@ -20,10 +20,8 @@ the shard, or, with ``allow_partial``, the other shards answer and the result is
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,27 +32,29 @@ from retrieval.integrations.errors import MissingExtraError
 try:
     import ray
     from ray import serve
-    from ray.exceptions import ActorUnavailableError, RayActorError
-    from ray.serve.handle import DeploymentHandle, DeploymentResponse
+    from ray.serve.handle import DeploymentHandle
 except ImportError as exc:
     raise MissingExtraError("ray", "ray[data,serve]", __name__) from exc
 
-from indexes.ann import ExactDense
 from indexes.bm25 import BM25Index
-from indexes.docstore import DocStore, Document
+from indexes.docstore import Document
 from indexes.errors import RetrievalError
 from indexes.manifest import read_manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
-from indexes.vectors import VectorStore
 from indexes.warmup import warm_bm25
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding.errors import ShardUnavailableError
-from retrieval.sharding.whole import MaskSlices, RowOwners, joined_metadata, merged_top
+from retrieval.sharding.ray_parts import (
+    RemoteBM25,
+    RemoteDense,
+    RemoteDocs,
+    RemoteParts,
+    RemoteVectors,
+    ShardCalls,
+)
+from retrieval.sharding.whole import RowOwners, joined_metadata
 
-# What a dead or unreachable replica raises; anything else (a bad request) is not retried.
-REPLICA_LOST = (RayActorError, ActorUnavailableError, TimeoutError)
 APP_NAME = "retrieval-shards"
 
 
@@ -104,236 +104,6 @@ class ShardSet:
 
     def describe(self) -> dict[str, str]:
         return {"build_dir": self.build_dir}
-
-
-class ShardCalls:
-    """Calls to every shard deployment at once, with retries on a lost replica."""
-
-    def __init__(self, handles: Sequence[DeploymentHandle], names: Sequence[str],
-                 retry_seconds: float, timeout_seconds: float) -> None:
-        self.handles = list(handles)
-        self.names = list(names)
-        self.retry_seconds = retry_seconds
-        self.timeout_seconds = timeout_seconds
-
-    def gather(self, method: str, args: dict[int, tuple[Any, ...]]
-               ) -> dict[int, Any | ShardUnavailableError]:
-        """Send every call at once, then collect each, re-sending those whose replica died."""
-        pending = {shard: self._send(shard, method, a) for shard, a in args.items()}
-        return {shard: self._collect(shard, method, args[shard], response)
-                for shard, response in pending.items()}
-
-    def _send(self, shard: int, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
-        return getattr(self.handles[shard], method).remote(*args)
-
-    def _collect(self, shard: int, method: str, args: tuple[Any, ...],
-                 response: DeploymentResponse) -> Any:
-        give_up = time.monotonic() + self.retry_seconds
-        while True:
-            try:
-                return response.result(timeout_s=self.timeout_seconds)
-            except REPLICA_LOST as exc:
-                if isinstance(exc, TimeoutError):
-                    response.cancel()  # queued with no replica to take it: do not run it later
-                if time.monotonic() >= give_up:
-                    return ShardUnavailableError(
-                        f"shard {self.names[shard]} has no live replica (last error: "
-                        f"{type(exc).__name__}); retry later or add replicas", self.names[shard])
-                time.sleep(0.05)
-                response = self._send(shard, method, args)
-
-
-@dataclass
-class Fetched:
-    """What this thread's search has fetched so far: its merged candidates, and the scores
-    the dense trip brought back (so re-rank and fusion ask no shard again)."""
-
-    tokens: list[str] = field(default_factory=list)
-    rows: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    query: np.ndarray | None = None
-    cosine: dict[int, float] = field(default_factory=dict)
-    bm25: dict[int, float] = field(default_factory=dict)
-    left_out: list[str] = field(default_factory=list)
-
-
-class RemoteParts:
-    """The fan-out shared by the remote parts: shard calls, row owners, mask slices, and the
-    state of the search running on each thread."""
-
-    def __init__(self, calls: ShardCalls, owners: RowOwners, allow_partial: bool) -> None:
-        self.calls = calls
-        self.owners = owners
-        self.slices = MaskSlices(owners.bounds)
-        self.allow_partial = allow_partial
-        self._local = threading.local()
-
-    @property
-    def fetched(self) -> Fetched:
-        state = getattr(self._local, "fetched", None)
-        if state is None:
-            state = self._local.fetched = Fetched()
-        return state
-
-    def start(self, tokens: Sequence[str]) -> Fetched:
-        """A new search on this thread (its first call: BM25)."""
-        self._local.fetched = Fetched(tokens=list(tokens))
-        return self._local.fetched
-
-    def answers(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
-        """Each shard's answer; an unavailable shard raises, or is left out (and recorded)
-        with ``allow_partial`` while another shard answered."""
-        outcomes = self.calls.gather(method, args)
-        failed = [o for o in outcomes.values() if isinstance(o, ShardUnavailableError)]
-        if failed and (not self.allow_partial or len(failed) == len(outcomes)):
-            raise failed[0]
-        self.fetched.left_out.extend(f"partial:{f.shard}" for f in failed
-                                     if f"partial:{f.shard}" not in self.fetched.left_out)
-        return {k: o for k, o in outcomes.items() if not isinstance(o, ShardUnavailableError)}
-
-    def per_owner(self, method: str, rows: np.ndarray, dtype: Any, *head: Any) -> np.ndarray:
-        """``method(*head, own rows)`` of each owning shard, as one array in ``rows`` order."""
-        split = self.owners.split(rows)
-        found = self.calls.gather(method, {k: (*head, local) for k, _, local in split})
-        out: np.ndarray = np.zeros(np.asarray(rows).size, dtype=dtype)
-        for k, at, _ in split:
-            if isinstance(found[k], ShardUnavailableError):
-                raise found[k]  # its rows were merged: they cannot be left out now
-            out[at] = found[k]
-        return out
-
-
-class RemoteBM25(BM25Index):
-    """BM25 over the shard deployments (every shard holds the global vocabulary)."""
-
-    def __init__(self, parts: RemoteParts, vocab: list[str], n_docs: int) -> None:
-        self.parts = parts
-        self.vocab_list, self.vocab = vocab, {t: i for i, t in enumerate(vocab)}
-        self.n_docs = n_docs
-
-    def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        fetched = self.parts.start(tokens)
-        views = self.parts.slices(mask)
-        found = self.parts.answers("top_candidates", {k: (list(tokens), int(n), view)
-                                                      for k, view in enumerate(views)})
-        starts = self.parts.owners.starts
-        rows, scores = merged_top([found[k] for k in sorted(found)], starts[sorted(found)],
-                                  max(int(n), 0))
-        fetched.rows = rows
-        return rows, scores
-
-    def score_rows(self, tokens: Sequence[str], rows: np.ndarray) -> np.ndarray:
-        known = self.parts.fetched.bm25
-        wanted = np.asarray(rows, np.int64).tolist()
-        if all(r in known for r in wanted):
-            return np.array([known[r] for r in wanted], dtype=np.float64)
-        return self.parts.per_owner("score_rows", rows, np.float64, list(tokens))
-
-
-class RemoteVectors(VectorStore):
-    """Cosines from the shard deployments (or from what this search's dense trip fetched)."""
-
-    def __init__(self, parts: RemoteParts, dim: int, n_docs: int) -> None:
-        self.parts = parts
-        self._dim, self._n = dim, n_docs
-        self.dtype, self.scale, self.low = "float32", None, None
-
-    @property
-    def n_docs(self) -> int:
-        return self._n
-
-    @property
-    def dim(self) -> int:
-        return self._dim
-
-    def scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        fetched = self.parts.fetched
-        wanted = np.asarray(rows, np.int64).tolist()
-        if fetched.query is query and all(r in fetched.cosine for r in wanted):
-            return np.array([fetched.cosine[r] for r in wanted], dtype=np.float32)
-        return self.parts.per_owner("scores", rows, np.float32, self.check_query(query))
-
-
-class RemoteDense(ExactDense):
-    """Each shard's dense leg inside its mask slice, merged by score; the same trip brings
-    the cosines of the shard's merged BM25 candidates and its dense rows' BM25 scores."""
-
-    kind = "remote"
-
-    def __init__(self, parts: RemoteParts, vectors: RemoteVectors) -> None:
-        super().__init__(vectors)
-        self.parts = parts
-
-    def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "shards": len(self.parts.calls.names)}
-
-    def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-        fetched, owners = self.parts.fetched, self.parts.owners
-        own = {s: local for s, _, local in owners.split(fetched.rows)}
-        views = self.parts.slices(mask)
-        found = self.parts.answers("dense", {
-            s: (query, int(k), views[s], fetched.tokens, own.get(s, np.empty(0, np.int64)))
-            for s in range(len(views))})
-        fetched.query = query
-        answers = []
-        for s in sorted(found):
-            dense_rows, dense_scores, cosines, bm25 = found[s]
-            start = int(owners.starts[s])
-            mine = np.concatenate([own.get(s, np.empty(0, np.int64)), dense_rows]) + start
-            fetched.cosine.update(zip(mine.tolist(), cosines.tolist(), strict=True))
-            fetched.bm25.update(zip((dense_rows + start).tolist(), bm25.tolist(), strict=True))
-            answers.append((dense_rows, dense_scores))
-        rows, scores = merged_top(answers, owners.starts[sorted(found)], k)
-        return rows, scores.astype(np.float32, copy=False)
-
-
-class RemoteDocs(DocStore):
-    """The shard deployments' documents: a hit list is one trip to each owning shard."""
-
-    def __init__(self, parts: RemoteParts, n_docs: int) -> None:
-        self.parts = parts
-        self._n = n_docs
-        self._ids: list[str] | None = None
-
-    def __len__(self) -> int:
-        return self._n
-
-    def get(self, row: int) -> Document:
-        return self.get_many([row])[0]
-
-    def doc_id(self, row: int) -> str:
-        return self.get(row).id
-
-    def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
-        rows = np.asarray(rows, np.int64)
-        split = self.parts.owners.split(rows)
-        found = self.parts.calls.gather("documents", {k: (local,) for k, _, local in split})
-        out: list[Document | None] = [None] * rows.size
-        for k, at, _ in split:
-            docs = found[k]
-            if isinstance(docs, ShardUnavailableError):
-                raise docs
-            for position, doc in zip(at.tolist(), docs, strict=True):
-                out[position] = doc
-        return out  # type: ignore[return-value]
-
-    def all_ids(self) -> list[str]:
-        if self._ids is None:
-            found = self.parts.calls.gather("all_ids", {k: () for k in
-                                                        range(len(self.parts.calls.names))})
-            ids: list[str] = []
-            for k in sorted(found):
-                answer = found[k]
-                if isinstance(answer, ShardUnavailableError):
-                    raise answer
-                ids.extend(answer)
-            self._ids = ids
-        return self._ids
-
-    def row_of(self, doc_id: str) -> int | None:
-        ids = self.all_ids()
-        return ids.index(doc_id) if doc_id in ids else None
 
 
 @dataclass(frozen=True)
