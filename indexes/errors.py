@@ -24,6 +24,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   │   └── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
     │   ├── UnknownNamedFilterError   (retrieval.errors) no filter is registered by that name
     │   ├── MalformedRequestError     (retrieval.service) 400: the HTTP body is not JSON
+    │   │   └── RequestTimeoutError   (retrieval.service) 408: the body did not arrive in time
     │   ├── RequestFieldError         (retrieval.service) 422: unknown, missing or mistyped field
     │   ├── FeatureRequestError       (retrieval.features) bad feature-read input
     │   └── UnsupportedFilterError    (retrieval.integrations) a framework filter we cannot

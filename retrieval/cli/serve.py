@@ -73,6 +73,8 @@ def uvicorn_options(config: ServeConfig, log_level: str) -> dict[str, Any]:
         "timeout_graceful_shutdown": max(server.grace_period_seconds - server.drain_seconds,
                                          0.1),
         "server_header": False,
+        "limit_concurrency": server.max_connections,
+        "timeout_keep_alive": server.keep_alive_seconds,
     }
     if server.ssl_certfile:
         options.update(ssl_certfile=server.ssl_certfile, ssl_keyfile=server.ssl_keyfile,

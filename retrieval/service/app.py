@@ -84,7 +84,8 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
     app.state.service = state
     app.add_middleware(Guard, keys=keys if keys is not None else load_api_keys(settings),
                        metrics=metrics, max_body_bytes=settings.max_body_bytes,
-                       metrics_auth=settings.metrics_auth)
+                       metrics_auth=settings.metrics_auth,
+                       body_timeout_seconds=settings.body_timeout_seconds)
     return app
 
 
@@ -97,7 +98,8 @@ def app_from_env() -> Starlette:
 
 
 async def parse_body(request: Request, model: type[Body]) -> Body:
-    """The JSON body as ``model``: 400 when it is not JSON, 422 when its fields are wrong."""
+    """The JSON body as ``model``: 400 when it is not JSON, 422 when its fields are wrong
+    (the ``Guard`` has read it whole, or answered 413 / 408)."""
     kind = request.headers.get("content-type", JSON).split(";")[0].strip().lower()
     if kind != JSON and not kind.endswith("+json"):
         raise MalformedRequestError(f"the body must be a JSON object sent with Content-Type: "

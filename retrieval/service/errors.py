@@ -12,6 +12,7 @@ the same classes an in-process caller does::
     ├── ServerError                   500: a bug; the body never carries a traceback
     └── InvalidQueryError
         ├── MalformedRequestError     400: the body is not JSON
+        │   └── RequestTimeoutError   408: the body did not arrive in time (body_timeout_seconds)
         ├── RequestFieldError         422: unknown field, missing field, wrong type
         └── LimitExceededError
             └── PayloadTooLargeError  413: the body exceeds server.max_body_bytes
@@ -57,6 +58,11 @@ class RequestFieldError(InvalidQueryError):
     """The request body has an unknown field, lacks a required one, or has a wrong type."""
 
 
+class RequestTimeoutError(MalformedRequestError):
+    """The request body did not arrive in time (a ``Content-Length`` longer than what was
+    sent, or a client too slow): the connection's worker is freed instead of waiting."""
+
+
 class PayloadTooLargeError(LimitExceededError):
     """The request body is larger than the server accepts."""
 
@@ -64,6 +70,7 @@ class PayloadTooLargeError(LimitExceededError):
 # Most specific first: the first class an error is an instance of gives its status.
 STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
     (PayloadTooLargeError, 413),
+    (RequestTimeoutError, 408),
     (RequestFieldError, 422),
     (LimitExceededError, 413),
     (InvalidQueryError, 400),

@@ -7,6 +7,7 @@ so ``retrieval_http_requests_total`` counts what clients actually got.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -14,7 +15,12 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from retrieval.service.auth import ApiKeys
-from retrieval.service.errors import AuthenticationError, PayloadTooLargeError, error_body
+from retrieval.service.errors import (
+    AuthenticationError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    error_body,
+)
 from retrieval.service.metrics import ServiceMetrics
 
 Scope = MutableMapping[str, Any]
@@ -43,11 +49,13 @@ class Guard:
     """Authenticates, bounds the body, and records route/method/status/duration."""
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, metrics: ServiceMetrics,
-                 max_body_bytes: int, metrics_auth: bool) -> None:
+                 max_body_bytes: int, metrics_auth: bool,
+                 body_timeout_seconds: float = 10.0) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_seconds = body_timeout_seconds
         self.open_routes = OPEN_ROUTES if metrics_auth else OPEN_ROUTES | {"/metrics"}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,7 +87,15 @@ class Guard:
                                 [(b"www-authenticate", b'Bearer realm="retrieval"')])
                 return
         if scope["method"] in ("POST", "PUT", "PATCH"):
-            body = await self._read_body(scope, receive)
+            try:
+                body = await asyncio.wait_for(self._read_body(scope, receive),
+                                              self.body_timeout_seconds)
+            except TimeoutError:  # e.g. a Content-Length longer than what was sent
+                late = RequestTimeoutError(
+                    f"the request body did not arrive within {self.body_timeout_seconds:g} s "
+                    "(is Content-Length right?); send it whole")
+                await send_json(send, 408, error_body(late), [(b"connection", b"close")])
+                return
             if body is None:
                 error = PayloadTooLargeError(
                     f"request body exceeds {self.max_body_bytes} bytes; send less (e.g. split "

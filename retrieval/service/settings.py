@@ -40,6 +40,15 @@ class ServerSettings(BaseModel):
         None, description="environment variable holding comma-separated bearer tokens")
     metrics_auth: bool = Field(True, description="/metrics needs an API key when keys are set")
     max_body_bytes: int = Field(1_048_576, ge=64, description="larger bodies get 413")
+    body_timeout_seconds: float = Field(10.0, gt=0, description="a request body not received "
+                                        "within this gets 408 (a Content-Length longer than "
+                                        "the body waited forever)")
+    max_connections: int = Field(2048, ge=1, description="open connections and requests a "
+                                 "worker holds at once (uvicorn's limit_concurrency); more "
+                                 "get 503, so idle or half-sent connections cannot exhaust "
+                                 "the descriptor limit")
+    keep_alive_seconds: float = Field(5.0, gt=0, description="an idle keep-alive connection "
+                                      "is closed after this")
     max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
     max_in_flight: int | None = Field(
         None, ge=1, description="searches a worker admits at once; more are shed with 503 and "
