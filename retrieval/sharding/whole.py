@@ -229,17 +229,26 @@ class ShardedDocs(DocStore):
     def __init__(self, parts: Sequence[DocStore], owners: RowOwners) -> None:
         self.parts = list(parts)
         self.owners = owners
+        self._n = sum(len(p) for p in self.parts)
 
     def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
-        return [self.get(row) for row in np.asarray(rows).tolist()]
+        """A hit list: one lookup of the owners, then each shard's documents."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self._n):
+            raise IndexError(f"doc store rows out of range (0..{self._n - 1})")
+        out: list[Document | None] = [None] * rows.size
+        for k, at, local in self.owners.split(rows):
+            for position, doc in zip(at.tolist(), self.parts[k].get_many(local), strict=True):
+                out[position] = doc
+        return out  # type: ignore[return-value]
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return self._n
 
     def _check(self, row: int) -> int:
         row = int(row)
-        if not 0 <= row < len(self):
-            raise IndexError(f"doc store row {row} out of range (0..{len(self) - 1})")
+        if not 0 <= row < self._n:
+            raise IndexError(f"doc store row {row} out of range (0..{self._n - 1})")
         return row
 
     def doc_id(self, row: int) -> str:
