@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -124,6 +125,30 @@ def test_features_and_the_keyword_policy_rank_as_in_process(on_ray, scifact_shar
             assert got.hits and all("recency" in h.features for h in got.hits)
 
 
+def test_the_service_fronts_a_build_served_by_ray(on_ray, scifact_sharded, encoder):
+    """``retrieval serve`` with a [ray] table opens the build through the shard deployments:
+    /v1/search answers as ``Retriever.connect`` in process."""
+    from starlette.testclient import TestClient
+
+    from retrieval.service.app import create_app
+    from retrieval.service.settings import ServeConfig
+
+    retriever, (_, texts, _) = on_ray
+    root = scifact_sharded(2)
+    config = ServeConfig.model_validate({"retriever": CONFIG, "ray": {"app_name": APP_NAME}})
+    with Retriever.connect(root, CONFIG) as local, \
+            TestClient(create_app(root, config)) as client:
+        deadline = time.monotonic() + 120
+        while client.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline, client.get("/readyz").text
+            time.sleep(0.1)
+        for text in texts[:10]:
+            got = client.post("/v1/search", json={"query": text, "k": 5, "filters": FILTER})
+            assert got.status_code == 200, got.text
+            want = local.search(text, FILTER, 5)
+            assert [h["doc_id"] for h in got.json()["hits"]] == [h.doc_id for h in want.hits]
+
+
 def _replicas(deployment: str) -> list[str]:
     prefix = f"SERVE_REPLICA::{APP_NAME}#{deployment}#"
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
@@ -194,3 +219,4 @@ def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray,
         want = alone.search(texts[1], None, 10, query_vector=vectors[1])
     assert [h.doc_id for h in answered.hits] == [h.doc_id for h in want.hits]
     assert set(h.doc_id for h in answered.hits) <= set(first.docs.all_ids())
+

@@ -32,6 +32,7 @@ from starlette.routing import Route
 from indexes.errors import LimitExceededError, RetrievalError
 from retrieval.request import check_batch_work
 from retrieval.result_json import result_json
+from retrieval.retriever import Retriever
 from retrieval.service.admission import Admission
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.errors import (
@@ -60,6 +61,8 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                loader: Loader | None = None) -> Starlette:
     """The service for ``index_root``; the build loads in the background once it starts."""
     settings = config.server
+    if loader is None and config.ray is not None:
+        loader = ray_loader(Path(index_root), config)
     state = ServiceState(Path(index_root), config.retriever, loader, config.named_filters,
                          settings.load_retry_seconds)
     metrics = ServiceMetrics()
@@ -87,6 +90,22 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                        metrics_auth=settings.metrics_auth,
                        body_timeout_seconds=settings.body_timeout_seconds)
     return app
+
+
+def ray_loader(index_root: Path, config: ServeConfig) -> Loader:
+    """Open the build through its Ray Serve shard deployments (``Retriever.connect``)."""
+    assert config.ray is not None
+    ray_settings = config.ray
+
+    def connect() -> Retriever:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=ray_settings.address, log_to_driver=False)
+        return Retriever.connect(index_root, config.retriever, app_name=ray_settings.app_name,
+                                 allow_partial=ray_settings.allow_partial)
+
+    return connect
 
 
 def app_from_env() -> Starlette:

@@ -83,12 +83,25 @@ class ServerSettings(BaseModel):
         return self
 
 
+class RaySettings(BaseModel):
+    """Serve a sharded build whose shards run on Ray Serve (``serve_shards``), through
+    ``Retriever.connect``, instead of loading it in the worker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str = Field("auto", description="the Ray cluster (ray.init's address)")
+    app_name: str = Field("retrieval-shards", description="the Serve application of shards")
+    allow_partial: bool = Field(False, description="leave out a shard with no live replica")
+
+
 class ServeConfig(BaseModel):
     """Everything ``retrieval serve`` needs besides the index root."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     server: ServerSettings = Field(default_factory=ServerSettings)  # type: ignore[arg-type]
+    ray: RaySettings | None = Field(None, description="set: the build's shards are served by "
+                                    "Ray Serve deployments (the ray extra)")
     retriever: RetrieverConfig = Field(default_factory=RetrieverConfig)  # type: ignore[arg-type]
     named_filters: dict[str, dict[str, Any] | str] = Field(
         default_factory=dict, description="filters registered by name when the index loads "

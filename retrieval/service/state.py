@@ -39,6 +39,7 @@ class ServiceState:
         self.index_root = index_root
         self._config = config
         self._loader = loader or (lambda: Retriever.load(index_root, config))
+        self._may_fall_back = loader is None  # a loader of its own (Ray, tests) decides itself
         self.named_filters = dict(named_filters or {})  # registered once loaded
         self._retriever: Retriever | None = None
         self.load_error: str | None = None
@@ -65,7 +66,7 @@ class ServiceState:
             if retriever is not None:
                 self._serve(retriever, fallback=None)
                 return
-            if self._retriever is None:
+            if self._retriever is None and self._may_fall_back:
                 self._fall_back()
             self._closed.wait(delay)
             delay = min(delay * 2, self.retry_seconds)
