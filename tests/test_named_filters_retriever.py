@@ -6,6 +6,7 @@ is swapped in; a build that cannot serve a registered filter is refused."""
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,12 @@ def test_the_service_registers_the_configured_named_filters(index, query_encoder
     finally:
         state.close()
     broken = ServiceState(index, RetrieverConfig(), load, {"bad": {"nope": 1}})
-    broken._load()  # what the loading thread runs
-    assert not broken.readiness()[0]
-    assert broken.load_error is not None and "'bad'" in broken.load_error
+    broken.start_loading()  # it keeps retrying: a build that can serve the filter may come
+    try:
+        deadline = time.monotonic() + 120
+        while broken.load_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not broken.readiness()[0]
+        assert broken.load_error is not None and "'bad'" in broken.load_error
+    finally:
+        broken.close()
