@@ -105,7 +105,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, dataset: Any, beir_index: A
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
            "SERVICE_TEST_KEYS": f"{KEY},second-key", "RETRIEVAL_SERVER__MAX_BODY_BYTES":
-           str(MAX_BODY), "RETRIEVAL_SERVER__BODY_TIMEOUT_SECONDS": "1.5",
+           str(MAX_BODY), "RETRIEVAL_SERVER__BODY_TIMEOUT_SECONDS": "5",
            "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics")}
     log = base / "server.log"
     with open(log, "wb") as out:
@@ -299,17 +299,18 @@ def test_hostile_requests_get_a_typed_4xx(served: Server, name: str, method: str
 def test_a_body_shorter_than_its_content_length_gets_408_not_a_hung_worker(served: Server
                                                                           ) -> None:
     """A client that promises 100 bytes and sends 9: the server answers 408 after
-    server.body_timeout_seconds (1.5 s here) instead of waiting forever, and serves on."""
+    server.body_timeout_seconds (5 s here: the load tests of this module must not hit it)
+    instead of waiting forever, and serves on."""
     host, port = served.url.removeprefix("http://").split(":")
     head = (f"POST /v1/search HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {KEY}\r\n"
             "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
-    with socket.create_connection((host, int(port)), timeout=15) as sock:
+    with socket.create_connection((host, int(port)), timeout=20) as sock:
         sock.sendall(head.encode() + b'{"query":')
         started = time.monotonic()
         answer = sock.recv(65536).decode()
         waited = time.monotonic() - started
     assert answer.startswith("HTTP/1.1 408"), answer[:200]
-    assert "RequestTimeoutError" in answer and waited < 10
+    assert "RequestTimeoutError" in answer and waited < 14
     with served.client() as client:
         assert client.post("/v1/search", json={"query": "statins", "k": 1}).status_code == 200
 

@@ -87,9 +87,9 @@ class Guard:
                                 [(b"www-authenticate", b'Bearer realm="retrieval"')])
                 return
         if scope["method"] in ("POST", "PUT", "PATCH"):
-            try:
-                body = await asyncio.wait_for(self._read_body(scope, receive),
-                                              self.body_timeout_seconds)
+            try:  # asyncio.timeout, not wait_for: no task per request on the hot path
+                async with asyncio.timeout(self.body_timeout_seconds):
+                    body = await self._read_body(scope, receive)
             except TimeoutError:  # e.g. a Content-Length longer than what was sent
                 late = RequestTimeoutError(
                     f"the request body did not arrive within {self.body_timeout_seconds:g} s "
