@@ -40,8 +40,8 @@ from benchmarks.common import (
 )
 from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever, SearchResult
 from retrieval.latency import summarize
 

@@ -8,7 +8,7 @@ HNSW ef calibrated on the corpus' own vectors); then, for every setting of its l
 recall@30 and recall@100 of the queries against exact search (faiss ``IndexFlatIP``) and the
 per-query latency (one thread, warm-up discarded) of a top-30 and a top-100 search. SciFact
 uses its real document and test-query embeddings; generated corpora use clustered unit vectors
-(``indexes.synthetic.clustered_unit_vectors``: uniform random vectors have no neighbours, so
+(``benchmarks.synthetic.clustered_unit_vectors``: uniform random vectors have no neighbours, so
 no ANN index beats a full scan on them) and queries drawn from the same clusters.
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import REPO, environment, fmt_ms, markdown_table, summarize, write_results
+from benchmarks.synthetic import clustered_unit_vectors
 from indexes.ann import ANN_DIR, NPROBE_LADDER, build_ann, ivf_params, load_dense, recall_at
 from indexes.ann_hnsw import EF_LADDER, hnsw_params
-from indexes.synthetic import clustered_unit_vectors
 from indexes.vectors import VectorStore
 
 KS = (30, 100)

@@ -43,11 +43,11 @@ from benchmarks.common import (
     write_results,
 )
 from indexes import build_index, read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import Encoder, SentenceTransformerEncoder, default_model_path
 from indexes.errors import RetrievalError
 from indexes.manifest import current_build_dir, read_manifest
 from indexes.onnx_encoder import OnnxEncoder, load_tokenizer
-from indexes.synthetic import with_demo_metadata
 
 NDCG_TOLERANCE = 0.005
 TORCH_ID = "all-MiniLM-L6-v2:torch:fp32:384"

@@ -43,12 +43,8 @@ from benchmarks.common import (
     single_thread,
     summarize,
 )
-from indexes.bm25 import BM25Index
-from indexes.bm25_kernels import top_rows
-from indexes.bm25_mask_walk import CHUNK, mask_walk_top_rows
-from indexes.metadata import MetadataIndex
-from indexes.synthetic import random_unit_vectors
-from indexes.synthetic_corpus import (
+from benchmarks.synthetic import random_unit_vectors
+from benchmarks.synthetic_corpus import (
     CorpusSpec,
     SyntheticCorpus,
     article_id,
@@ -56,7 +52,10 @@ from indexes.synthetic_corpus import (
     generate,
     metadata_index,
 )
-from indexes.synthetic_corpus import queries as corpus_queries
+from benchmarks.synthetic_corpus import queries as corpus_queries
+from indexes.bm25 import BM25Index
+from indexes.bm25_strategy import Kernel
+from indexes.metadata import MetadataIndex
 from indexes.vectors import VectorStore
 from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate_counted
@@ -67,7 +66,6 @@ from retrieval.request import FilterMemo, SearchRequest, validate
 
 DIM = 384
 NAMED = "user-42"
-NO_MASK = np.zeros(1, dtype=np.bool_)
 BUILD_DIR = Path(__file__).resolve().parents[1] / "build"
 IN_SIZES = (10, 1_000, 10_000, 100_000)
 
@@ -129,7 +127,7 @@ def selective_filters(setup: FilterSetup) -> dict[str, dict[str, Any]]:
     """'1%': the category AND year pair allowing closest to 1%; '14%': the year range closest
     to 14%; 'IN n': n article ids drawn without replacement (seeded)."""
     corpus, n = setup.corpus, setup.corpus.n_docs
-    from indexes.synthetic_corpus import CATEGORIES
+    from benchmarks.synthetic_corpus import CATEGORIES
 
     pairs = [(abs(np.count_nonzero((corpus.category == c) & (corpus.year == y)) / n - 0.01), c,
               int(y)) for c in range(len(CATEGORIES)) for y in np.unique(corpus.year)]
@@ -145,6 +143,9 @@ def selective_filters(setup: FilterSetup) -> dict[str, dict[str, Any]]:
         picks = rng.choice(corpus.n_articles, size=min(size, corpus.n_articles), replace=False)
         cases[f"IN {size:,}"] = {"article": {"in": [article_id(int(a)) for a in picks]}}
     return cases
+
+
+KERNELS = {"chosen": None, "exhaustive": Kernel.EXHAUSTIVE, "walk": Kernel.MASK_WALK}
 
 
 def search_runner(setup: Setup, spec: dict[str, Any] | None, kernel: str = "chosen",
@@ -164,18 +165,9 @@ def search_runner(setup: Setup, spec: dict[str, Any] | None, kernel: str = "chos
         request = validate(setup.texts[i], spec, None, None, config, memo)
         mask = request_mask(request, setup.metadata)
         t1 = clock()
-        if kernel == "exhaustive":
-            ids, weights = index.query_terms(setup.tokens[i])
-            rows, bm25 = top_rows(index.indptr, index.rows, index.impacts, ids, weights,
-                                  NO_MASK if mask is None else mask, mask is not None,
-                                  request.candidates, index._buffer())
-        elif kernel == "walk" and mask is not None:
-            ids, weights = index.query_terms(setup.tokens[i])
-            rows, bm25 = mask_walk_top_rows(
-                index.indptr, index.rows, index.impacts, ids, weights, mask,
-                index._allowed_counts.count(mask), request.candidates, index._buffer(), CHUNK)
-        else:
-            rows, bm25 = index.top_candidates(setup.tokens[i], request.candidates, mask)
+        # The mask walk needs a mask: without one the index chooses.
+        forced = None if mask is None and kernel == "walk" else KERNELS[kernel]
+        rows, bm25 = index.top_candidates(setup.tokens[i], request.candidates, mask, forced)
         t2 = clock()
         cosine = setup.vectors.scores(setup.query_vectors[i], rows)
         order = top_k_order(fuse(bm25, cosine, config), request.k)

@@ -34,11 +34,11 @@ from benchmarks.common import (
 from benchmarks.throughput import grown_index
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import current_build_dir
 from indexes.publish import list_builds, publish_build
-from indexes.synthetic import with_demo_metadata
 from retrieval.latency import summarize
 from retrieval.loaded_build import LoadedBuild
 from retrieval.publishing import GateConfig, GateReport, check

@@ -38,11 +38,11 @@ from benchmarks.common import (
 )
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import DocStore
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.onnx_encoder import make_encoder
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
 from retrieval.features import CallableSource, Feature, FeatureView, RedisStore, materialize
 from retrieval.latency import summarize

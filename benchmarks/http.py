@@ -44,8 +44,8 @@ from benchmarks.common import (
 from benchmarks.http_load import closed_loop_threads, httpx_load, wrk_load
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever, RetrieverConfig
 
 MODES = {"hits": {}, "misses": {"cache": {"backend": "none"}}}

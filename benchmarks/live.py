@@ -40,10 +40,10 @@ from benchmarks.common import (
     single_thread,
 )
 from indexes import Document, EncoderInfo, build_index, read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.storage import load_array
-from indexes.synthetic import with_demo_metadata
 from indexes.vectors import VectorStore, content_hashes
 from indexes.writer import IndexWriter
 from retrieval import Retriever

@@ -12,7 +12,7 @@ passages mapped to their documents, first occurrence kept: duplicates take place
 10), with build time and index size of both.
 
 Latency: the search path (validate, BM25 top-C, re-rank, fuse, group, hydrate) over a
-synthetic Zipfian corpus (``indexes.synthetic_corpus``) of ``--passages`` passages, 10 per
+synthetic Zipfian corpus (``benchmarks.synthetic_corpus``) of ``--passages`` passages, 10 per
 document, with random unit vectors: encoding a million passages is out of reach on this
 machine, and the grouping cost does not depend on what the vectors mean. Query vectors are
 given, so no encoder runs.
@@ -38,6 +38,9 @@ from benchmarks.common import (
     single_thread,
     tree_bytes,
 )
+from benchmarks.synthetic import random_unit_vectors
+from benchmarks.synthetic_corpus import CorpusSpec, bm25_index, generate, metadata_index
+from benchmarks.synthetic_corpus import queries as corpus_queries
 from indexes import (
     BuildConfig,
     Document,
@@ -53,9 +56,6 @@ from indexes.ann import ExactDense
 from indexes.docstore import DocStore
 from indexes.manifest import EncoderInfo, Manifest
 from indexes.passages import PassageInfo, PassageMap
-from indexes.synthetic import random_unit_vectors
-from indexes.synthetic_corpus import CorpusSpec, bm25_index, generate, metadata_index
-from indexes.synthetic_corpus import queries as corpus_queries
 from indexes.vectors import VectorStore
 from retrieval import Retriever, RetrieverConfig
 from retrieval.demo_quality import ndcg_at_10

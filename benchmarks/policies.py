@@ -7,7 +7,7 @@ Per workload and policy (keyword, guardrail, union): nDCG@10 / recall@100 on Sci
 qrels (clean queries and the misspelled set), the share of empty results, and search-path
 p50/p95/p99 (query vector given, k=10, BLAS on one thread) for the clean queries and the
 misspelled ones (one character edited in each word of >= 5 letters), all policies measured
-side by side in one process, warm-up discarded. Generated corpora (``indexes.synthetic``'s
+side by side in one process, warm-up discarded. Generated corpora (``benchmarks.synthetic``'s
 Zipfian terms) have no judgments: latency only. Their vectors are clustered
 (``clustered_unit_vectors``; nobody can encode 1M documents on this machine): uniform random
 vectors have no neighbours, so every ANN index degrades to a full scan on them.

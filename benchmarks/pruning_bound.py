@@ -3,7 +3,7 @@
     python -m benchmarks.pruning_bound                    # 1M passages, C = 300
     python -m benchmarks.pruning_bound --candidates 10    # a shallower cut-off
 
-For each query of the realistic synthetic corpus (``indexes.synthetic_corpus``, the corpus of
+For each query of the realistic synthetic corpus (``benchmarks.synthetic_corpus``, the corpus of
 ``benchmarks.filters``, its cached BM25 index), the exhaustive kernel gives the final top-C
 cut-off score theta. The rows are cut into fixed blocks; a block's bound is the sum over the
 query's terms of weight x the term's largest impact in that block (what block-max WAND and
@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import RESULTS_DIR, markdown_table, publish_report
-from benchmarks.filters import NO_MASK, cached_bm25
+from benchmarks.filters import cached_bm25
+from benchmarks.synthetic_corpus import CorpusSpec, generate
+from benchmarks.synthetic_corpus import queries as corpus_queries
 from indexes.bm25 import BM25Index
-from indexes.bm25_kernels import top_rows
-from indexes.synthetic_corpus import CorpusSpec, generate
-from indexes.synthetic_corpus import queries as corpus_queries
+from indexes.bm25_strategy import Kernel
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -64,12 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     corpus = generate(CorpusSpec(args.docs))
     index = cached_bm25(corpus)
     sizes = [int(b) for b in args.block_rows.split(",")]
-    scratch = np.zeros(index.n_docs)
     shares: dict[int, list[float]] = {b: [] for b in sizes}
     for tokens in corpus_queries(corpus, args.queries, seed=1):
         ids, weights = index.query_terms(tokens)
-        _, scores = top_rows(index.indptr, index.rows, index.impacts, ids, weights, NO_MASK,
-                             False, args.candidates, scratch)
+        _, scores = index.top_candidates(tokens, args.candidates, kernel=Kernel.EXHAUSTIVE)
         if scores.shape[0] < args.candidates:
             continue  # fewer than C matches: nothing to prune
         for size in sizes:

@@ -51,12 +51,9 @@ from benchmarks.peers import (
     rank_bm25_candidates,
     tokenize_corpus,
 )
+from benchmarks.synthetic import random_unit_vectors, synthetic_vocabulary_documents
 from indexes import Analyzer, EncoderInfo, build_index, read_corpus, read_queries
-from indexes.synthetic import (
-    random_unit_vectors,
-    synthetic_vocabulary_documents,
-    with_demo_metadata,
-)
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import RetrievalError, Retriever, RetrieverConfig
 from retrieval.latency import by_stage
 

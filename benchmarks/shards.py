@@ -3,7 +3,7 @@
     python -m benchmarks.shards                         # 1M passages, 2 and 4 shards
     python -m benchmarks.shards --docs 200000 --ray     # smaller, plus the Ray Serve hop
 
-The realistic synthetic corpus (``indexes.synthetic_corpus``: Zipfian vocabulary of 200,000
+The realistic synthetic corpus (``benchmarks.synthetic_corpus``: Zipfian vocabulary of 200,000
 words), random unit vectors (dim 384), query vectors given (no encoder), no cache. One search:
 validate -> filter -> BM25 top C -> re-rank -> fuse -> top k -> hydrate (ids only: generated
 passages are arrays). Unsharded: ``Retriever``; in-process shards: ``Retriever`` over a
@@ -39,15 +39,15 @@ from benchmarks.common import (
     publish_report,
     summarize,
 )
+from benchmarks.synthetic import random_unit_vectors
+from benchmarks.synthetic_corpus import CorpusSpec, bm25_index, generate, metadata_index
+from benchmarks.synthetic_corpus import queries as corpus_queries
 from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import ExactDense
 from indexes.docstore import DocStore, Document
 from indexes.manifest import FORMAT_VERSION, EncoderInfo, Manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import shard_ranges, slice_bm25, slice_metadata
-from indexes.synthetic import random_unit_vectors
-from indexes.synthetic_corpus import CorpusSpec, bm25_index, generate, metadata_index
-from indexes.synthetic_corpus import queries as corpus_queries
 from indexes.vectors import VectorStore
 from retrieval import Retriever, RetrieverConfig
 from retrieval.loaded_build import LoadedBuild

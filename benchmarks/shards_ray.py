@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import RESULTS_DIR, measure_side_by_side, publish_report
+from benchmarks.synthetic import random_unit_vectors
+from benchmarks.synthetic_corpus import CorpusSpec, generate
+from benchmarks.synthetic_corpus import queries as corpus_queries
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
-from indexes.synthetic import random_unit_vectors
-from indexes.synthetic_corpus import CorpusSpec, generate
-from indexes.synthetic_corpus import queries as corpus_queries
 from retrieval import Retriever
 
 DIM = 384

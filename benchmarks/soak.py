@@ -41,10 +41,10 @@ from benchmarks.common import (
 )
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.errors import RetrievalError
-from indexes.synthetic import with_demo_metadata
 from retrieval import OverloadedError, Retriever
 from retrieval.features import CallableSource, Feature, FeatureView, RedisStore, materialize
 from retrieval.latency import summarize

@@ -36,11 +36,12 @@ from benchmarks.common import (
     publish_report,
 )
 from benchmarks.quality import evaluate_run, retriever_run
+from benchmarks.synthetic import random_unit_vectors, synthetic_documents
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder, default_model_path
 from indexes.onnx_encoder import OnnxEncoder, load_tokenizer, make_encoder
-from indexes.synthetic import random_unit_vectors, synthetic_documents, with_demo_metadata
 from retrieval import Retriever
 from retrieval.latency import summarize
 

@@ -19,15 +19,15 @@ from benchmarks.common import (
 from benchmarks.peers import tokenize_corpus
 from benchmarks.quality import qrels_from_relevant
 from benchmarks.search import RANDOM_ENCODER, synthetic_queries
-from indexes import Analyzer, AnalyzerConfig, BuildConfig, Document, build_index
-from indexes.corpus import read_corpus, read_qrels, read_queries
-from indexes.manifest import current_build_dir, read_manifest, resolve_build_dir
-from indexes.synthetic import (
+from benchmarks.synthetic import (
     clustered_unit_vectors,
     random_unit_vectors,
     synthetic_vocabulary_documents,
-    with_demo_metadata,
 )
+from indexes import Analyzer, AnalyzerConfig, BuildConfig, Document, build_index
+from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
+from indexes.manifest import current_build_dir, read_manifest, resolve_build_dir
 from retrieval import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.retriever import default_encoder

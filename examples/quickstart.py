@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexes import Document, SentenceTransformerEncoder, build_index, read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import (
     CacheConfig,
     InvalidQueryError,

@@ -8,13 +8,11 @@ evaluates the BM25 formula. Two variants:
 - ``lucene``: Lucene's BM25 (``log(1 + (N - n + 0.5) / (n + 0.5))`` idf, no ``k1 + 1``).
 
 The query path (sum over postings, exact top-C with ties to the lower row) is numba code in
-``indexes.bm25_kernels`` and ``indexes.topk``; per query it picks the kernel: under a filter,
-galloping over the allowed rows (``bm25_filtered``) when they are few, else a repeated
-filter's postings restricted to its rows (``bm25_restricted``) for up to 5% allowed, else a
-mask walk (``bm25_mask_walk``) for up to 20% allowed; MaxScore pruning (``bm25_pruned``) on
-long postings; else the exhaustive kernel. A score is the float64 sum, in query-term order,
-of weight x float32 impact: the same bits on every kernel path; rank-bm25's float64 formula
-agrees to rtol 1e-6 (tests/test_bm25.py).
+``indexes.bm25_kernels`` and ``indexes.topk``; per query ``indexes.bm25_strategy`` picks the
+kernel (galloping over a filter's allowed rows, a repeated filter's restricted postings, a
+mask walk, MaxScore pruning or the exhaustive kernel) from its cost thresholds. A score is the
+float64 sum, in query-term order, of weight x float32 impact: the same bits on every kernel
+path; rank-bm25's float64 formula agrees to rtol 1e-6 (tests/test_bm25.py).
 """
 
 from __future__ import annotations
@@ -28,17 +26,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.bm25_filtered import GALLOP_COST, AllowedRowsMemo, filtered_top_rows, gallop_cost
+from indexes.bm25_filtered import filtered_top_rows
 from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
-from indexes.bm25_mask_walk import (
-    CHUNK,
-    MASK_WALK_COST,
-    MASK_WALK_MAX_SHARE,
-    AllowedCounts,
-    mask_walk_top_rows,
-)
-from indexes.bm25_pruned import PRUNE_MIN_POSTINGS, pruned_top_rows, term_maxima
-from indexes.bm25_restricted import RESTRICT_MAX_SHARE, RestrictedPostings
+from indexes.bm25_mask_walk import CHUNK, mask_walk_top_rows
+from indexes.bm25_pruned import pruned_top_rows, term_maxima
+from indexes.bm25_restricted import RestrictedPostings
+from indexes.bm25_strategy import Kernel, MaskFacts, Plan, choose, forced
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 
@@ -124,12 +117,10 @@ class BM25Index:
         # Terms with a non-positive impact (usually none): their queries need the kernel that
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
         self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
-        self._allowed = AllowedRowsMemo()
-        self._allowed_counts = AllowedCounts()
+        self._mask_facts = MaskFacts()
         # Repeated filters' postings restricted to their rows (budget_bytes = 0 turns it off).
         self.restricted = RestrictedPostings()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
-        self.pruning = True  # pruned top C on long postings; False: always the exhaustive kernel
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -216,9 +207,10 @@ class BM25Index:
                              f"{mask.dtype} {mask.shape}")
         return mask, True
 
-    def _search(self, tokens: Sequence[str], k: int, mask: np.ndarray | None
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (all touched rows, unsorted, when ``k`` < 0) through the right kernel."""
+    def _search(self, tokens: Sequence[str], k: int, mask: np.ndarray | None,
+                kernel: Kernel | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (all touched rows, unsorted, when ``k`` < 0) through the kernel
+        ``bm25_strategy`` chooses (or ``kernel``)."""
         ids, weights = self.query_terms(tokens)
         mask_arr, use_mask = self._mask_arg(mask)
         args = (self.indptr, self.rows, self.impacts, ids, weights, mask_arr, use_mask)
@@ -226,32 +218,30 @@ class BM25Index:
             return general_rows(*args, k, self._buffer(), *self._general_buffers())
         if k < 0:
             return touched_rows(*args, self._buffer())
-        lengths = self.indptr[ids + 1] - self.indptr[ids]
-        postings = int(lengths.sum())
-        if mask is not None:
-            n_allowed = self._allowed_counts.count(mask)
-            walk = n_allowed <= MASK_WALK_MAX_SHARE * self.n_docs
-            # What galloping must beat: the mask walk, else the exhaustive kernel.
-            budget = postings * MASK_WALK_COST if walk else float(postings)
-            allowed = self._selective_rows(lengths, budget, mask)
-            if allowed is not None:
-                return filtered_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
-                                         allowed, k, self._buffer())
-            if walk and self._restricted_fits(mask, n_allowed):
-                return self.restricted.top_rows(self.indptr, self.rows, self.impacts, ids,
-                                                weights, mask, n_allowed, k, self._buffer())
-            if walk:
-                return mask_walk_top_rows(self.indptr, self.rows, self.impacts, ids, weights,
-                                          mask, n_allowed, k, self._buffer(), CHUNK)
-        if self.pruning and postings >= PRUNE_MIN_POSTINGS and ids.shape[0] > 1:
-            return pruned_top_rows(self.indptr, self.rows, self.impacts, self.term_max(),
-                                   ids, weights, mask_arr, use_mask, k, self._buffer())
-        return top_rows(*args, k, self._buffer())
+        if kernel is None:
+            lengths = self.indptr[ids + 1] - self.indptr[ids]
+            plan = choose(lengths, self.n_docs, mask, self._mask_facts,
+                          self.restricted.budget_bytes > 0)
+        else:
+            plan = forced(Kernel(kernel), mask, self._mask_facts)
+        return self._run(plan, ids, weights, mask_arr, use_mask, k)
 
-    def _restricted_fits(self, mask: np.ndarray, n_allowed: int) -> bool:
-        """A repeated filter's mask (read-only, from the mask cache) allowing a small share."""
-        return (self.restricted.budget_bytes > 0 and not mask.flags.writeable
-                and n_allowed <= RESTRICT_MAX_SHARE * self.n_docs)
+    def _run(self, plan: Plan, ids: np.ndarray, weights: np.ndarray, mask: np.ndarray,
+             use_mask: bool, k: int) -> tuple[np.ndarray, np.ndarray]:
+        postings = (self.indptr, self.rows, self.impacts)
+        scratch = self._buffer()
+        if plan.kernel is Kernel.GALLOP:
+            return filtered_top_rows(*postings, ids, weights, plan.allowed, k, scratch)
+        if plan.kernel is Kernel.RESTRICTED:
+            return self.restricted.top_rows(*postings, ids, weights, mask, plan.n_allowed, k,
+                                            scratch)
+        if plan.kernel is Kernel.MASK_WALK:
+            return mask_walk_top_rows(*postings, ids, weights, mask, plan.n_allowed, k, scratch,
+                                      CHUNK)
+        if plan.kernel is Kernel.PRUNED:
+            return pruned_top_rows(*postings, self.term_max(), ids, weights, mask, use_mask, k,
+                                   scratch)
+        return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);
@@ -259,19 +249,6 @@ class BM25Index:
         if self._term_max is None:
             self._term_max = term_maxima(self.indptr, self.impacts)[0]
         return self._term_max
-
-    def _selective_rows(self, lengths: np.ndarray, budget: float, mask: np.ndarray
-                        ) -> np.ndarray | None:
-        """The mask's sorted allowed rows when intersecting them with the query's postings is
-        estimated cheaper than ``budget`` exhaustive posting visits (``bm25_filtered``), else
-        None."""
-        limit = int(budget / GALLOP_COST)  # the cost is at least GALLOP_COST per allowed row
-        if limit < 1:
-            return None
-        allowed = self._allowed.rows(mask, limit)
-        if allowed is None or gallop_cost(lengths, allowed.shape[0]) >= budget:
-            return None
-        return allowed
 
     def score_touched(
         self, tokens: Sequence[str], mask: np.ndarray | None = None
@@ -293,14 +270,17 @@ class BM25Index:
                               np.asarray(rows, dtype=np.int64))
 
     def top_candidates(
-        self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
+        self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
+        kernel: Kernel | str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``n`` rows by BM25 among rows matching a query term and allowed by ``mask``.
 
         Returns (rows int32 (m,), scores float64 (m,)), m <= n, best first; ties broken by
         lower row (also at the cut-off: of rows tied with the n-th, the lowest are kept).
+        ``kernel`` forces one (``bm25_strategy.Kernel``; every kernel gives the same answer).
         """
-        return self._search(tokens, max(int(n), 0), mask)
+        return self._search(tokens, max(int(n), 0), mask,
+                            None if kernel is None else Kernel(kernel))
 
 
 def nonpositive_terms(indptr: np.ndarray, impacts: np.ndarray) -> frozenset[int]:

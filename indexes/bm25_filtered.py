@@ -17,14 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from indexes.mask_memo import MaskMemo
 from indexes.topk import best_touched
-
-# Relative cost of one galloping comparison against one exhaustive posting visit, measured on
-# the realistic synthetic corpus at 400k passages (``python -m benchmarks.filters`` shows
-# the effect): ~15-20 ns a comparison for randomly spread allowed rows, ~9 ns for clustered ones,
-# against ~10-15 ns a posting for the exhaustive kernel (its scratch writes miss the cache).
-GALLOP_COST = 1.5
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -121,34 +114,3 @@ def allowed_rows_upto(mask, limit):  # pragma: no cover - compiled
             out[n] = r
             n += 1
     return out[:n].copy(), True
-
-
-def gallop_cost(lengths: np.ndarray, n_allowed: int) -> float:
-    """Estimated cost of ``filtered_top_rows`` in exhaustive posting visits: per term,
-    min(A, L) galloping steps of ~log2(max / min) + 1 comparisons each."""
-    if n_allowed == 0:
-        return 0.0
-    lengths = lengths[lengths > 0].astype(np.float64)
-    short = np.minimum(lengths, n_allowed)
-    ratio = np.maximum(lengths, n_allowed) / np.maximum(short, 1.0)
-    return float(GALLOP_COST * np.sum(short * (np.log2(ratio) + 1.0)))
-
-
-class AllowedRowsMemo:
-    """Sorted allowed rows of recently seen read-only masks (``MaskMemo``): a filter's mask is
-    shared through the per-build mask cache, so its rows are listed once, not per query."""
-
-    def __init__(self, size: int = 32) -> None:
-        self._memo: MaskMemo[tuple[np.ndarray | None, int]] = MaskMemo(size)
-
-    def rows(self, mask: np.ndarray, limit: int) -> np.ndarray | None:
-        """Sorted int32 allowed rows, or None when more than ``limit`` are allowed."""
-        entry = self._memo.get(mask)
-        if entry is not None:
-            found, tried = entry
-            if found is not None or limit <= tried:
-                return found if found is None or found.shape[0] <= limit else None
-        found, ok = allowed_rows_upto(mask, limit)
-        result = found if ok else None
-        self._memo.put(mask, (result, limit))
-        return result

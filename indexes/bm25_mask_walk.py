@@ -21,17 +21,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from indexes.mask_memo import MaskMemo
 from indexes.topk import best_touched
 
-# Measured at 1M realistic passages (Zipfian, ~285,000 postings a query at the median), kernels
-# rotated per query: with 1% allowed, 0.25 ms p50 against 1.1-1.8 for the exhaustive kernel
-# without a mask (the packed-bitset walk it replaces: 0.49-0.71); with 18% allowed 0.67 against
-# 0.98 for the exhaustive kernel with the mask, with 29% even. Galloping must beat 0.2 of the
-# exhaustive cost to be chosen instead (at 0.5 it was chosen for a quarter of the 1% queries
-# and lost).
-MASK_WALK_COST = 0.2
-MASK_WALK_MAX_SHARE = 0.2
 # Positions kept per pass: 16 KB of int32, which stays in the first-level cache.
 CHUNK = 4096
 
@@ -80,18 +71,3 @@ def _grown(touched, n, needed):  # pragma: no cover - compiled
     grown = np.empty(max(needed, 2 * touched.shape[0]), dtype=np.int32)
     grown[:n] = touched[:n]
     return grown
-
-
-class AllowedCounts:
-    """The number of allowed rows of recently seen read-only masks (``MaskMemo``): counted once
-    per filter (a pass over 1 MB at 1M documents), writable masks on every call."""
-
-    def __init__(self, size: int = 32) -> None:
-        self._memo: MaskMemo[int] = MaskMemo(size)
-
-    def count(self, mask: np.ndarray) -> int:
-        allowed = self._memo.get(mask)
-        if allowed is None:
-            allowed = int(np.count_nonzero(mask))
-            self._memo.put(mask, allowed)
-        return allowed

@@ -34,9 +34,6 @@ from indexes.topk import sorted_best
 _SLACK = 1.0 + 1e-9
 _BINS = 1024
 
-# Queries with fewer postings than this stay exhaustive: the bound checks and the candidates'
-# second scoring cost more than they save there (measured on the realistic corpus at 1M).
-PRUNE_MIN_POSTINGS = 10_000
 # The long lists are those holding SKIP_RATIO times the postings of the terms before them.
 SKIP_RATIO = 2
 # A candidate's lookup by galloping in one list, in exhaustive posting visits (measured ~10x).

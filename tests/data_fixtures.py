@@ -17,8 +17,8 @@ import pytest
 
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
-from indexes.synthetic import with_demo_metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "examples" / "data"  # the collections the repository ships

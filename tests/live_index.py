@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from indexes import Document, EncoderInfo, build_index, read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 
 DIM = 8
 INFO = EncoderInfo(encoder_id="test/random-8", model="random-8", dim=DIM, vector_dtype="float32")

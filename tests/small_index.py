@@ -12,8 +12,8 @@ import pytest
 
 from indexes.build import build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import Encoder
-from indexes.synthetic import with_demo_metadata
 
 REPO = Path(__file__).resolve().parents[1]
 QUERIES = [

@@ -16,9 +16,9 @@ import pytest
 
 from indexes.build import build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.manifest import CURRENT, read_manifest
-from indexes.synthetic import with_demo_metadata
 from retrieval import (
     CorpusError,
     CorruptArtifactError,

@@ -17,7 +17,7 @@ from benchmarks import suite
 from benchmarks.common import measure_side_by_side, pareto_front
 from benchmarks.quality import SUITE_METRICS, evaluate_run, run_from_outputs
 from indexes.corpus import read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SUMMARY = {"n": int, "p50": float, "p95": float, "p99": float, "max": float}

@@ -8,8 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexes.bm25 import BM25Index, BM25Params
-from indexes.bm25_filtered import AllowedRowsMemo, allowed_rows_upto, filtered_top_rows
+from indexes.bm25_filtered import allowed_rows_upto, filtered_top_rows
 from indexes.bm25_kernels import top_rows
+from indexes.bm25_strategy import Kernel, MaskFacts, choose
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -73,25 +74,18 @@ def test_selective_masks_take_the_filtered_path_and_agree() -> None:
     tokens = ["w1", "w2", "w3"]
     ids, _ = index.query_terms(tokens)
     lengths = index.indptr[ids + 1] - index.indptr[ids]
-    postings = int(lengths.sum())
-    assert index._selective_rows(lengths, postings, mask) is not None  # few allowed: filtered
+    plan = choose(lengths, index.n_docs, mask, MaskFacts(), True)
+    assert plan.kernel is Kernel.GALLOP and plan.allowed.shape == (40,)  # few allowed
     everything = np.ones(len(docs), dtype=bool)
-    assert index._selective_rows(lengths, postings, everything) is None  # all: exhaustive
+    assert choose(lengths, index.n_docs, everything, MaskFacts(), True).kernel not in (
+        Kernel.GALLOP, Kernel.MASK_WALK)  # all allowed: no filter kernel
     for k in (1, 10, 300):
         assert_same(index.top_candidates(tokens, k, mask), exhaustive(index, tokens, mask, k))
 
 
-def test_allowed_rows_stop_at_the_limit_and_are_remembered_for_read_only_masks() -> None:
+def test_allowed_rows_stop_at_the_limit() -> None:
     mask = np.zeros(100, dtype=bool)
     mask[[3, 50, 99]] = True
     rows, ok = allowed_rows_upto(mask, 3)
     assert ok and rows.tolist() == [3, 50, 99]
     assert not allowed_rows_upto(mask, 2)[1]
-    memo = AllowedRowsMemo(size=2)
-    assert memo.rows(mask, 10).tolist() == [3, 50, 99]
-    assert len(memo._memo) == 0  # writable: its owner may change it
-    mask.flags.writeable = False
-    assert memo.rows(mask, 2) is None
-    assert memo.rows(mask, 10).tolist() == [3, 50, 99]  # a larger limit lists it again
-    first = memo.rows(mask, 10)
-    assert memo.rows(mask, 10) is first and memo.rows(mask, 2) is None

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
-from indexes import bm25_pruned
 from indexes.bm25 import BM25Index
 from indexes.bm25_mask_walk import mask_walk_top_rows
 from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
@@ -64,31 +63,6 @@ def test_pruned_keeps_the_lowest_rows_among_ties(case: tuple[BM25Index, list[str
     got = pruned_top_rows(index.indptr, index.rows, index.impacts, index.term_max(), ids,
                           weights, everything, False, k, np.zeros(index.n_docs))
     assert_same(got, exhaustive(index, tokens, everything, k))
-
-
-def test_the_index_prunes_long_queries_and_agrees(monkeypatch) -> None:
-    """Through ``top_candidates`` with pruning forced on every query (threshold 0), with and
-    without masks, against the same index with pruning off."""
-    rng = np.random.default_rng(5)
-    docs = [[f"w{t}" for t in rng.zipf(1.2, size=rng.integers(5, 40)) % 400]
-            for _ in range(5_000)]
-    index = BM25Index.build(docs)
-    monkeypatch.setattr("indexes.bm25.PRUNE_MIN_POSTINGS", 0)
-    calls = []
-    real = bm25_pruned.pruned_top_rows
-    monkeypatch.setattr("indexes.bm25.pruned_top_rows",
-                        lambda *args: calls.append(1) or real(*args))
-    reference = BM25Index(index.vocab_list, index.indptr, index.rows, index.impacts,
-                          index.n_docs, index.params)
-    reference.pruning = False
-    masks = [None, rng.random(len(docs)) < 0.5, rng.random(len(docs)) < 0.05]
-    for _ in range(60):
-        tokens = [f"w{t}" for t in rng.zipf(1.1, size=rng.integers(2, 9)) % 420]
-        for mask in masks:
-            for k in (1, 10, 300):
-                assert_same(index.top_candidates(tokens, k, mask),
-                            reference.top_candidates(tokens, k, mask))
-    assert len(calls) > 100  # the pruned kernel really served these queries
 
 
 def test_term_maxima() -> None:

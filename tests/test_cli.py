@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from indexes.corpus import read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import Retriever
 from retrieval.cli import COMMANDS, main
 

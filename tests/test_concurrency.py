@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from indexes.corpus import read_corpus, read_queries
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import InvalidQueryError, Retriever
 from retrieval.batching import BatchingConfig, EncodeBatcher
 from retrieval.request import is_light_filter

@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
+from benchmarks.synthetic import random_unit_vectors
 from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
 from indexes.metadata import MetadataIndex
-from indexes.synthetic import random_unit_vectors
 from retrieval import CorpusError
 from retrieval.cli.formats import CORPUS_FORMAT, FEATURE_FORMATS
 from retrieval.features import FeatureView, LocalStore, materialize

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexes.corpus import read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import InvalidQueryError, LimitExceededError, Retriever, RetrieverConfig
 
 json_scalars = st.one_of(

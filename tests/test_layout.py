@@ -80,8 +80,10 @@ def test_indexes_never_imports_retrieval():
         assert not offending, f"{path} imports {offending}: the offline layer must not"
 
 
-def test_retrieval_never_imports_benchmarks():
-    for path in (ROOT / "retrieval").rglob("*.py"):
+def test_library_never_imports_benchmarks_or_generated_data():
+    """Generated corpora and vectors (``benchmarks.synthetic*``) belong to benchmarks and tests:
+    the shipped packages never import them."""
+    for path in [*(ROOT / "retrieval").rglob("*.py"), *(ROOT / "indexes").rglob("*.py")]:
         offending = {n for n in _imports(path) if n.split(".")[0] == "benchmarks"}
         assert not offending, (f"{path} imports {offending}: benchmarks depend on the library, "
                                "never the reverse (they have their own entry point)")

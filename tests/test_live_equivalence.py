@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from indexes import Document, build_index, read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.storage import load_array
-from indexes.synthetic import with_demo_metadata
 from indexes.vectors import VectorStore, content_hashes
 from indexes.writer import IndexWriter
 from retrieval import Retriever

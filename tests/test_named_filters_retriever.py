@@ -15,8 +15,8 @@ from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F
 
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
-from indexes.synthetic import with_demo_metadata
 from retrieval import MalformedFilterError, Retriever, UnknownFieldError, UnknownNamedFilterError
 from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate, parse_filter

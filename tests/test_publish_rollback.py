@@ -12,9 +12,9 @@ import pytest
 
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.manifest import CURRENT
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
 from retrieval.cli import main as cli
 from retrieval.publishing import publish

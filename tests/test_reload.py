@@ -11,10 +11,10 @@ import weakref
 import pytest
 
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import CorruptArtifactError
 from indexes.manifest import CURRENT, read_manifest
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
 from retrieval.cli import main as cli
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexes.synthetic import DEPARTMENTS, DOC_TYPES
+from indexes.demo_metadata import DEPARTMENTS, DOC_TYPES
 from retrieval import Retriever, RetrieverConfig
 
 QUERIES = [

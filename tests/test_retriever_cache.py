@@ -11,8 +11,8 @@ import pytest
 from redis_servers import RedisProcess
 
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever
 
 QUERIES = ["cell differentiation in tissue", "cancer risk and diet", "protein signalling pathway",

@@ -24,7 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from indexes.corpus import read_corpus
-from indexes.synthetic import with_demo_metadata
+from indexes.demo_metadata import with_demo_metadata
 from retrieval import (
     LimitExceededError,
     Retriever,

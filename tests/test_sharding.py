@@ -13,6 +13,7 @@ import pytest
 from indexes.ann import ExactDense
 from indexes.build import build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
 from indexes.manifest import CURRENT, EncoderInfo, read_manifest
@@ -23,7 +24,6 @@ from indexes.sharding import (
     read_layout,
     shard_ranges,
 )
-from indexes.synthetic import with_demo_metadata
 from retrieval import Retriever, RetrieverConfig
 from retrieval.cli import main as cli
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize

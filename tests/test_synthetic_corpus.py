@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from indexes.bm25 import BM25Index, BM25Params
-from indexes.metadata import MetadataIndex
-from indexes.synthetic_corpus import (
+from benchmarks.synthetic_corpus import (
     CATEGORIES,
     CorpusSpec,
     bm25_index,
@@ -16,6 +14,8 @@ from indexes.synthetic_corpus import (
     metadata_index,
     queries,
 )
+from indexes.bm25 import BM25Index, BM25Params
+from indexes.metadata import MetadataIndex
 from retrieval.filters import evaluate, parse_filter
 
 SPEC = CorpusSpec(3000, seed=5, vocab_size=100_000, n_tenants=400)

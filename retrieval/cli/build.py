@@ -11,12 +11,12 @@ from indexes.analyzer import AnalyzerConfig
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
 from indexes.errors import CorpusError
 from indexes.manifest import read_manifest
 from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
-from indexes.synthetic import with_demo_metadata
 from retrieval.cli.common import Subparsers, add_parser
 from retrieval.cli.compact import fold_after_build
 from retrieval.cli.formats import CORPUS_FORMAT

@@ -22,6 +22,7 @@ except ImportError as exc:
 
 from indexes.ann import ExactDense
 from indexes.bm25 import BM25Index
+from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
 from indexes.vectors import VectorStore
 from retrieval.sharding.errors import ShardUnavailableError
@@ -135,11 +136,12 @@ class RemoteBM25(BM25Index):
         self.vocab_list, self.vocab = vocab, {t: i for i, t in enumerate(vocab)}
         self.n_docs = n_docs
 
-    def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
+                       kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
         fetched = self.parts.start(tokens)
         views = self.parts.slices(mask)
-        found = self.parts.answers("top_candidates", {k: (list(tokens), int(n), view)
+        forced = None if kernel is None else str(kernel)
+        found = self.parts.answers("top_candidates", {k: (list(tokens), int(n), view, forced)
                                                       for k, view in enumerate(views)})
         starts = self.parts.owners.starts
         rows, scores = merged_top([found[k] for k in sorted(found)], starts[sorted(found)],

@@ -69,9 +69,9 @@ class ShardReplica:
                                       mmap=settings.mmap)
         warm_bm25(self.build.bm25)
 
-    def top_candidates(self, tokens: list[str], n: int, mask: np.ndarray | None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        return self.build.bm25.top_candidates(tokens, n, mask)
+    def top_candidates(self, tokens: list[str], n: int, mask: np.ndarray | None,
+                       kernel: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self.build.bm25.top_candidates(tokens, n, mask, kernel)
 
     def dense(self, query: np.ndarray, k: int, mask: np.ndarray | None, tokens: list[str],
               rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

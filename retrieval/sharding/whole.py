@@ -27,6 +27,7 @@ import numpy as np
 
 from indexes.ann import ExactDense
 from indexes.bm25 import BM25Index
+from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.mask_memo import MaskMemo
@@ -144,10 +145,10 @@ class ShardedBM25(BM25Index):
         self.n_docs = n_docs
         self.params = first.params
 
-    def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
+    def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
+                       kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
         views = self.slices(mask)
-        return merged_top([p.top_candidates(tokens, n, v) for p, v in
+        return merged_top([p.top_candidates(tokens, n, v, kernel) for p, v in
                            zip(self.parts, views, strict=True)], self.owners.starts,
                           max(int(n), 0))
 

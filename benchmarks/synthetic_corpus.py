@@ -1,6 +1,6 @@
 """A realistic synthetic corpus for latency runs at 1M-10M documents, generated vectorized.
 
-Text statistics follow real passages more closely than ``indexes.synthetic``'s ~100 words:
+Text statistics follow real passages more closely than ``benchmarks.synthetic``'s ~100 words:
 words drawn from a Zipfian vocabulary (rank r has probability proportional to 1 / r^s, s ~ 1.07
 as in English) of 200,000 made-up words, passages of 60-140 words; metadata with realistic
 cardinalities: a tenant id (thousands of values, sizes skewed: a few large tenants, many small),

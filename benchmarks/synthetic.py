@@ -1,19 +1,16 @@
-"""Generated corpora and metadata, for demos without data and for latency runs at scale.
+"""Generated corpora and vectors for latency runs at scale (benchmarks and tests only).
 
 Nothing here is used to measure quality: generated text has no relevance judgments.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 
 import numpy as np
 
+from indexes.demo_metadata import demo_metadata
 from indexes.docstore import Document
-
-DEPARTMENTS = ("cardiology", "oncology", "neurology", "immunology", "genetics")
-DOC_TYPES = ("review", "trial", "cohort", "case-report", "meta-analysis")
 
 _WORDS = (
     "cell protein gene expression patient risk disease therapy trial cancer tumor immune "
@@ -24,22 +21,6 @@ _WORDS = (
     "kidney lung skin stem differentiation development aging survival incidence cohort "
     "statin cholesterol lipid vascular stroke cardiac rhythm imaging biomarker screening"
 ).split()
-
-
-def demo_metadata(doc_id: str) -> dict[str, object]:
-    """Deterministic department / doc_type / year for a document id (a filter demo aid)."""
-    digest = hashlib.sha256(doc_id.encode("utf-8")).digest()
-    return {
-        "department": DEPARTMENTS[digest[0] % len(DEPARTMENTS)],
-        "doc_type": DOC_TYPES[digest[1] % len(DOC_TYPES)],
-        "year": 1995 + digest[2] % 30,
-    }
-
-
-def with_demo_metadata(documents: Iterator[Document] | list[Document]) -> Iterator[Document]:
-    """The same documents with demo metadata added (existing fields win)."""
-    for doc in documents:
-        yield Document(doc.id, doc.text, doc.title, {**demo_metadata(doc.id), **doc.metadata})
 
 
 def synthetic_documents(n: int, seed: int = 0, words_per_doc: int = 40) -> Iterator[Document]:
