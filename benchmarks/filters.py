@@ -60,9 +60,9 @@ from indexes.vectors import VectorStore
 from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate_counted
 from retrieval.filters.named import BoundFilters, NamedFilters, combined_mask
-from retrieval.fusion import top_k_order
-from retrieval.pipeline import fuse
-from retrieval.request import FilterMemo, SearchRequest, validate
+from retrieval.request_path.fusion import top_k_order
+from retrieval.request_path.pipeline import fuse
+from retrieval.request_path.validate import FilterMemo, SearchRequest, validate
 
 DIM = 384
 NAMED = "user-42"

@@ -37,7 +37,7 @@ from indexes.encoders import SentenceTransformerEncoder
 from indexes.onnx_encoder import make_encoder
 from retrieval import Retriever
 from retrieval.latency import summarize
-from retrieval.timing import StageTimer
+from retrieval.request_path.timing import StageTimer
 from retrieval.tracing import Observer, TracingConfig
 
 

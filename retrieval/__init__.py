@@ -8,7 +8,6 @@ from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildErr
 from indexes.sharding.layout import ShardCountError
 from indexes.wal.log import LogCorruptionError
 from indexes.writer import IndexWriter
-from retrieval.batching import BatchingConfig
 from retrieval.cache.base import CacheConfigError, CacheError
 from retrieval.cache.codec import CacheValueError
 from retrieval.cache.config import CacheConfig
@@ -32,7 +31,6 @@ from retrieval.errors import (
     UnknownNamedFilterError,
     WriterLockedError,
 )
-from retrieval.feature_stage import RecencyWeight
 from retrieval.features.config import FeatureStoreConfig
 from retrieval.features.errors import (
     FeatureConfigError,
@@ -51,6 +49,8 @@ from retrieval.integrations.errors import (
 )
 from retrieval.models import CacheInfo, Hit, SearchResult
 from retrieval.publishing.config import GateConfigError
+from retrieval.request_path.batching import BatchingConfig
+from retrieval.request_path.feature_stage import RecencyWeight
 from retrieval.retriever import Retriever
 from retrieval.service.errors import (
     AuthenticationError,

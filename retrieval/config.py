@@ -8,11 +8,11 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from retrieval.batching import BatchingConfig
 from retrieval.cache import CacheConfig
-from retrieval.feature_stage import RecencyWeight
 from retrieval.features import FeatureStoreConfig
 from retrieval.features.ranking import FeatureWeights
+from retrieval.request_path.batching import BatchingConfig
+from retrieval.request_path.feature_stage import RecencyWeight
 from retrieval.strict import StrictConfig
 from retrieval.tracing import TracingConfig
 

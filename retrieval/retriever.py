@@ -27,15 +27,15 @@ from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
-from retrieval.feature_stage import FeatureStage
 from retrieval.features import OnlineStore, make_store
 from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
-from retrieval.request import FilterMemo, is_light_filter
-from retrieval.request_cache import RequestCache
-from retrieval.request_path import Live, RequestPath
+from retrieval.request_path.cache_lookup import RequestCache
+from retrieval.request_path.feature_stage import FeatureStage
+from retrieval.request_path.run import Live, RequestPath
+from retrieval.request_path.validate import FilterMemo, is_light_filter
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ class Retriever:
         ``config.max_in_flight`` searches are already running. In a passage build,
         ``group_by="document"`` returns each document's best passage only (``k`` counts
         documents) and ``context=n`` adds the ``n`` passages around each hit
-        (``retrieval.grouping``).
+        (``retrieval.request_path.grouping``).
         """
         return self._path.search(self._live, query, filters, k, candidates, query_vector,
                                  deadline_ms, group_by, context)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval.latency import RollingLatency
 from retrieval.models import SearchResult
-from retrieval.timing import StageTimer
+from retrieval.request_path.timing import StageTimer
 
 log = logging.getLogger("retrieval.slow_queries")
 

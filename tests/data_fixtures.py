@@ -117,7 +117,7 @@ def scifact_exact(beir_index, encoder):
 
     from indexes.ann import ExactDense
     from retrieval import Retriever
-    from retrieval.request_path import Live
+    from retrieval.request_path.run import Live
 
     root, queries, _ = beir_index("scifact")
     retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)

@@ -15,8 +15,8 @@ import pytest
 from indexes.corpus import read_corpus, read_queries
 from indexes.demo_metadata import with_demo_metadata
 from retrieval import InvalidQueryError, Retriever
-from retrieval.batching import BatchingConfig, EncodeBatcher
-from retrieval.request import is_light_filter
+from retrieval.request_path.batching import BatchingConfig, EncodeBatcher
+from retrieval.request_path.validate import is_light_filter
 
 NO_CACHE = {"backend": "none"}
 

@@ -213,7 +213,7 @@ def test_batches_bound_their_padding():
 
 
 def test_batching_gives_an_onnx_encoder_one_single_thread_worker_per_core(onnx_int8):
-    from retrieval.batching import BatchingConfig, EncodeBatcher
+    from retrieval.request_path.batching import BatchingConfig, EncodeBatcher
 
     batcher = EncodeBatcher(onnx_int8, BatchingConfig(enabled=True))
     try:

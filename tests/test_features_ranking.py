@@ -19,7 +19,7 @@ from retrieval.features import (
     normalize,
     recency,
 )
-from retrieval.fusion import minmax
+from retrieval.request_path.fusion import minmax
 
 
 def batch(popularity: list[float], status: list[int] | None = None, available: bool = True,
@@ -89,8 +89,9 @@ def test_weights_config_is_strict() -> None:
 
 
 def test_one_minmax_and_a_constant_column_adds_nothing() -> None:
-    """Features and fusion share ``retrieval.fusion.minmax``: a constant column normalizes to 1
-    in both; the feature stage then skips it, since it cannot reorder the candidates."""
+    """Features and fusion share ``retrieval.request_path.fusion.minmax``: a constant column
+    normalizes to 1 in both; the feature stage then skips it, since it cannot reorder the
+    candidates."""
     values = np.array([4.0, -2.0, 9.5, 0.0])
     np.testing.assert_array_equal(normalize(values, "minmax"), minmax(values))
     np.testing.assert_array_equal(normalize(values, "log1p+minmax"),

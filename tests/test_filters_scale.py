@@ -15,7 +15,7 @@ from retrieval.config import Limits
 from retrieval.errors import FilterTypeError, LimitExceededError
 from retrieval.filters import In, Not, canonical, evaluate, evaluate_counted, parse_filter
 from retrieval.filters.spec_key import spec_key
-from retrieval.request import FilterMemo
+from retrieval.request_path.validate import FilterMemo
 
 N_DOCS = 30_000
 N_VALUES = 100_000

@@ -23,7 +23,7 @@ from retrieval.config import Limits
 from retrieval.filters import In, canonical, evaluate, parse_filter
 from retrieval.filters.nodes import PACKED_FROM, one_of, one_of_strings
 from retrieval.filters.spec_key import spec_key
-from retrieval.request import FilterMemo
+from retrieval.request_path.validate import FilterMemo
 
 # Characters whose UTF-8 forms have 1 to 4 bytes, lone surrogates, and the bytes JSON escapes.
 ALPHABET = ["a", "b", "z", "A", " ", "~", "\x7f", "\n", '"', "\\", "é", "\u4e2d", "\U0001f600",

@@ -110,7 +110,7 @@ def test_weight_on_a_feature_the_view_lacks(index, query_encoder, store_dir) -> 
 def test_missing_store_directory_is_unavailable_and_logged_once(
         index, query_encoder, store_dir, tmp_path, caplog) -> None:
     missing = tmp_path / "not-there"
-    caplog.set_level(logging.WARNING, logger="retrieval.feature_stage")
+    caplog.set_level(logging.WARNING, logger="retrieval.request_path.feature_stage")
     with Retriever.load(index, _features(missing), encoder=query_encoder) as retriever:
         results = [retriever.search(q, k=5) for q in QUERIES[:3]]
         assert [r.features_available for r in results] == [False, False, False]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retrieval.features.errors import FeatureConfigError
 from retrieval.features.reads import FeatureBatch, FeatureStatus
-from retrieval.fusion import minmax
+from retrieval.request_path.fusion import minmax
 
 Normalization = Literal["minmax", "none", "log1p+minmax"]
 SECONDS_PER_DAY = 86400.0
@@ -48,8 +48,8 @@ class FeatureWeights(BaseModel):
 def normalize(values: np.ndarray, how: Normalization) -> np.ndarray:
     """float64 copy of ``values`` (shape ``(n,)``) normalized over its own entries.
 
-    minmax is ``retrieval.fusion.minmax``, the one min-max of the project: [0, 1], and a
-    constant column maps to 1 (every candidate equally best). ``feature_adjustment`` skips a
+    minmax is ``retrieval.request_path.fusion.minmax``, the one min-max of the project: [0, 1],
+    and a constant column maps to 1 (every candidate equally best). ``feature_adjustment`` skips a
     constant column instead: it cannot reorder anything, so it adds nothing.
     """
     x = np.asarray(values, dtype=np.float64)

@@ -13,7 +13,6 @@ from typing import Any
 from pydantic import ConfigDict
 
 from retrieval.errors import InvalidQueryError
-from retrieval.grouping import check_grouping
 from retrieval.integrations.backend import (
     FilterSpec,
     SearchBackend,
@@ -28,6 +27,7 @@ from retrieval.integrations.backend import (
 from retrieval.integrations.errors import MissingExtraError
 from retrieval.integrations.trusted import TrustedModel
 from retrieval.models import SearchResult
+from retrieval.request_path.grouping import check_grouping
 
 try:
     # The first callback set-up in a process imports these (~70 ms); importing them here keeps

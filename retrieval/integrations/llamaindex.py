@@ -11,7 +11,6 @@ and two documents with identical text must stay two results.
 
 from __future__ import annotations
 
-from retrieval.grouping import check_grouping
 from retrieval.integrations.backend import (
     PASSAGE_KEYS,
     SCORE_KEYS,
@@ -28,6 +27,7 @@ from retrieval.integrations.backend import (
 from retrieval.integrations.errors import MissingExtraError
 from retrieval.integrations.trusted import TrustedModel
 from retrieval.models import Hit, SearchResult
+from retrieval.request_path.grouping import check_grouping
 
 try:
     from llama_index.core.callbacks import CallbackManager

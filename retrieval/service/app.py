@@ -30,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
-from retrieval.request import check_batch_work
+from retrieval.request_path.validate import check_batch_work
 from retrieval.result_json import result_json
 from retrieval.retriever import Retriever
 from retrieval.service.admission import Admission

@@ -2,8 +2,9 @@
 
 ``open_build`` loads any build directory or index root: a whole build as ``LoadedBuild``, a
 sharded one as ``ShardedBuild``, which is a ``LoadedBuild`` whose parts fan out to the shards
-in this process. The request path (``retrieval.pipeline``) therefore runs unchanged on S = 1
-(a direct call, nothing added) and on S shards: the fan-out is inside the parts it calls.
+in this process. The request path (``retrieval.request_path.pipeline``) therefore runs
+unchanged on S = 1 (a direct call, nothing added) and on S shards: the fan-out is inside the
+parts it calls.
 
 - BM25 top-C: each shard's top-C inside its slice of the filter mask, merged by score, ties to
   the lower global row, exactly as one index breaks them (global N, df and avgdl travel with

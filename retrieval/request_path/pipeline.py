@@ -26,16 +26,16 @@ from indexes.analyzer import Analyzer
 from indexes.docstore import Document
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
-from retrieval.deadline import NO_DEADLINE, Deadline
-from retrieval.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
-from retrieval.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
-from retrieval.grouping import group_candidates, passage_fields
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
-from retrieval.request import SearchRequest
-from retrieval.timing import StageTimer
+from retrieval.request_path.deadline import NO_DEADLINE, Deadline
+from retrieval.request_path.feature_stage import FeatureOutcome, FeatureStage
+from retrieval.request_path.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
+from retrieval.request_path.grouping import group_candidates, passage_fields
+from retrieval.request_path.timing import StageTimer
+from retrieval.request_path.validate import SearchRequest
 
 
 class PendingVector:

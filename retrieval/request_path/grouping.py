@@ -26,7 +26,7 @@ from retrieval.loaded_build import LoadedBuild
 from retrieval.models import PassageContext
 
 if TYPE_CHECKING:
-    from retrieval.request import SearchRequest
+    from retrieval.request_path.validate import SearchRequest
 
 GROUP_BY = ("document",)
 MAX_CONTEXT = 5  # neighbouring passages on each side; a wider window is the whole document

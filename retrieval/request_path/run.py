@@ -25,25 +25,31 @@ import numpy as np
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
 from indexes.errors import InvalidQueryError
-from retrieval.batching import EncodeBatcher
 from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
-from retrieval.deadline import NO_DEADLINE, Deadline
-from retrieval.encode_policy import InFlight, StageOverlap, batching_on
-from retrieval.feature_stage import FeatureStage
-from retrieval.grouping import grouping_key
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
-from retrieval.pipeline import FutureVector, PendingVector, ReadyVector, run_pipeline, timed_encode
-from retrieval.request import (
+from retrieval.request_path.batching import EncodeBatcher
+from retrieval.request_path.cache_lookup import Lookup, RequestCache
+from retrieval.request_path.deadline import NO_DEADLINE, Deadline
+from retrieval.request_path.encode_policy import InFlight, StageOverlap, batching_on
+from retrieval.request_path.feature_stage import FeatureStage
+from retrieval.request_path.grouping import grouping_key
+from retrieval.request_path.pipeline import (
+    FutureVector,
+    PendingVector,
+    ReadyVector,
+    run_pipeline,
+    timed_encode,
+)
+from retrieval.request_path.timing import StageTimer
+from retrieval.request_path.validate import (
     FilterMemo,
     SearchRequest,
     check_batch_work,
     check_deadline,
     validate,
 )
-from retrieval.request_cache import Lookup, RequestCache
-from retrieval.timing import StageTimer
 from retrieval.tracing import Observer
 
 

@@ -20,7 +20,7 @@ from retrieval.filters.named import (
     split_named,
 )
 from retrieval.filters.spec_key import spec_key
-from retrieval.grouping import check_grouping
+from retrieval.request_path.grouping import check_grouping
 
 
 @dataclass(frozen=True)
