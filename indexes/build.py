@@ -171,8 +171,6 @@ def build_index(
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
     """
     config = config or BuildConfig()
-    if shards is not None:
-        refuse_passages(config, "sharded")
     root = Path(root)
     parents = list(documents)
     _check_ids(parents)
@@ -202,8 +200,9 @@ def build_index(
         if ranges is not None:
             avgdl = float(np.mean([len(t) for t in tokens])) if tokens else 0.0
             write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
-                          config, ranges, avgdl, 0 if dense == "exact" else None,
-                          log_seq=log_seq, window=window)
+                          config, row_ranges(ranges, passage_map),
+                          avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
+                          log_seq=log_seq, window=window, passages=passage_info)
             return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, log_seq=log_seq, window=window,
@@ -231,11 +230,8 @@ def _rows_for(
         window = window_report(docs, counter) if counter is not None else None
         rows, passage_map, info = docs, None, None
     else:
-        if counter is None:
-            counter = TokenCounter.for_model(Path(config.passages.tokenizer)
-                                             if config.passages.tokenizer
-                                             else default_model_path())
-        rows, passage_map, info, window = split_documents(docs, counter, config.passages)
+        rows, passage_map, info, window = split_documents(
+            docs, counter or passage_counter(config.passages), config.passages)
     if window is not None:  # once, in the log (the CLI also prints it in its summary)
         (log.warning if window.rows_over_window else log.info)("%s", window.describe())
     return rows, passage_map, info, window
@@ -255,12 +251,22 @@ def stage_and_place(root: Path, build_id: str, write: Callable[[Path], None],
             raise
 
 
-def refuse_passages(config: BuildConfig, kind: str) -> None:
-    """Passage builds are local and unsharded for now: say so instead of indexing whole
-    documents the caller asked to have split."""
-    if config.passages is not None:
-        raise CorpusError(f"passages are not supported in {kind} builds yet; build passages "
-                          "with a local, unsharded build (without --shards / --ray)")
+def passage_counter(passages: PassageConfig) -> TokenCounter:
+    """The tokenizer a build without an encoder cuts passages with: ``passages.tokenizer``,
+    else the packaged model's."""
+    return TokenCounter.for_model(Path(passages.tokenizer) if passages.tokenizer
+                                  else default_model_path())
+
+
+def row_ranges(doc_ranges: list[tuple[int, int]], passage_map: PassageMap | None
+               ) -> list[tuple[int, int]]:
+    """Shard ranges of documents as ranges of index rows: in a passage build a document's
+    passages stay in one shard."""
+    if passage_map is None:
+        return doc_ranges
+    bounds = passage_map.rows_of_documents([start for start, _ in doc_ranges]
+                                           + [doc_ranges[-1][1]])
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
 def _live_log_seq(root: Path) -> int:

@@ -75,19 +75,25 @@ def write_sharded(
     staging: Path, build_id: str, docs: list[Document], bm25: BM25Index,
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
     config: BuildConfig, ranges: list[tuple[int, int]], avgdl: float,
-    ann_nlist: int | None = None, **manifest_fields: Any,
+    ann_nlist: int | None = None, passage_map: PassageMap | None = None,
+    **manifest_fields: Any,
 ) -> None:
     """Write every shard, shards.json and the top manifest naming their checksums;
-    ``manifest_fields`` as ``write_components`` (on the top manifest)."""
+    ``manifest_fields`` as ``write_components`` (on the top manifest). In a passage build
+    every range holds whole documents, and each shard is a passage build of its own."""
     entries = []
     for i, (start, stop) in enumerate(ranges):
         name = f"shard-{i:03d}"
         directory = staging / SHARDS_DIR / name
         directory.mkdir(parents=True)
         shard_id = f"{build_id}-{name}"
+        part = None if passage_map is None else passage_map.sliced(start, stop)
+        shard_fields = {} if part is None else {
+            "passages": part.info_like(manifest_fields["passages"])}
         write_components(directory, shard_id, docs[start:stop], slice_bm25(bm25, start, stop),
                          slice_metadata(metadata, start, stop), matrix[start:stop],
-                         hashes[start:stop], info, config, ann_nlist)
+                         hashes[start:stop], info, config, ann_nlist, passage_map=part,
+                         **shard_fields)
         entries.append(ShardEntry(name=name, start=start, stop=stop, build_id=shard_id,
                                   manifest_sha256=sha256_file(directory / MANIFEST)))
     layout = ShardLayout(n_docs=len(docs), avgdl=avgdl, n_terms=len(bm25.vocab_list),

@@ -213,6 +213,36 @@ class PassageMap:
     def load(cls, directory: Path, mmap: bool = True) -> PassageMap:
         return cls(*(load_array(directory / f"{name}.npy", mmap) for name in PASSAGE_ARRAYS))
 
+    def rows_of_documents(self, doc_bounds: list[int]) -> list[int]:
+        """The first row of each document ordinal in ``doc_bounds`` (ascending; the number of
+        documents maps to ``n_rows``): row ranges holding whole documents."""
+        return np.searchsorted(np.asarray(self.parent), doc_bounds).astype(int).tolist()
+
+    def sliced(self, start: int, stop: int) -> PassageMap:
+        """Rows [start, stop) (whole documents) as a map of their own, parents from 0."""
+        parent = np.asarray(self.parent[start:stop])
+        first = int(parent[0]) if parent.size else 0
+        return PassageMap((parent - first).astype(np.int32), np.asarray(self.position[start:stop]),
+                          np.asarray(self.start[start:stop]), np.asarray(self.end[start:stop]))
+
+    @classmethod
+    def joined(cls, parts: list[PassageMap]) -> PassageMap:
+        """Consecutive maps as one: each part's parents offset by the documents before it."""
+        parents, documents = [], 0
+        for part in parts:
+            parents.append(np.asarray(part.parent, dtype=np.int32) + documents)
+            documents += int(part.parent[-1]) + 1 if part.n_rows else 0
+        return cls(np.concatenate(parents),
+                   *(np.concatenate([np.asarray(getattr(part, name)) for part in parts])
+                     for name in ("position", "start", "end")))
+
+    def info_like(self, info: PassageInfo) -> PassageInfo:
+        """``info`` (a whole build's figures) restated for this map's rows."""
+        counts = np.bincount(np.asarray(self.parent)) if self.n_rows else np.zeros(1, int)
+        return info.model_copy(update={"n_documents": int(np.count_nonzero(counts)),
+                                       "n_passages": self.n_rows,
+                                       "max_per_document": int(counts.max())})
+
     def neighbours(self, row: int, context: int) -> tuple[int, int]:
         """First and last row of the passages within ``context`` positions of ``row`` in the
         same document (rows of one document are consecutive)."""

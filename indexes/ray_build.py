@@ -28,11 +28,12 @@ from indexes.build import (
     _previous_vectors,
     build_index,
     content_hashes,
-    refuse_passages,
+    passage_counter,
 )
 from indexes.corpus import _document
 from indexes.docstore import Document
 from indexes.errors import CorpusError
+from indexes.long_documents import split_documents
 from indexes.manifest import EncoderInfo
 
 Backend = Literal["torch", "onnx"]
@@ -137,10 +138,9 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
                  shards: int | None = None, **shard_options: Any) -> BuildReport:
     """Build ``source`` into ``root`` on the connected Ray cluster (see the module docstring);
     ``shards`` as ``indexes.build.build_index``."""
-    config = config or BuildConfig()
-    refuse_passages(config, "Ray")
+    config = cut_with(config or BuildConfig(), model)
     documents = read_documents(source)
-    texts = [d.content for d in documents]
+    texts = [d.content for d in index_rows(documents, config)]
     info = encoder_info(backend, model)
     reused, todo = _reuse(texts, Path(config.reuse_from or root), info, config)
     encoded = encode_on_ray(texts, todo, backend, model, workers, config.batch_size, info.dim,
@@ -152,6 +152,23 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     report.vectors_encoded = len(todo)
     report.vectors_reused = len(texts) - len(todo)
     return report
+
+
+def cut_with(config: BuildConfig, model: str | None) -> BuildConfig:
+    """A passage build's config naming the tokenizer passages are cut with: the encoder
+    model's unless one is named (the driver and ``build_index`` then cut the same rows)."""
+    if config.passages is None or config.passages.tokenizer is not None or model is None:
+        return config
+    passages = config.passages.model_copy(update={"tokenizer": model})
+    return config.model_copy(update={"passages": passages})
+
+
+def index_rows(documents: list[Document], config: BuildConfig) -> list[Document]:
+    """The rows the build will index: the documents, or in a passage build their passages,
+    cut as ``build_index`` cuts them."""
+    if config.passages is None:
+        return documents
+    return split_documents(documents, passage_counter(config.passages), config.passages)[0]
 
 
 def _reuse(texts: Sequence[str], source: Path, info: EncoderInfo, config: BuildConfig

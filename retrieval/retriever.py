@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,9 @@ class Retriever:
             self._features.start()
         self._reloader: Any = None
         self._refused: tuple[str, int] | None = None  # the CURRENT a reload last refused
+        # How a published build is opened: here (whole or sharded), or on Ray (``connect``).
+        self._open: Callable[[Path], LoadedBuild] = functools.partial(
+            open_build, verify=config.verify_checksums, mmap=config.mmap)
         self._log: LogFollower | None = None
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
@@ -138,28 +141,38 @@ class Retriever:
         searched here by the same request path as ``load``: same results, same capabilities.
         ``allow_partial``: a shard with no live replica is left out (``partial:<shard>`` in
         ``degraded``) instead of failing the search; ``ray_options``: ``app_name``,
-        ``retry_seconds``, ``timeout_seconds``. The deployments serve the build they were
-        deployed with: publishing a new one means deploying it (no reload, no live log here).
+        ``retry_seconds``, ``timeout_seconds``. Given an index root it follows the root as
+        ``load`` does: a newly published build of the same shard count is served once every
+        shard deployment has loaded it (all shards flip together: each call names its build),
+        and the write-ahead log is applied here, over the deployed shards.
         """
         from retrieval.sharding.ray_serve import RayShardedBuild
 
         config = _config(config)
-        snapshot = RayShardedBuild.connect(path, config, allow_partial=allow_partial,
+
+        def on_ray(build: Path) -> LoadedBuild:
+            return RayShardedBuild.connect(build, config, allow_partial=allow_partial,
                                            **ray_options)
-        return cls._start(snapshot, config, None, encoder, cache, feature_store)
+
+        root = Path(path)
+        return cls._start(on_ray(root), config, root, encoder, cache, feature_store, on_ray)
 
     @classmethod
-    def _start(cls, snapshot: LoadedBuild, config: RetrieverConfig, root: Path | None,
+    def _start(cls, snapshot: LoadedBuild, config: RetrieverConfig, root: Path,
                encoder: Encoder | None, cache: Cache | None,
-               feature_store: OnlineStore | None) -> Retriever:
+               feature_store: OnlineStore | None,
+               opener: Callable[[Path], LoadedBuild] | None = None) -> Retriever:
         """A retriever over ``snapshot``: dependencies checked, warmed up, and under an index
-        ``root`` following its write-ahead log and (by config) its published builds."""
+        ``root`` following its write-ahead log and (by config) its published builds, opened
+        by ``opener`` (default: in this process)."""
         if encoder is None:
             encoder = default_encoder(snapshot, config)
         if feature_store is None and config.feature_store is not None:
             feature_store = make_store(config.feature_store)
         retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), root,
                         feature_store)
+        if opener is not None:
+            retriever._open = opener
         try:
             retriever._check_dependencies()
         except BaseException:
@@ -229,8 +242,7 @@ class Retriever:
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
-            fresh = open_build(self.root, verify=self.config.verify_checksums,
-                               mmap=self.config.mmap)
+            fresh = self._open(self.root)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
             warm_up_build(fresh)

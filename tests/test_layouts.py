@@ -1,6 +1,8 @@
-"""One contract, one test body per capability, run against every in-process layout: a whole
-build and the same collection in 2 shards, both opened by ``Retriever.load`` and searched by the
-one request path. The unsharded build is the reference (its dense leg exact, as the shards')."""
+"""One contract, one test body per capability, run against every layout: a whole build, the
+same collection in 2 shards (``Retriever.load``) and those 2 shards served by Ray Serve
+deployments of 2 replicas (``Retriever.connect``; a local cluster of 2 CPUs for the module),
+all searched by the one request path. The unsharded build is the reference (its dense leg
+exact, as the shards')."""
 
 from __future__ import annotations
 
@@ -10,11 +12,15 @@ import time
 
 import numpy as np
 import pytest
+import ray
 from live_index import build_small, scifact_docs, unit_vectors
+from passage_fixtures import CAR_QUERY, TARGET
+from ray import serve
 
-from indexes.build import build_index
+from indexes.build import BuildConfig, build_index
 from indexes.docstore import Document
 from indexes.manifest import EncoderInfo
+from indexes.passages import PassageConfig
 from indexes.publish import publish_build
 from indexes.sharding import is_sharded
 from indexes.writer import IndexWriter
@@ -22,20 +28,46 @@ from retrieval import Retriever, SearchResult
 from retrieval.integrations.langchain import LangChainRetriever
 from retrieval.integrations.llamaindex import LlamaIndexRetriever
 from retrieval.sharding import ShardedBuild
+from retrieval.sharding.ray_serve import RayShardedBuild, serve_shards
 
 CONFIG = {"cache": {"backend": "none"}}
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
-LAYOUTS = ["whole", "2 shards"]
+RAY = "2 shards on Ray"
+LAYOUTS = ["whole", "2 shards", RAY]
 
 
 @pytest.fixture(scope="module")
-def layouts(scifact_exact, scifact_sharded, encoder):
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    serve.shutdown()
+    ray.shutdown()
+
+
+def open_layout(layout: str, root, config=CONFIG, encoder=None, replicas: int = 1
+                ) -> Retriever:
+    """A retriever over ``root`` in ``layout`` (on Ray: its shards deployed first, as an
+    application named after the root)."""
+    if layout != RAY:
+        return Retriever.load(root, config, encoder=encoder)
+    app = f"app-{abs(hash(str(root)))}"
+    if app not in serve.status().applications:
+        serve_shards(root, config, replicas=replicas, app_name=app)
+    retriever = Retriever.connect(root, config, encoder=encoder, app_name=app)
+    assert isinstance(retriever.snapshot, RayShardedBuild)
+    return retriever
+
+
+@pytest.fixture(scope="module")
+def layouts(cluster, scifact_exact, scifact_sharded, encoder):
     """({layout: retriever}, query texts, query vectors); "whole" is the reference."""
     reference, texts, vectors = scifact_exact
     sharded = Retriever.load(scifact_sharded(2), CONFIG, encoder=encoder)
     assert isinstance(sharded.snapshot, ShardedBuild)
-    yield {"whole": reference, "2 shards": sharded}, texts, vectors
+    on_ray = open_layout(RAY, scifact_sharded(2), encoder=encoder, replicas=2)
+    yield {"whole": reference, "2 shards": sharded, RAY: on_ray}, texts, vectors
     sharded.close()
+    on_ray.close()
 
 
 def same(got: SearchResult, want: SearchResult) -> None:
@@ -68,18 +100,30 @@ def test_search_batch_and_asearch_equal_the_reference_on_every_test_query(layout
         same(got_async, want)
 
 
+class LateEncoder:
+    """The real encoder, started ``delay`` seconds late: an encode a deadline always cuts,
+    whatever a layout's BM25 trip costs."""
+
+    def __init__(self, inner, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+
+    def encode(self, texts, *, batch_size: int = 64, progress: bool = False):
+        time.sleep(self.delay)
+        return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_a_deadline_that_cuts_the_encoder_degrades_the_same_way(layouts, layout):
+def test_a_deadline_that_cuts_the_encoder_degrades_the_same_way(layouts, layout, encoder):
     """Past the deadline the search ranks by BM25 alone, on any layout."""
     retrievers, texts, _ = layouts
-    retriever = retrievers[layout]
-    long_query = " ".join(texts[:12])  # a long text: the encoder takes milliseconds
-    got = retriever.search(long_query, None, 10, deadline_ms=0.01)
+    root = retrievers[layout].root
+    with open_layout(layout, root, encoder=LateEncoder(encoder, 0.5)) as retriever:
+        got = retriever.search(texts[7], None, 10, deadline_ms=50)
     assert got.degraded == ["embed"] and got.hits
-    rows, scores = retrievers["whole"].snapshot.bm25.top_candidates(
-        retrievers["whole"].snapshot.analyzer(long_query), 10)
-    want = [retrievers["whole"].snapshot.docs.doc_id(int(r)) for r in rows]
-    assert [h.doc_id for h in got.hits] == want
+    reference = retrievers["whole"].snapshot
+    rows, _ = reference.bm25.top_candidates(reference.analyzer(texts[7]), 10)
+    assert [h.doc_id for h in got.hits] == [reference.docs.doc_id(int(r)) for r in rows]
     assert all(h.vector_score == 0.0 for h in got.hits)
 
 
@@ -109,6 +153,98 @@ def test_the_framework_adapters_run_over_every_layout(layouts, layout):
     assert [d.id for d in docs] == want
     nodes = LlamaIndexRetriever(retrievers[layout], k=5).retrieve(texts[0])
     assert [n.node.node_id for n in nodes] == want
+
+
+@pytest.fixture(scope="module")
+def passage_layouts(cluster, passage_roots, long_docs, encoder, tmp_path_factory):
+    """{layout: retriever} of the long documents' 256-token passage build: whole (the
+    session's) and in 2 shards (exact dense legs, as the whole build's at this size)."""
+    root = tmp_path_factory.mktemp("passages-2-shards")
+    build_index(long_docs, root, encoder=encoder, shards=2, dense="exact", progress=False,
+                config=BuildConfig(passages=PassageConfig(max_tokens=256)))
+    retrievers = {"whole": Retriever.load(passage_roots("passages"), CONFIG, encoder=encoder),
+                  **{layout: open_layout(layout, root, encoder=encoder)
+                     for layout in LAYOUTS[1:]}}
+    yield retrievers
+    for retriever in retrievers.values():
+        retriever.close()
+
+
+PASSAGE_QUERIES = [CAR_QUERY, "protein expression in cells", "cancer risk",
+                   "immune response to infection", "gene mutation and disease"]
+
+
+def same_passages(got: SearchResult, want: SearchResult) -> None:
+    same(got, want)
+    for a, b in zip(got.hits, want.hits, strict=True):
+        assert (a.passage, a.start, a.end, a.text) == (b.passage, b.start, b.end, b.text)
+        assert a.context == b.context
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_passages_grouped_and_with_context_are_the_same_on_every_layout(passage_layouts,
+                                                                         layout):
+    """A document's passages stay in one shard; ungrouped, grouped and with ``context`` the
+    hits (passage positions, offsets, context slices) equal the whole build's."""
+    retriever, reference = passage_layouts[layout], passage_layouts["whole"]
+    snapshot = retriever.snapshot
+    assert snapshot.manifest.passages == reference.snapshot.manifest.passages
+    if layout == "2 shards":
+        per_shard = [{p.docs.doc_id(r) for r in range(p.manifest.n_docs)}
+                     for p in snapshot.shards]
+        assert not per_shard[0] & per_shard[1] and all(per_shard)
+    for query in PASSAGE_QUERIES:
+        for options in ({}, {"group_by": "document"}, {"group_by": "document", "context": 1},
+                        {"context": 2, "filters": {"group": {"in": [0, 1]}}}):
+            same_passages(retriever.search(query, k=5, **options),
+                          reference.search(query, k=5, **options))
+    grouped = retriever.search(CAR_QUERY, k=3, group_by="document").hits
+    assert grouped[0].doc_id == TARGET
+
+
+def test_live_writes_and_compaction_of_a_sharded_passage_build(long_docs, encoder, tmp_path):
+    """On a 2-shard passage build an upsert replaces every passage of its document and a
+    delete removes all of them, as on the whole build; compaction publishes the next 2-shard
+    passage build, equal to a fresh whole build of the live corpus."""
+    config = BuildConfig(passages=PassageConfig(max_tokens=256))
+    roots = {"whole": tmp_path / "whole", "2 shards": tmp_path / "sharded"}
+    for name, root in roots.items():
+        build_index(long_docs, root, encoder=encoder, config=config, progress=False,
+                    **({"shards": 2, "dense": "exact"} if name == "2 shards" else {}))
+    gone, changed = long_docs[5].id, long_docs[3]
+    new = Document(changed.id, f"{NEEDLE} measured in cold water.\n\n{changed.text[:900]}",
+                   changed.title, changed.metadata)
+    retrievers = {name: Retriever.load(root, {**CONFIG, "live_lag_seconds": None},
+                                       encoder=encoder) for name, root in roots.items()}
+    try:
+        for root in roots.values():
+            with IndexWriter(root, encoder=encoder) as writer:
+                writer.upsert([new])
+                writer.delete([gone])
+        for retriever in retrievers.values():
+            assert retriever.refresh()
+        queries = [NEEDLE, CAR_QUERY, long_docs[5].text[:60], "protein expression"]
+        for query in queries:
+            for options in ({}, {"group_by": "document", "context": 1}):
+                got = retrievers["2 shards"].search(query, k=5, **options)
+                same_passages(got, retrievers["whole"].search(query, k=5, **options))
+                assert gone not in {h.doc_id for h in got.hits}
+        top = retrievers["2 shards"].search(NEEDLE, k=1).hits[0]
+        assert top.doc_id == changed.id and top.passage == 0
+        with IndexWriter(roots["2 shards"], encoder=encoder) as writer:
+            report = writer.compact()
+        assert report.records_folded == 2 and is_sharded(roots["2 shards"])
+        assert retrievers["2 shards"].refresh()
+        fresh_root = tmp_path / "fresh"
+        live = [new if d.id == changed.id else d for d in long_docs if d.id != gone]
+        build_index(live, fresh_root, encoder=encoder, config=config, progress=False)
+        with Retriever.load(fresh_root, CONFIG, encoder=encoder) as fresh:
+            for query in queries:
+                same_passages(retrievers["2 shards"].search(query, k=5, group_by="document"),
+                              fresh.search(query, k=5, group_by="document"))
+    finally:
+        for retriever in retrievers.values():
+            retriever.close()
 
 
 def test_the_service_answers_over_a_sharded_build_as_in_process(layouts, scifact_sharded):
@@ -152,7 +288,8 @@ def _generation(root, tag: str, publish: bool):
                                progress=False, publish=publish)
 
 
-def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS[1:])
+def test_a_publish_flips_every_shard_at_once_under_load(cluster, tmp_path, layout):
     """Searches running while builds flip each see one build: every hit is of the generation
     its result's build id names, never a mix."""
     first = _generation(tmp_path, "a", publish=True)
@@ -161,7 +298,7 @@ def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
     vector = np.ones(8, np.float32)
     seen: list[SearchResult] = []
     stop = threading.Event()
-    with Retriever.load(tmp_path, CONFIG) as retriever:
+    with open_layout(layout, tmp_path) as retriever:
         def search() -> None:
             while not stop.is_set():
                 seen.append(retriever.search("alpha beta", k=30, query_vector=vector))
@@ -173,10 +310,11 @@ def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
             publish_build(tmp_path, report.build_id)
             assert retriever.refresh()
             assert retriever.build_id == report.build_id
+            time.sleep(0.2)  # searches run on each generation
         stop.set()
         for thread in threads:
             thread.join()
-    assert {r.build_id for r in seen} >= {first.build_id}
+    assert {r.build_id for r in seen} == set(generation)
     for result in seen:
         assert len(result.hits) == 30
         assert {h.metadata["gen"] for h in result.hits} == {generation[result.build_id]}
@@ -184,11 +322,12 @@ def test_a_publish_flips_every_shard_at_once_under_load(tmp_path):
 
 @pytest.fixture
 def live_roots(tmp_path, dataset):
-    """{layout: index root} of the same 120 SciFact documents and vectors: whole, 2 shards."""
+    """{layout: index root} of the same 120 SciFact documents and vectors (whole, then 2
+    shards for each sharded layout)."""
     docs = scifact_docs(dataset("scifact"), 120)
-    roots = {"whole": tmp_path / "whole", "2 shards": tmp_path / "sharded"}
-    build_small(roots["whole"], docs)
-    build_small(roots["2 shards"], docs, shards=2)
+    roots = {layout: tmp_path / f"layout-{i}" for i, layout in enumerate(LAYOUTS)}
+    for layout, root in roots.items():
+        build_small(root, docs, shards=None if layout == "whole" else 2)
     return roots, docs
 
 
@@ -204,14 +343,14 @@ def _write_the_day(root, docs) -> None:
         writer.delete([docs[3].id, docs[90].id])
 
 
-def test_live_writes_and_compaction_are_the_same_on_every_layout(live_roots):
+def test_live_writes_and_compaction_are_the_same_on_every_layout(cluster, live_roots):
     """An upsert and a delete through the writer are visible within the live lag, searched
-    exactly alike on both layouts (the whole build is the reference); compaction folds them
-    into the next build of the same layout."""
+    exactly alike on every layout (the whole build is the reference); compaction folds them
+    into the next build of the same layout, which every layout then serves."""
     roots, docs = live_roots
     vector = unit_vectors(1, 99)[0]
     queries = [NEEDLE, docs[3].text[:80], docs[90].title, "cell growth in tumors"]
-    retrievers = {name: Retriever.load(root, LIVE) for name, root in roots.items()}
+    retrievers = {name: open_layout(name, root, LIVE) for name, root in roots.items()}
     try:
         for root in roots.values():
             _write_the_day(root, docs)
@@ -223,20 +362,24 @@ def test_live_writes_and_compaction_are_the_same_on_every_layout(live_roots):
             time.sleep(0.05)
         for query in queries:
             want = retrievers["whole"].search(query, None, 10, query_vector=vector)
-            got = retrievers["2 shards"].search(query, None, 10, query_vector=vector)
-            same(got, want)
-            assert not {docs[3].id, docs[90].id} & {h.doc_id for h in got.hits}
-            assert got.build_id.endswith("+2")  # the sharded build plus two log records
+            for layout in LAYOUTS[1:]:
+                got = retrievers[layout].search(query, None, 10, query_vector=vector)
+                same(got, want)
+                assert not {docs[3].id, docs[90].id} & {h.doc_id for h in got.hits}
+                assert got.build_id.endswith("+2")  # the sharded build plus two log records
         for name, root in roots.items():
             with IndexWriter(root) as writer:
                 report = writer.compact()
             assert report.records_folded == 2 and report.n_docs == 119
-            assert is_sharded(root) == (name == "2 shards")
-            retrievers[name].refresh()
+            assert is_sharded(root) == (name != "whole")
+            assert retrievers[name].refresh()
+            assert retrievers[name].build_id == report.build_id
         for query in queries:
-            same(retrievers["2 shards"].search(query, None, 10, query_vector=vector),
-                 retrievers["whole"].search(query, None, 10, query_vector=vector))
+            want = retrievers["whole"].search(query, None, 10, query_vector=vector)
+            for layout in LAYOUTS[1:]:
+                same(retrievers[layout].search(query, None, 10, query_vector=vector), want)
         assert isinstance(retrievers["2 shards"].snapshot, ShardedBuild)
+        assert isinstance(retrievers[RAY].snapshot, RayShardedBuild)
     finally:
         for retriever in retrievers.values():
             retriever.close()

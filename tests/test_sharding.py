@@ -15,7 +15,7 @@ from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
-from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
+from indexes.errors import ArtifactError, CorruptArtifactError
 from indexes.manifest import CURRENT, EncoderInfo, read_manifest
 from indexes.publish import publish_build
 from indexes.sharding import (
@@ -275,20 +275,3 @@ def test_a_sharded_rebuild_reuses_the_shards_vectors_by_content_hash(tmp_path):
                         metadata=d.metadata) for d in _tiny_docs(30)]
     again = build_index(changed, tmp_path, shards=2, encoder=encoder, progress=False)
     assert (again.vectors_reused, again.vectors_encoded, encoder.encoded) == (28, 2, 32)
-
-
-def test_passage_builds_are_refused_sharded_and_on_ray(tmp_path):
-    """Passages are cut by the local builder only: asking a sharded or a Ray build for them is
-    a clear error, never a build of whole documents."""
-    from indexes.build import BuildConfig
-    from indexes.passages import PassageConfig
-    from indexes.ray_build import build_on_ray
-
-    config = BuildConfig(passages=PassageConfig())
-    vectors = np.zeros((4, 8), dtype=np.float32)
-    with pytest.raises(CorpusError, match="passages are not supported in sharded builds"):
-        build_index(_tiny_docs(4), tmp_path, shards=2, vectors=vectors, encoder_info=INFO,
-                            config=config, progress=False)
-    with pytest.raises(CorpusError, match="passages are not supported in Ray builds"):
-        build_on_ray(tmp_path / "corpus.jsonl", tmp_path / "ray", config=config)
-    assert not (tmp_path / CURRENT).exists()

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from indexes.errors import ArtifactError, CorpusError, CorruptArtifactError
 from indexes.manifest import MANIFEST, read_manifest, resolve_build_dir, sha256_file, verify_build
+from indexes.passages import PassageMap
 from indexes.storage import load_array, read_json
 from indexes.vectors import VectorStore
 
@@ -109,6 +110,15 @@ def build_parts(path: Path) -> list[Path]:
         return [directory]
     directory, layout = read_layout(directory, verify=False)
     return [layout.shard_dir(directory, i) for i in range(len(layout.shards))]
+
+
+def joined_passages(directory: Path, layout: ShardLayout) -> PassageMap | None:
+    """The passage map of a sharded passage build over global rows (each shard holds whole
+    documents and its own map), or None for a build of whole documents."""
+    dirs = [layout.shard_dir(directory, i) for i in range(len(layout.shards))]
+    if not (dirs[0] / "passages").is_dir():
+        return None
+    return PassageMap.joined([PassageMap.load(d / "passages") for d in dirs])
 
 
 def stored_vectors(path: Path) -> tuple[np.ndarray, VectorStore]:

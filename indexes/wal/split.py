@@ -22,6 +22,7 @@ from indexes.errors import InvalidWriteError
 from indexes.long_documents import split_documents
 from indexes.manifest import Manifest
 from indexes.passages import PassageConfig, PassageMap, TokenCounter
+from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
 from indexes.vectors import VectorStore, content_hashes
 from indexes.wal.log import Record
@@ -103,15 +104,18 @@ def passage_corpus(build: Path, changes: Changes, counter: TokenCounter,
     """The live documents of a passage build (survivors in row order, then the upserted
     ones) and the vectors of their passages as a fresh passage build splits them, taken by
     passage content hash from the build and the log (nothing is encoded again)."""
-    store = DocStore.load(build / "docstore")
-    passages = PassageMap.load(build / "passages")
     replaced = changes.replaced()
-    rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
-    known = _stored_vectors(build, rows)
+    docs: list[Document] = []
+    known: dict[bytes, np.ndarray] = {}
+    for part in build_parts(build):  # each shard of a sharded build holds whole documents
+        store = DocStore.load(part / "docstore")
+        rows = [r for r in range(len(store)) if store.doc_id(r) not in replaced]
+        known.update(_stored_vectors(part, rows))
+        docs += whole_documents(store, PassageMap.load(part / "passages"), rows)
     for doc_id, (doc, vectors) in changes.upserts.items():
         for row, vector in zip(passage_rows(doc, changes.spans[doc_id]), vectors, strict=True):
             known[bytes(content_hashes([row.content])[0])] = vector
-    docs = whole_documents(store, passages, rows) + [d for d, _ in changes.upserts.values()]
+    docs += [d for d, _ in changes.upserts.values()]
     split_rows, _ = split(docs, counter, config)
     keys = [bytes(h) for h in content_hashes([r.content for r in split_rows])]
     missing = [r.id for r, key in zip(split_rows, keys, strict=True) if key not in known]

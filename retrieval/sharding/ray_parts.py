@@ -33,12 +33,14 @@ REPLICA_LOST = (RayActorError, ActorUnavailableError, TimeoutError)
 
 
 class ShardCalls:
-    """Calls to every shard deployment at once, with retries on a lost replica."""
+    """Calls to every shard deployment at once, with retries on a lost replica; each call
+    names the shard build it is for, so one search never mixes builds."""
 
     def __init__(self, handles: Sequence[DeploymentHandle], names: Sequence[str],
-                 retry_seconds: float, timeout_seconds: float) -> None:
+                 dirs: Sequence[str], retry_seconds: float, timeout_seconds: float) -> None:
         self.handles = list(handles)
         self.names = list(names)
+        self.dirs = list(dirs)  # each shard's build directory: every call names its build
         self.retry_seconds = retry_seconds
         self.timeout_seconds = timeout_seconds
 
@@ -50,7 +52,7 @@ class ShardCalls:
                 for shard, response in pending.items()}
 
     def _send(self, shard: int, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
-        return getattr(self.handles[shard], method).remote(*args)
+        return getattr(self.handles[shard], method).remote(self.dirs[shard], *args)
 
     def _collect(self, shard: int, method: str, args: tuple[Any, ...],
                  response: DeploymentResponse) -> Any:

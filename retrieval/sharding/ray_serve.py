@@ -15,11 +15,13 @@ fusion need no further trip; without the dense leg, the cosines alone); hydratio
 hits. A call whose replica died is sent again (Serve routes it to another replica); when every
 attempt fails within ``retry_seconds`` the search fails with ``ShardUnavailableError`` naming
 the shard, or, with ``allow_partial``, the other shards answer and the result is flagged
-``partial:<shard>``.
+``partial:<shard>``. Every call names the shard build it is for, so a caller that reloads a
+newly published build flips all shards at once (``ShardReplica``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +44,11 @@ from indexes.errors import RetrievalError
 from indexes.manifest import read_manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
+from indexes.sharding.layout import joined_passages
 from indexes.warmup import warm_bm25
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
+from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.ray_parts import (
     RemoteBM25,
     RemoteDense,
@@ -60,39 +64,65 @@ APP_NAME = "retrieval-shards"
 
 @serve.deployment
 class ShardReplica:
-    """One replica of one shard: the shard build loaded (verified, memory-mapped) once; each
-    method is one part of the request path over the shard's own rows."""
+    """One replica of one shard. Every call names the shard build it is for (its directory):
+    the deployed one is loaded (verified, memory-mapped) at start, a newly published one on
+    its first call, and the newest ``KEEP`` stay loaded, so searches still running on the
+    previous build finish on it while new ones use the next (no search mixes builds)."""
+
+    KEEP = 2
 
     def __init__(self, shard_dir: str, config: dict[str, Any]) -> None:
-        settings = RetrieverConfig(**config)
-        self.build = LoadedBuild.load(shard_dir, verify=settings.verify_checksums,
-                                      mmap=settings.mmap)
-        warm_bm25(self.build.bm25)
+        self.settings = RetrieverConfig(**config)
+        self.builds: dict[str, LoadedBuild] = {}
+        self._lock = threading.Lock()
+        self.build(shard_dir)
 
-    def top_candidates(self, tokens: list[str], n: int, mask: np.ndarray | None,
-                       kernel: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-        return self.build.bm25.top_candidates(tokens, n, mask, kernel)
+    def build(self, shard_dir: str) -> LoadedBuild:
+        found = self.builds.get(shard_dir)
+        if found is not None:
+            return found
+        with self._lock:  # one load per build, however many calls wait for it
+            found = self.builds.get(shard_dir)
+            if found is None:
+                found = LoadedBuild.load(shard_dir, verify=self.settings.verify_checksums,
+                                         mmap=self.settings.mmap)
+                warm_bm25(found.bm25)
+                self.builds[shard_dir] = found
+                while len(self.builds) > self.KEEP:
+                    self.builds.pop(next(iter(self.builds)))
+            return found
 
-    def dense(self, query: np.ndarray, k: int, mask: np.ndarray | None, tokens: list[str],
-              rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def prepare(self, shard_dir: str) -> int:
+        """Load a shard build ahead of its first search; its row count."""
+        return self.build(shard_dir).manifest.n_docs
+
+    def top_candidates(self, shard_dir: str, tokens: list[str], n: int,
+                       mask: np.ndarray | None, kernel: str | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        return self.build(shard_dir).bm25.top_candidates(tokens, n, mask, kernel)
+
+    def dense(self, shard_dir: str, query: np.ndarray, k: int, mask: np.ndarray | None,
+              tokens: list[str], rows: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The dense top ``k`` in ``mask``, then the cosines of ``rows`` (the shard's merged
         candidates) followed by the dense rows', and the dense rows' BM25 scores."""
-        dense_rows, dense_scores = self.build.dense.search(query, k, mask)
+        build = self.build(shard_dir)
+        dense_rows, dense_scores = build.dense.search(query, k, mask)
         both = np.concatenate([np.asarray(rows, np.int64), dense_rows.astype(np.int64)])
-        return (dense_rows, dense_scores, self.build.vectors.scores(query, both),
-                self.build.bm25.score_rows(tokens, dense_rows))
+        return (dense_rows, dense_scores, build.vectors.scores(query, both),
+                build.bm25.score_rows(tokens, dense_rows))
 
-    def scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return self.build.vectors.scores(query, rows)
+    def scores(self, shard_dir: str, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return self.build(shard_dir).vectors.scores(query, rows)
 
-    def score_rows(self, tokens: list[str], rows: np.ndarray) -> np.ndarray:
-        return self.build.bm25.score_rows(tokens, rows)
+    def score_rows(self, shard_dir: str, tokens: list[str], rows: np.ndarray) -> np.ndarray:
+        return self.build(shard_dir).bm25.score_rows(tokens, rows)
 
-    def documents(self, rows: np.ndarray) -> list[Document]:
-        return self.build.docs.get_many(rows)
+    def documents(self, shard_dir: str, rows: np.ndarray) -> list[Document]:
+        return self.build(shard_dir).docs.get_many(rows)
 
-    def all_ids(self) -> list[str]:
-        return self.build.docs.all_ids()
+    def all_ids(self, shard_dir: str) -> list[str]:
+        return self.build(shard_dir).docs.all_ids()
 
 
 @serve.deployment
@@ -132,11 +162,11 @@ class RayShardedBuild(LoadedBuild):
         directory, layout = read_layout(Path(path), verify=config.verify_checksums)
         manifest = read_manifest(directory)
         names = [entry.name for entry in layout.shards]
-        handles = [serve.get_deployment_handle(name, app_name=app_name) for name in names]
-        owners = RowOwners([entry.start for entry in layout.shards], manifest.n_docs)
-        parts = RemoteParts(ShardCalls(handles, names, retry_seconds, timeout_seconds), owners,
-                            allow_partial)
         shard_dirs = [layout.shard_dir(directory, i) for i in range(len(names))]
+        calls = prepared(names, [str(d) for d in shard_dirs], app_name, retry_seconds,
+                         timeout_seconds, directory)
+        owners = RowOwners([entry.start for entry in layout.shards], manifest.n_docs)
+        parts = RemoteParts(calls, owners, allow_partial)
         metadata = joined_metadata([MetadataIndex.load(d / "metadata") for d in shard_dirs],
                                    owners.bounds[:-1], manifest.n_docs)
         vocab = BM25Index.load(shard_dirs[0] / "bm25").vocab_list  # the global vocabulary
@@ -145,7 +175,27 @@ class RayShardedBuild(LoadedBuild):
         return cls(path=directory, manifest=manifest, analyzer=first.analyzer,
                    bm25=RemoteBM25(parts, vocab, manifest.n_docs), metadata=metadata,
                    vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs),
-                   dense=RemoteDense(parts, vectors), remote=parts)
+                   dense=RemoteDense(parts, vectors),
+                   passages=joined_passages(directory, layout), remote=parts)
+
+
+def prepared(names: list[str], dirs: list[str], app_name: str, retry_seconds: float,
+             timeout_seconds: float, directory: Path) -> ShardCalls:
+    """Calls to the shard deployments of the build at ``directory``, after a replica of each
+    has loaded its shard (the others load it on their first call). A build the deployments
+    cannot serve (another shard count, a shard that fails to load) is a ``RetrievalError``:
+    a reload then refuses it and the build before it serves on."""
+    try:
+        handles = [serve.get_deployment_handle(name, app_name=app_name) for name in names]
+        calls = ShardCalls(handles, names, dirs, retry_seconds, timeout_seconds)
+        answers = calls.gather("prepare", {k: () for k in range(len(names))})
+    except Exception as exc:  # noqa: BLE001 - whatever Serve or the replica raised, named
+        raise RetrievalError(f"the shard deployments of {app_name!r} cannot serve "
+                             f"{directory}: {exc}; deploy it with serve_shards") from exc
+    for answer in answers.values():
+        if isinstance(answer, ShardUnavailableError):
+            raise answer
+    return calls
 
 
 def shards_app(path: str | Path, config: RetrieverConfig | dict[str, Any] | None = None, *,

@@ -33,8 +33,9 @@ from indexes.docstore import DocStore, Document
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.mask_memo import MaskMemo
 from indexes.metadata import MetadataIndex
+from indexes.passages import PassageMap
 from indexes.sharding import read_layout
-from indexes.sharding.layout import SHARDS_FILE
+from indexes.sharding.layout import SHARDS_FILE, joined_passages
 from indexes.vectors import VectorStore
 from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
@@ -321,12 +322,14 @@ class ShardedBuild(LoadedBuild):
         shards = tuple(LoadedBuild.load(layout.shard_dir(directory, i), verify=verify,
                                         mmap=mmap) for i in range(len(layout.shards)))
         starts = [entry.start for entry in layout.shards]
-        return cls.of(directory, read_manifest(directory), shards, starts)
+        return cls.of(directory, read_manifest(directory), shards, starts,
+                      joined_passages(directory, layout))
 
     @classmethod
     def of(cls, directory: Path, manifest: Manifest, shards: Sequence[LoadedBuild],
-           starts: Sequence[int]) -> ShardedBuild:
-        """The shard builds ``shards`` (of rows from ``starts``) under one ``manifest``."""
+           starts: Sequence[int], passages: PassageMap | None = None) -> ShardedBuild:
+        """The shard builds ``shards`` (of rows from ``starts``) under one ``manifest``;
+        ``passages``: a passage build's map over global rows."""
         owners = RowOwners(starts, manifest.n_docs)
         slices = MaskSlices(owners.bounds)
         vectors = ShardedVectors([s.vectors for s in shards], owners)
@@ -336,4 +339,4 @@ class ShardedBuild(LoadedBuild):
             metadata=joined_metadata([s.metadata for s in shards], starts, manifest.n_docs),
             vectors=vectors, docs=ShardedDocs([s.docs for s in shards], owners),
             dense=ShardedDense([s.dense for s in shards], vectors, slices),
-            shards=tuple(shards))
+            passages=passages, shards=tuple(shards))
