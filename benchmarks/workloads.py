@@ -30,7 +30,7 @@ from indexes.demo_metadata import with_demo_metadata
 from indexes.manifest import current_build_dir, read_manifest, resolve_build_dir
 from retrieval import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
-from retrieval.retriever import default_encoder
+from retrieval.query_encoder import default_encoder
 
 TINY_DOCS = 1500
 

@@ -29,6 +29,7 @@ from indexes.storage import fsync_dir
 from indexes.vectors import content_hashes
 from indexes.wal.checks import check_documents, check_ids, merged_kinds
 from indexes.wal.log import (
+    ACKED,
     Record,
     encode_record,
     read_all,
@@ -36,6 +37,7 @@ from indexes.wal.log import (
     segment_name,
     segments,
     wal_dir,
+    write_acked,
 )
 from indexes.wal.split import Spans, passage_config, record_rows, split, tokenizer_dir
 
@@ -67,7 +69,14 @@ class IndexWriter:
         self._encoder = encoder
         self._counter: TokenCounter | None = None
         self._fd = -1
-        self.reopen()
+        self._segment = 0  # first seq of the segment appended to
+        # Where acknowledged records end (``indexes.wal.log``: tells damage from a torn tail).
+        self._acked_fd = os.open(wal_dir(self.root) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.reopen()
+        except BaseException:  # e.g. a damaged log: nothing stays open or locked
+            self.close()
+            raise
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -89,6 +98,8 @@ class IndexWriter:
             last, _ = repair_tail(path)
             self.last_seq = max(last, first - 1, self.manifest.log_seq)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._segment = first
+            write_acked(self._acked_fd, first, os.fstat(self._fd).st_size)
         records = read_all(self.root, after=self.manifest.log_seq)
         self.kinds = merged_kinds(self.manifest.metadata_fields, records)
         self._hashes = self._known_vectors(records)
@@ -98,6 +109,8 @@ class IndexWriter:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.fsync(self._fd)
         fsync_dir(path.parent)
+        self._segment = first_seq
+        write_acked(self._acked_fd, first_seq, 0)
 
     def rotate(self) -> int:
         """Start a new segment for the next record; returns the last seq before it (the
@@ -112,6 +125,9 @@ class IndexWriter:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._acked_fd >= 0:
+            os.close(self._acked_fd)
+            self._acked_fd = -1
         if not self._lock_file.closed:
             self._lock_file.close()  # releases the flock
 
@@ -178,6 +194,7 @@ class IndexWriter:
         except OSError:
             os.ftruncate(self._fd, size)  # never leave a partial record behind a later one
             raise
+        write_acked(self._acked_fd, self._segment, size + len(data))
         self.last_seq = record.seq
         return record.seq
 

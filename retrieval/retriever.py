@@ -16,13 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from indexes.encoders import (
-    DEFAULT_MODEL,
-    Encoder,
-    SentenceTransformerEncoder,
-    compatible_query_encoder,
-)
-from indexes.errors import EncoderMismatchError, RetrievalError
+from indexes.encoders import Encoder
+from indexes.errors import RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
 from retrieval.cache import Cache, make_cache
@@ -32,6 +27,7 @@ from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
+from retrieval.query_encoder import check_encoder, default_encoder
 from retrieval.request_path.cache_lookup import RequestCache
 from retrieval.request_path.feature_stage import FeatureStage
 from retrieval.request_path.run import Live, RequestPath
@@ -39,29 +35,6 @@ from retrieval.request_path.validate import FilterMemo, is_light_filter
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
-
-
-def default_encoder(snapshot: LoadedBuild, config: RetrieverConfig) -> Encoder | None:
-    """The encoder the build names; None for builds from precomputed (external) vectors."""
-    info = snapshot.manifest.encoder
-    if config.encoder_model_path is None and info.model != DEFAULT_MODEL:
-        return None
-    if config.encoder_backend == "torch":
-        return SentenceTransformerEncoder(config.encoder_model_path)
-    from indexes.onnx_encoder import make_encoder
-
-    return make_encoder(config.encoder_backend, config.encoder_model_path)
-
-
-def check_encoder(encoder: Encoder, snapshot: LoadedBuild) -> None:
-    expected = snapshot.manifest.encoder
-    compatible = compatible_query_encoder(encoder.encoder_id, expected.encoder_id)
-    if not compatible or encoder.dim != expected.dim:
-        raise EncoderMismatchError(
-            f"query encoder {encoder.encoder_id!r} does not match the index's "
-            f"{expected.encoder_id!r}; load the retriever with the encoder the index was built "
-            "with (or a declared compatible backend of the same model), or rebuild the index"
-        )
 
 
 def _config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverConfig:

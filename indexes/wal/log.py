@@ -15,10 +15,17 @@ also hold each document's passage offsets). Nothing is pickled.
 
 A record is whole or absent: a crash mid-append leaves a short or mis-checksummed tail, which
 the writer finds at open and truncates (with a warning). The writer fsyncs before it
-acknowledges, so an acknowledged record is never part of a torn tail. A damaged record with a
-whole record after it (in its segment or a later one) is not a tail: it held an acknowledged
-write, so every reader and the writer raise ``LogCorruptionError`` instead of stopping there
-(Elasticsearch's translog fails the shard the same way).
+acknowledges, so an acknowledged record is never part of a torn tail. A damaged record is
+corruption, not a tail, when a whole record follows it (in its segment or a later one), or when
+it starts before the end of the last acknowledged record that ``wal/ACKED`` names: every
+reader and the writer then raise ``LogCorruptionError`` instead of stopping there
+(Elasticsearch's translog fails the shard the same way; its checkpoint file plays ACKED's part).
+
+``wal/ACKED`` (``u64 first seq of the newest segment | u64 end offset | u32 crc32``) is
+rewritten in place after each acknowledged append, without an fsync of its own (a write is
+still one fsync): after a process crash it is exact; after a power loss it may lag the last
+acknowledged records, and damage inside those then reads as a torn tail. Readers read it before
+the segment, so a record it covers was whole when they read it.
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ class LogCorruptionError(CorruptArtifactError):
 
 WAL_DIR = "wal"
 SUFFIX = ".wal"
+ACKED = "ACKED"
 HEADER = struct.Struct("<IQI")  # payload length, seq, crc32
 JSON_LEN = struct.Struct("<I")
+ACK = struct.Struct("<QQI")  # newest segment's first seq, end of its last acknowledged record
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,27 @@ def segments(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def write_acked(fd: int, first_seq: int, end: int) -> None:
+    """Record (in place, no fsync) that segment ``first_seq`` is acknowledged up to ``end``."""
+    head = struct.pack("<QQ", first_seq, end)
+    os.pwrite(fd, head + struct.pack("<I", zlib.crc32(head)), 0)
+
+
+def acked_end(path: Path) -> int:
+    """Where the last acknowledged record of segment ``path`` ends, per ``wal/ACKED``; 0 when
+    ACKED is missing, unreadable or names another segment."""
+    try:
+        data = (path.parent / ACKED).read_bytes()
+    except OSError:
+        return 0
+    if len(data) < ACK.size:
+        return 0
+    first, end, crc = ACK.unpack_from(data)
+    if zlib.crc32(data[:16]) != crc or segment_name(first) != path.name:
+        return 0
+    return int(end)
+
+
 def encode_record(record: Record) -> bytes:
     if record.op == "upsert":
         vectors = np.ascontiguousarray(record.vectors, dtype="<f4")
@@ -130,10 +160,11 @@ def decode_payload(seq: int, payload: bytes) -> Record:
 
 
 def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | None = None,
-         origin: int = 0) -> Iterator[tuple[int, int, bytes]]:
+         origin: int = 0, acked: int = 0) -> Iterator[tuple[int, int, bytes]]:
     """(seq, end offset, payload) of each whole, checksum-valid record from ``start``; stops
     at a short or corrupt record with nothing whole after it (a torn tail, or bytes still being
-    written). Raises ``LogCorruptionError`` (naming ``path``) when a whole record follows it.
+    written). Raises ``LogCorruptionError`` (naming ``path``) when a whole record follows it or
+    it starts before ``acked`` (the file offset acknowledged records reach, ``acked_end``).
     ``after``: the seq of the record before ``start`` when known (else the segment's name, for
     ``start`` 0, or the damaged record's own header gives it); ``origin``: the file offset of
     ``data`` (for the error's byte positions)."""
@@ -145,6 +176,11 @@ def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | Non
         end = at + HEADER.size + length
         payload = data[at + HEADER.size:end]
         if end > len(data) or zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
+            if origin + at < acked:
+                raise LogCorruptionError(
+                    f"{path}: the record at byte {origin + at} (after seq {last}) is damaged "
+                    f"and was acknowledged ({ACKED}: records up to byte {acked}); restore the "
+                    "log from a backup", path or Path("."))
             _raise_if_followed(data, at, last, path, origin)
             return
         yield seq, end, payload
@@ -181,11 +217,12 @@ def read_from(path: Path, offset: int, newest: bool = True, after: int | None = 
     ``LogCorruptionError`` when a damaged record is not a tail: whole records follow it, or
     it is in a segment older than the ``newest`` (writes go on in a later segment); ``after``
     as in ``scan``."""
+    acked = acked_end(path)  # before the data: what it covers was whole when read
     with open(path, "rb") as handle:
         handle.seek(offset)
         data = handle.read()
     records, consumed = [], 0
-    for seq, end, payload in scan(data, path=path, after=after, origin=offset):
+    for seq, end, payload in scan(data, path=path, after=after, origin=offset, acked=acked):
         records.append(decode_payload(seq, payload))
         consumed = end
     if not newest and consumed < len(data):
@@ -226,9 +263,10 @@ def repair_tail(path: Path) -> tuple[int, int]:
 
     Called by the writer at open, under its lock, before any append.
     """
+    acked = acked_end(path)
     data = path.read_bytes()
     last, whole = 0, 0
-    for seq, end, _ in scan(data, path=path):
+    for seq, end, _ in scan(data, path=path, acked=acked):
         if seq <= last:
             raise CorruptArtifactError(f"{path}: sequence number {seq} after {last}; the log "
                                        "is damaged, restore it from a backup", path)
