@@ -138,14 +138,16 @@ def framework_overhead(canned: bytes, calls: int) -> dict[str, dict[str, float]]
 
 
 @contextmanager
-def serving(root: Path, workers: int, retriever: dict[str, Any]) -> Iterator[tuple[str, int]]:
-    """``retrieval serve`` with ``workers`` processes; yields (url, server pid)."""
+def serving(root: Path, workers: int, retriever: dict[str, Any],
+            server: dict[str, Any] | None = None) -> Iterator[tuple[str, int]]:
+    """``retrieval serve`` with ``workers`` processes (and ``server`` settings); yields (url,
+    server pid)."""
     import httpx
 
     with tempfile.TemporaryDirectory(prefix="bench-http-") as tmp:
         config = Path(tmp) / "serve.json"
-        config.write_text(json.dumps({"server": {"workers": workers, "drain_seconds": 0.0},
-                                      "retriever": retriever}))
+        settings = {"workers": workers, "drain_seconds": 0.0, **(server or {})}
+        config.write_text(json.dumps({"server": settings, "retriever": retriever}))
         port = free_port()
         env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
                "PROMETHEUS_MULTIPROC_DIR": str(Path(tmp) / "metrics")}

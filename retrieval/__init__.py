@@ -27,6 +27,7 @@ from retrieval.errors import (
     MissingArtifactError,
     OverloadedError,
     RetrievalError,
+    SearchAbandonedError,
     UnknownFieldError,
     UnknownNamedFilterError,
     WriterLockedError,
@@ -54,6 +55,7 @@ from retrieval.request_path.feature_stage import RecencyWeight
 from retrieval.retriever import Retriever
 from retrieval.service.errors import (
     AuthenticationError,
+    HeaderTooLargeError,
     MalformedRequestError,
     NotFoundError,
     PayloadTooLargeError,
@@ -106,6 +108,8 @@ __all__ = [
     "NotASearchBackendError",
     "NotFoundError",
     "OverloadedError",
+    "SearchAbandonedError",
+    "HeaderTooLargeError",
     "PayloadTooLargeError",
     "PublishError",
     "RecencyWeight",

@@ -42,6 +42,11 @@ class OverloadedError(RetrievalError):
     """
 
 
+class SearchAbandonedError(RetrievalError):
+    """The caller stopped waiting (``asearch(abandoned=...)`` completed first, e.g. an HTTP
+    client that disconnected): a search still queued for a thread was dropped, never run."""
+
+
 class UnknownNamedFilterError(InvalidQueryError):
     """A search referred (``{"$named": name}``) to a filter name that was never registered."""
 
@@ -67,6 +72,7 @@ __all__ = [
     "MissingArtifactError",
     "OverloadedError",
     "RetrievalError",
+    "SearchAbandonedError",
     "UnknownFieldError",
     "UnknownNamedFilterError",
     "WriterLockedError",

@@ -20,6 +20,7 @@ from indexes.encoders import Encoder
 from indexes.errors import RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
+from retrieval.abandon import Abandoned, unless_abandoned
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.features import OnlineStore, make_store
@@ -372,7 +373,8 @@ class Retriever:
                                        query_vectors, group_by, context)
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
-                      k: int | None = None, **options: Any) -> SearchResult:
+                      k: int | None = None, *, abandoned: Abandoned | None = None,
+                      **options: Any) -> SearchResult:
         """``search`` for asyncio apps, never blocking the loop on I/O or on a computation.
 
         With an in-process cache, validation and the cache lookup run on the loop (tens of
@@ -382,7 +384,8 @@ class Retriever:
         search runs in the running loop's default executor (``loop.set_default_executor``
         sizes it), so at most that many searches compute at once. Not in the retriever's
         encode pool: a search waiting there on an encode queued behind other searches could
-        wait forever."""
+        wait forever. ``abandoned``: an awaitable factory that completes when the caller no
+        longer wants the answer (``retrieval.abandon``)."""
         loop = asyncio.get_running_loop()
         if (options.get("query_vector") is None and self._path.reads_without_blocking
                 and is_light_filter(filters)):
@@ -391,14 +394,17 @@ class Retriever:
             begun = self._path.begin(live, query, filters, k, **options)
             if isinstance(begun, SearchResult):
                 return begun
-            return await loop.run_in_executor(None, self._path.resume, live, begun)
+            return await unless_abandoned(
+                loop.run_in_executor(None, self._path.resume, live, begun), abandoned)
         call = functools.partial(self.search, query, filters, k, **options)
-        return await loop.run_in_executor(None, call)
+        return await unless_abandoned(loop.run_in_executor(None, call), abandoned)
 
     async def asearch_batch(self, queries: Sequence[str],
                             filters: dict[str, Any] | str | None = None, k: int | None = None,
+                            *, abandoned: Abandoned | None = None,
                             **options: Any) -> list[SearchResult]:
         """``search_batch`` for asyncio apps, in the running loop's default executor (as
-        ``asearch``)."""
+        ``asearch``, ``abandoned`` too)."""
         call = functools.partial(self.search_batch, queries, filters, k, **options)
-        return await asyncio.get_running_loop().run_in_executor(None, call)
+        return await unless_abandoned(asyncio.get_running_loop().run_in_executor(None, call),
+                                      abandoned)

@@ -66,6 +66,8 @@ def metrics_directory() -> Iterator[str]:
 
 
 def uvicorn_options(config: ServeConfig, log_level: str) -> dict[str, Any]:
+    from retrieval.service.protocol import guarded_protocol  # imports uvicorn: serve only
+
     server = config.server
     options: dict[str, Any] = {
         "host": server.host, "port": server.port, "workers": server.workers,
@@ -75,6 +77,7 @@ def uvicorn_options(config: ServeConfig, log_level: str) -> dict[str, Any]:
         "server_header": False,
         "limit_concurrency": server.max_connections,
         "timeout_keep_alive": server.keep_alive_seconds,
+        "http": guarded_protocol(server),  # head size, count and read-time limits
     }
     if server.ssl_certfile:
         options.update(ssl_certfile=server.ssl_certfile, ssl_keyfile=server.ssl_keyfile,

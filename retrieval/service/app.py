@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
@@ -153,6 +153,17 @@ def _json(model: BaseModel, status: int = 200) -> Response:
                     status_code=status, media_type=JSON)
 
 
+def gone(request: Request) -> Callable[[], Awaitable[None]]:
+    """An awaitable factory that completes once the client has disconnected (the body is read
+    by then, so the next message on the channel is the disconnect): ``retrieval.abandon``."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return disconnected
+
+
 def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig
                    ) -> list[Route]:
     settings = config.server
@@ -165,7 +176,8 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                      candidates=body.candidates,
                                                      deadline_ms=body.deadline_ms,
                                                      group_by=body.group_by,
-                                                     context=body.context or 0)
+                                                     context=body.context or 0,
+                                                     abandoned=gone(request))
         metrics.observe_result(result)
         if settings.log_query_text:
             log.info("search %r: %d hits, %.3f ms", body.query, len(result.hits),
@@ -185,7 +197,8 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
             results = await retriever.asearch_batch(body.queries, body.filters, body.k,
                                                     candidates=body.candidates,
                                                     group_by=body.group_by,
-                                                    context=body.context or 0)
+                                                    context=body.context or 0,
+                                                    abandoned=gone(request))
         for result in results:
             metrics.observe_result(result)
         payload = b",".join(result_json(r) for r in results)

@@ -15,7 +15,8 @@ the same classes an in-process caller does::
         │   └── RequestTimeoutError   408: the body did not arrive in time (body_timeout_seconds)
         ├── RequestFieldError         422: unknown field, missing field, wrong type
         └── LimitExceededError
-            └── PayloadTooLargeError  413: the body exceeds server.max_body_bytes
+            ├── PayloadTooLargeError  413: the body exceeds server.max_body_bytes
+            └── HeaderTooLargeError   431: more headers or header bytes than the server takes
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from retrieval.errors import (
     InvalidQueryError,
     LimitExceededError,
     RetrievalError,
+    SearchAbandonedError,
 )
 
 
@@ -67,9 +69,16 @@ class PayloadTooLargeError(LimitExceededError):
     """The request body is larger than the server accepts."""
 
 
+class HeaderTooLargeError(LimitExceededError):
+    """The request has more headers, or more header bytes, than the server accepts
+    (``server.max_headers``, ``server.max_header_bytes``)."""
+
+
 # Most specific first: the first class an error is an instance of gives its status.
 STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
+    (SearchAbandonedError, 499),  # the client closed the request (nginx's code): unsent
     (PayloadTooLargeError, 413),
+    (HeaderTooLargeError, 431),
     (RequestTimeoutError, 408),
     (RequestFieldError, 422),
     (LimitExceededError, 413),

@@ -49,6 +49,12 @@ class ServerSettings(BaseModel):
                                  "the descriptor limit")
     keep_alive_seconds: float = Field(5.0, gt=0, description="an idle keep-alive connection "
                                       "is closed after this")
+    header_timeout_seconds: float = Field(10.0, gt=0, description="a request head (request "
+                                          "line and headers) not complete this long after the "
+                                          "connection or the request began gets 408")
+    max_headers: int = Field(100, ge=8, description="headers per request; more get 431")
+    max_header_bytes: int = Field(16_384, ge=1024, description="bytes of the request line "
+                                  "and headers; more get 431")
     max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
     max_in_flight: int | None = Field(
         None, ge=1, description="searches a worker admits at once; more are shed with 503 and "
