@@ -170,8 +170,8 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
     admission = Admission(settings.max_in_flight)
 
     async def search(request: Request) -> Response:
-        body = await parse_body(request, SearchBody)
-        with admission.admit():
+        with admission.admit():  # before the body is parsed: a shed search costs least
+            body = await parse_body(request, SearchBody)
             result = await state.retriever().asearch(body.query, body.filters, body.k,
                                                      candidates=body.candidates,
                                                      deadline_ms=body.deadline_ms,
