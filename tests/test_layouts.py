@@ -128,6 +128,21 @@ def test_a_deadline_that_cuts_the_encoder_degrades_the_same_way(layouts, layout,
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_features_and_the_keyword_policy_rank_the_same_on_every_layout(layouts, layout, encoder):
+    """Recency re-scores the merged candidates as on a whole build; without the dense leg the
+    cosines of the candidates take their own trip on Ray."""
+    retrievers, texts, vectors = layouts
+    settings = {**CONFIG, "candidate_policy": "keyword",
+                "recency": {"field": "year", "weight": 0.3, "half_life_days": 1e-4}}
+    with open_layout(layout, retrievers[layout].root, settings, encoder) as retriever, \
+            Retriever.load(retrievers["whole"].root, settings, encoder=encoder) as reference:
+        for text, vector in list(zip(texts, vectors, strict=True))[:40]:
+            got = retriever.search(text, FILTER, 10, query_vector=vector)
+            same(got, reference.search(text, FILTER, 10, query_vector=vector))
+            assert got.hits and all("recency" in h.features for h in got.hits)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_named_filters_and_value_suggestions_see_the_whole_collection(layouts, layout):
     retrievers, texts, vectors = layouts
     retriever = retrievers[layout]

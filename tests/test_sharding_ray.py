@@ -1,6 +1,6 @@
 """Ray only: one local cluster (2 CPUs) for the whole module. The Ray Data build against the
 local build (whole documents and passages); SciFact in 2 shards of 2 replicas each on Ray
-Serve, searched by ``Retriever.connect``: features, ``retrieval serve`` in front of it, no
+Serve, searched by ``Retriever.connect``: ``retrieval serve`` in front of it, no
 failed search while a replica is killed under load, and a shard whose replicas are all killed:
 a typed error naming it, or a partial answer. What every layout must do alike (Ray among them)
 is the contract in ``test_layouts``."""
@@ -110,20 +110,6 @@ def same(got, want) -> None:
     assert [h.score for h in got.hits] == pytest.approx([h.score for h in want.hits], abs=1e-6)
     assert [h.text for h in got.hits] == [h.text for h in want.hits]
     assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
-
-
-def test_features_and_the_keyword_policy_rank_as_in_process(on_ray, scifact_sharded, encoder):
-    """Recency re-scores the merged candidates as for any layout; without the dense leg the
-    cosines take their own trip."""
-    _, (_, texts, vectors) = on_ray
-    settings = {**CONFIG, "candidate_policy": "keyword",
-                "recency": {"field": "year", "weight": 0.3, "half_life_days": 1e-4}}
-    with Retriever.connect(scifact_sharded(2), settings, encoder=encoder) as remote, \
-            Retriever.load(scifact_sharded(2), settings, encoder=encoder) as local:
-        for text, vector in list(zip(texts, vectors, strict=True))[:30]:
-            got = remote.search(text, FILTER, 10, query_vector=vector)
-            same(got, local.search(text, FILTER, 10, query_vector=vector))
-            assert got.hits and all("recency" in h.features for h in got.hits)
 
 
 def test_the_service_fronts_a_build_served_by_ray(on_ray, scifact_sharded, encoder):
