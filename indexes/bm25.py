@@ -208,8 +208,7 @@ class BM25Index:
         return mask, True
 
     def _search(self, tokens: Sequence[str], k: int, mask: np.ndarray | None,
-                kernel: Kernel | None = None, floor: float = -np.inf
-                ) -> tuple[np.ndarray, np.ndarray]:
+                kernel: Kernel | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` (all touched rows, unsorted, when ``k`` < 0) through the kernel
         ``bm25_strategy`` chooses (or ``kernel``)."""
         ids, weights = self.query_terms(tokens)
@@ -225,10 +224,10 @@ class BM25Index:
                           self.restricted.budget_bytes > 0)
         else:
             plan = forced(Kernel(kernel), mask, self._mask_facts)
-        return self._run(plan, ids, weights, mask_arr, use_mask, k, floor)
+        return self._run(plan, ids, weights, mask_arr, use_mask, k)
 
     def _run(self, plan: Plan, ids: np.ndarray, weights: np.ndarray, mask: np.ndarray,
-             use_mask: bool, k: int, floor: float) -> tuple[np.ndarray, np.ndarray]:
+             use_mask: bool, k: int) -> tuple[np.ndarray, np.ndarray]:
         postings = (self.indptr, self.rows, self.impacts)
         scratch = self._buffer()
         if plan.kernel is Kernel.GALLOP:
@@ -241,8 +240,8 @@ class BM25Index:
                                       CHUNK)
         if plan.kernel is Kernel.PRUNED:
             return pruned_top_rows(*postings, self.term_max(), ids, weights, mask, use_mask, k,
-                                   scratch, floor)
-        return top_rows(*postings, ids, weights, mask, use_mask, k, scratch, floor)
+                                   scratch)
+        return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);
@@ -272,19 +271,16 @@ class BM25Index:
 
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
-        kernel: Kernel | str | None = None, floor: float | None = None,
+        kernel: Kernel | str | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``n`` rows by BM25 among rows matching a query term and allowed by ``mask``.
 
         Returns (rows int32 (m,), scores float64 (m,)), m <= n, best first; ties broken by
         lower row (also at the cut-off: of rows tied with the n-th, the lowest are kept).
         ``kernel`` forces one (``bm25_strategy.Kernel``; every kernel gives the same answer).
-        ``floor``: only rows scoring above it are needed; the exhaustive and MaxScore kernels
-        start their cut-off there (others may return rows at or below it).
         """
         return self._search(tokens, max(int(n), 0), mask,
-                            None if kernel is None else Kernel(kernel),
-                            -np.inf if floor is None else float(floor))
+                            None if kernel is None else Kernel(kernel))
 
 
 def nonpositive_terms(indptr: np.ndarray, impacts: np.ndarray) -> frozenset[int]:

@@ -50,16 +50,14 @@ def _add_postings(indptr, rows, impacts, term_ids, weights, scratch):  # pragma:
 
 
 @njit(nogil=True, cache=True)
-def top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
-             floor=-np.inf):  # pragma: no cover - compiled
+def top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch
+             ):  # pragma: no cover - compiled
     """The ``k`` best allowed rows holding a query term, best first (score desc, row asc).
 
     indptr int64 (n_terms + 1,), rows int32 and impacts float32 (nnz,): the CSC postings;
     term_ids int64 / weights float64 (q,): distinct query terms and their counts; mask bool
     (n_docs,) read only when ``use_mask``; scratch float64 (n_docs,), zeros, left zeros.
     Every impact of the query's terms must be positive (else use ``general_rows``).
-    ``floor``: only rows scoring above it are wanted (the cut-off starts there: a shard
-    searched after others needs only rows beating their top k's k-th score).
 
     Rows are appended to an ``indexes.topk`` buffer unless they rank below its cut-off: once
     that has risen most rows cost one well-predicted comparison. The last term's postings
@@ -78,8 +76,7 @@ def top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratc
     last = term_ids[n_terms - 1]
     buf_s, buf_r, k = new_buffer(k, total + _length(indptr, last))
     cap = buf_s.shape[0]
-    # With cut_r = -1, a row scoring exactly the floor is skipped too: strictly above it.
-    size, cut_s, cut_r = 0, floor if k > 0 else np.inf, np.int32(-1)
+    size, cut_s, cut_r = 0, -np.inf if k > 0 else np.inf, np.int32(-1)
     w = weights[n_terms - 1]
     for p in range(indptr[last], indptr[last + 1]):
         r = rows[p]

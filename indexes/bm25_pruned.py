@@ -119,29 +119,27 @@ def _exact_scores(indptr, rows, impacts, term_ids, weights, candidates):  # prag
 
 @njit(nogil=True, cache=True)
 def pruned_top_rows(indptr, rows, impacts, term_max, term_ids, weights, mask, use_mask, k,
-                    scratch, floor=-np.inf):  # pragma: no cover - compiled
+                    scratch):  # pragma: no cover - compiled
     """The ``k`` best allowed rows holding a query term, best first (score desc, row asc):
     the same as ``bm25_kernels.top_rows`` with the same arguments.
 
     indptr int64 (n_terms + 1,), rows int32 ascending within a term, impacts float32 (nnz,);
     term_max float32 (n_terms,): each term's largest impact; term_ids int64 / weights float64
     (q,): distinct query terms and their counts; mask bool (n_docs,) read when ``use_mask``;
-    scratch float64 (n_docs,), zeros, left zeros; ``floor``: as ``top_rows`` (it also
-    raises the pruning bound).
+    scratch float64 (n_docs,), zeros, left zeros.
     Returns (rows int32 (m,), scores float64 (m,)), m <= k.
     """
     candidates = prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask,
-                                  use_mask, k, scratch, floor)
+                                  use_mask, k, scratch)
     if candidates.shape[0] == 0:  # pruning would not pay (or no candidate): exhaustive
-        return top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
-                        floor)
+        return top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch)
     scores = _exact_scores(indptr, rows, impacts, term_ids, weights, candidates)
     return sorted_best(scores, candidates, candidates.shape[0], min(k, candidates.shape[0]))
 
 
 @njit(nogil=True, cache=True)
 def prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask, use_mask, k,
-                     scratch, floor=-np.inf):  # pragma: no cover - compiled
+                     scratch):  # pragma: no cover - compiled
     """Sorted int32 rows that may be in the top ``k`` (a superset of it), or an empty array
     when pruning would not pay. Arguments as ``pruned_top_rows``; scratch is left zeros."""
     empty = np.empty(0, dtype=np.int32)
@@ -176,7 +174,7 @@ def prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask, u
                 touched[n] = r
                 n += 1
             scratch[r] += w * impacts[p]
-    theta = max(_kth_best_bound(touched, n, scratch, mask, use_mask, k), floor)
+    theta = _kth_best_bound(touched, n, scratch, mask, use_mask, k)
     keep = np.empty(n, dtype=np.int32)
     m = 0
     if rest[split] * _SLACK < theta:

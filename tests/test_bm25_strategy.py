@@ -99,26 +99,3 @@ def test_mask_facts_are_remembered_for_read_only_masks_only() -> None:
     first = facts.rows(frozen, 10)
     assert first.tolist() == [3, 50, 99]
     assert facts.rows(frozen, 10) is first and facts.count(frozen) == 3
-
-
-@pytest.mark.parametrize("kernel", [Kernel.EXHAUSTIVE, Kernel.PRUNED, None])
-def test_a_floor_keeps_exactly_the_rows_above_it(index: BM25Index, kernel) -> None:
-    """``floor`` (what a shard searched after others must beat): the rows above it are the
-    unfloored answer's, in order and bit for bit; a kernel may add rows at or below it (with
-    their true scores), never drop one above it."""
-    rng = np.random.default_rng(11)
-    for _ in range(40):
-        tokens = [f"w{t}" for t in rng.zipf(1.1, size=rng.integers(1, 9)) % 420]
-        for k in (1, 10, 300):
-            rows, scores = index.top_candidates(tokens, k, kernel=kernel)
-            if rows.size == 0:
-                continue
-            floor = float(scores[rng.integers(0, rows.size)])
-            got_rows, got_scores = index.top_candidates(tokens, k, kernel=kernel, floor=floor)
-            above = got_scores > floor
-            np.testing.assert_array_equal(got_rows[above], rows[scores > floor])
-            np.testing.assert_array_equal(got_scores[above], scores[scores > floor])
-            np.testing.assert_allclose(got_scores, index.score_rows(tokens, got_rows),
-                                       rtol=1e-12)  # the rows at or below it: true scores
-            if kernel is Kernel.EXHAUSTIVE:
-                assert not (~above).any()  # the exhaustive kernel returns none at the floor

@@ -139,10 +139,7 @@ class RemoteBM25(BM25Index):
         self.n_docs = n_docs
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
-                       kernel: Kernel | str | None = None, floor: float | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        # The shards answer at once, so none has a floor from the others; ``floor`` is a
-        # hint every kernel may ignore.
+                       kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
         fetched = self.parts.start(tokens)
         views = self.parts.slices(mask)
         forced = None if kernel is None else str(kernel)

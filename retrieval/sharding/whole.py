@@ -148,21 +148,11 @@ class ShardedBM25(BM25Index):
         self.params = first.params
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
-                       kernel: Kernel | str | None = None, floor: float | None = None
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        """Each shard's top ``n`` in turn, merged. A shard needs only rows beating the n-th
-        best score of the shards before it (their rows are lower, so they win ties): that
-        score is its floor, where its kernel's cut-off starts instead of rising again."""
-        n = max(int(n), 0)
-        answers: list[tuple[np.ndarray, np.ndarray]] = []
-        best = np.empty(0, np.float64)  # the n best scores so far, descending
-        for part, view in zip(self.parts, self.slices(mask), strict=True):
-            below = best[n - 1] if n and best.size >= n else -np.inf
-            answer = part.top_candidates(tokens, n, view, kernel,
-                                         below if floor is None else max(below, floor))
-            answers.append(answer)
-            best = -np.sort(-np.concatenate([best, answer[1]]))[:n]
-        return merged_top(answers, self.owners.starts, n)
+                       kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        views = self.slices(mask)
+        return merged_top([p.top_candidates(tokens, n, v, kernel) for p, v in
+                           zip(self.parts, views, strict=True)], self.owners.starts,
+                          max(int(n), 0))
 
     def score_touched(self, tokens: Sequence[str], mask: np.ndarray | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
