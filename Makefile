@@ -19,10 +19,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
+# The Redis server the tests start their own instances of, and wrk (the overload test's
+# load generator: a C client keeps its own queueing out of the measurement).
 redis-server:
-	@command -v redis-server >/dev/null || { \
+	@command -v redis-server >/dev/null && command -v wrk >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server; }
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server wrk; }
 
 demo: install
 	$(BIN)/retrieval demo $(if $(DATA),--data $(DATA))

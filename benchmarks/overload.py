@@ -34,6 +34,7 @@ local threads = {}
 local i = 0
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+%s
 function setup(thread)
   table.insert(threads, thread)
   thread:set("offset", #threads * 100003)
@@ -44,7 +45,9 @@ function request()
   return wrk.format(nil, nil, nil, string.format(bodies[(i %% #bodies) + 1], i))
 end
 function response(status, headers, body)
-  if status == 200 then ok = ok + 1 elseif status == 503 then shed = shed + 1
+  if status == 200 then ok = ok + 1
+  elseif status == 503 and (headers["retry-after"] or headers["Retry-After"])
+      and body:find("OverloadedError", 1, true) then shed = shed + 1
   else other = other + 1 end
 end
 function done(summary, latency, requests)
@@ -76,12 +79,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def wrk_statuses(url: str, texts: Sequence[str], connections: int, seconds: float
-                 ) -> dict[str, Any]:
+def wrk_statuses(url: str, texts: Sequence[str], connections: int, seconds: float,
+                 key: str | None = None) -> dict[str, Any]:
+    """wrk's closed loop of distinct searches (``key``: an API key to send); answers counted
+    as ok (200), shed (503 with Retry-After and OverloadedError) and other."""
     bodies = ",".join("[==[" + json.dumps({"query": t.replace("%", "%%") + " v%d", "k": 10})
                       + "]==]" for t in texts)
+    auth = f'wrk.headers["Authorization"] = "Bearer {key}"' if key else ""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_STATUSES % bodies)
+        script.write(WRK_STATUSES % (bodies, auth))
     try:
         out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{round(seconds)}s",
                               "--timeout", "30s", "-s", script.name, url + "/v1/search"],
@@ -92,14 +98,17 @@ def wrk_statuses(url: str, texts: Sequence[str], connections: int, seconds: floa
     return dict(json.loads(line[len("WRKJSON "):]))
 
 
-def probes(url: str, texts: Sequence[str], stop: threading.Event) -> dict[str, list[float]]:
+def probes(url: str, texts: Sequence[str], stop: threading.Event, key: str | None = None
+           ) -> dict[str, list[float]]:
     """One search at a time and a /healthz every 50 ms until ``stop``: their latencies (ms)."""
     import httpx
+
+    headers = {"authorization": f"Bearer {key}"} if key else {}
 
     found: dict[str, list[float]] = {"admitted": [], "probe shed": [], "healthz": []}
 
     def search() -> None:
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(base_url=url, timeout=60, headers=headers) as client:
             i = 0
             while not stop.is_set():
                 began = time.perf_counter()

@@ -21,10 +21,11 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FilterTypeError           filter value has the wrong type for its field
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
-    │   │   └── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
+    │   │   ├── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
+    │   │   └── HeaderTooLargeError   (retrieval.service) 431: too many or too long headers
     │   ├── UnknownNamedFilterError   (retrieval.errors) no filter is registered by that name
     │   ├── MalformedRequestError     (retrieval.service) 400: the HTTP body is not JSON
-    │   │   └── RequestTimeoutError   (retrieval.service) 408: the body did not arrive in time
+    │   │   └── RequestTimeoutError   (retrieval.service) 408: the head or body came too late
     │   ├── RequestFieldError         (retrieval.service) 422: unknown, missing or mistyped field
     │   ├── FeatureRequestError       (retrieval.features) bad feature-read input
     │   └── UnsupportedFilterError    (retrieval.integrations) a framework filter we cannot
@@ -40,6 +41,8 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── UnknownBuildError         the build id names no build under the root
     │   └── NoRollbackTargetError     the flip history names no previously live build
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── SearchAbandonedError          (retrieval.errors) the caller left; the queued search was
+    │                                 dropped unrun (499 in the service)
     ├── ShardUnavailableError         (retrieval.sharding) a shard has no live replica (``shard``)
     ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss

@@ -107,7 +107,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, dataset: Any, beir_index: A
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
            "SERVICE_TEST_KEYS": f"{KEY},second-key", "RETRIEVAL_SERVER__MAX_BODY_BYTES":
            str(MAX_BODY), "RETRIEVAL_SERVER__BODY_TIMEOUT_SECONDS": "5",
-           "RETRIEVAL_SERVER__HEADER_TIMEOUT_SECONDS": "3",
+           "RETRIEVAL_SERVER__HEADER_TIMEOUT_SECONDS": "5",
            "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics")}
     log = base / "server.log"
     with open(log, "wb") as out:
@@ -345,12 +345,12 @@ def test_an_oversized_request_head_gets_431_and_the_connection_closes(served: Se
 
 
 def test_a_head_not_sent_in_time_gets_408_and_frees_the_connection(served: Server) -> None:
-    """server.header_timeout_seconds (3 s here): a half-sent head, and a connection that sends
+    """server.header_timeout_seconds (5 s here): a half-sent head, and a connection that sends
     nothing, are answered 408 and closed instead of holding a descriptor forever."""
     for data in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ", b""):
         answer, waited = _exchange(served, data)
         assert answer.startswith("HTTP/1.1 408"), answer[:200]
-        assert "server.header_timeout_seconds" in answer and 2.5 < waited < 15
+        assert "server.header_timeout_seconds" in answer and 4.5 < waited < 20
     with served.client() as client:
         assert client.get("/healthz").status_code == 200
 
@@ -396,51 +396,31 @@ def test_metrics_parse_and_count_the_requests_sent(served: Server) -> None:
 
 def test_256_connections_are_shed_within_the_bound_and_health_stays_responsive(served: Server
                                                                               ) -> None:
-    """256 connections in a closed loop of full misses (distinct query texts) against 2 workers
-    admitting 32 searches each (the default on 2 cores): every answer is 200 or a shed 503 with
-    Retry-After, both occur, and /healthz answers every probe meanwhile. The p99s are printed
-    (benchmarks/overload.py measures them)."""
-    seconds, statuses, admitted, health = 4.0, [], [], []
-    bad: list[str] = []
+    """256 connections (wrk: a C load generator, so the client's own queueing stays out) in a
+    closed loop of full misses (distinct query texts) against 2 workers admitting 32 searches
+    each (the default on 2 cores): every answer is 200 or a shed 503 with Retry-After and
+    OverloadedError, both occur, no socket error, and /healthz answers every probe meanwhile.
+    The p99s are printed (benchmarks/overload.py measures them)."""
+    from benchmarks.overload import probes, wrk_statuses
 
-    async def searcher(client: httpx.AsyncClient, n: int, until: float) -> None:
-        i = n
-        while time.monotonic() < until:
-            started = time.monotonic()
-            response = await client.post("/v1/search", json={
-                "query": f"{served.queries[i % len(served.queries)]} overload {i}", "k": 5})
-            statuses.append(response.status_code)
-            if response.status_code == 200:
-                admitted.append(time.monotonic() - started)
-            elif response.status_code != 503 or "retry-after" not in response.headers \
-                    or "OverloadedError" not in response.text:
-                bad.append(f"{response.status_code} {response.text[:200]}")
-            i += 256
-
-    async def prober(client: httpx.AsyncClient, until: float) -> None:
-        while time.monotonic() < until:
-            started = time.monotonic()
-            response = await client.get("/healthz")
-            health.append((response.status_code, time.monotonic() - started))
-            await asyncio.sleep(0.1)
-
-    async def main() -> None:
-        until = time.monotonic() + seconds
-        limits = httpx.Limits(max_connections=256)
-        async with httpx.AsyncClient(base_url=served.url, limits=limits, timeout=30,
-                                     headers={"authorization": f"Bearer {KEY}"}) as client, \
-                httpx.AsyncClient(base_url=served.url, timeout=30) as probes:
-            await asyncio.gather(prober(probes, until),
-                                 *(searcher(client, n, until) for n in range(256)))
-
-    asyncio.run(main())
-    assert bad == []
-    assert statuses.count(200) > 0 and statuses.count(503) > 0, "nothing admitted or shed"
-    assert health and all(status == 200 for status, _ in health)
-    shed = statuses.count(503) / len(statuses)
-    print(f"256 connections: {len(statuses)} answers, shed {shed:.0%}, admitted p99 "
-          f"{np.percentile(admitted, 99) * 1e3:.0f} ms, /healthz p99 "
-          f"{np.percentile([s for _, s in health], 99) * 1e3:.0f} ms")
+    stop = threading.Event()
+    found: dict[str, list[float]] = {}
+    prober = threading.Thread(target=lambda: found.update(probes(served.url, served.queries,
+                                                                 stop, KEY)))
+    prober.start()
+    try:
+        load = wrk_statuses(served.url, served.queries, 256, 4.0, KEY)
+    finally:
+        stop.set()
+        prober.join()
+    assert (load["other"], load["errors"]) == (0, 0), load
+    assert load["ok"] > 0 and load["shed"] > 0, load
+    assert found["healthz"], "no /healthz probe answered"
+    answers = load["ok"] + load["shed"]
+    admitted = found["admitted"] or [float("nan")]
+    print(f"256 connections: {answers} answers, shed {load['shed'] / answers:.0%}, admitted "
+          f"probe p99 {np.percentile(admitted, 99):.0f} ms, /healthz p99 "
+          f"{np.percentile(found['healthz'], 99):.0f} ms")
 
 
 # -- load: a publish, then SIGTERM ------------------------------------------------------------
