@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.common import RESULTS_DIR, markdown_table, publish_report
 from benchmarks.http import index_root, scifact_queries, serving
+from benchmarks.http import parse_args as http_args
 
 WRK_STATUSES = """
 local bodies = {%s}
@@ -67,9 +68,7 @@ end
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    from benchmarks.http import parse_args as http_args
-
-    defaults = http_args([])
+    defaults = http_args([])  # the same index and data as benchmarks.http
     parser.add_argument("--data", type=Path, default=defaults.data)
     parser.add_argument("--work", type=Path, default=defaults.work)
     parser.add_argument("--reuse-from", type=Path, default=defaults.reuse_from)
