@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes import rebuild
 from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import AnnKind
 from indexes.bm25 import BM25Index, BM25Params
@@ -26,6 +27,8 @@ from indexes.long_documents import (
 )
 from indexes.manifest import (
     EncoderInfo,
+    LiveWrites,
+    LiveWritesInfo,
     current_build_dir,
     discard,
     new_build_id,
@@ -38,7 +41,7 @@ from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.vectors import VectorDtype, VectorStore, content_hashes
-from indexes.wal.checks import check_pending_fit
+from indexes.wal.seal import retire
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,10 @@ class BuildConfig(BaseModel):
     passages: PassageConfig | None = Field(
         None, description="split documents into passages that fit the encoder's window "
         "(default: one row and one vector per document)")
+    allow_new_fields: bool = Field(
+        False, description="let live upserts add metadata fields the build does not have "
+        "(default: such an upsert is refused, so a typo in a field name cannot change the "
+        "schema)")
 
 
 @dataclass
@@ -78,6 +85,8 @@ class BuildReport:
     published: bool = True  # False: staged in builds/, CURRENT untouched
     window: WindowReport | None = None  # documents longer than the encoder's window
     passages: PassageInfo | None = None  # passage builds: rows are passages
+    live_writes: LiveWritesInfo | None = None  # the rebuild contract (``indexes.rebuild``)
+    segments_retired: int = 0  # log segments this build folded, deleted once it was live
 
     def describe_vectors(self) -> str:
         if self.vectors_given:
@@ -149,6 +158,7 @@ def build_index(
     log_seq: int | None = None,
     shards: int | None = None,
     dense: DenseLeg = "ivf",
+    live_writes: LiveWrites = "superseded",
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
 
@@ -164,8 +174,11 @@ def build_index(
     gated ``retrieval.publishing.publish``) makes the staged one live.
 
     ``log_seq``: the write-ahead log position folded into these documents (compaction sets
-    it); by default the live build's is carried forward, so serving processes keep applying
-    exactly the log records after it (``indexes.wal``).
+    it). By default the build seals the root's log where it starts and ``live_writes`` says
+    what happens to the writes logged before that (``indexes.rebuild``): ``superseded`` by
+    ``documents`` (the export), or ``replayed`` onto them (needs an ``encoder``); writes
+    logged later are applied on top by serving processes. Once the build is live the folded
+    log segments are deleted.
 
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
@@ -175,8 +188,16 @@ def build_index(
     parents = list(documents)
     _check_ids(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
-    if log_seq is None and (root / "wal").is_dir():  # writes pending on the live build
-        check_pending_fit(root, _live_log_seq(root), config.passages is not None)
+    contract = None
+    if log_seq is None:
+        log_seq, contract, changes = rebuild.start(root, live_writes)
+        if live_writes == "replayed" and (changes.upserts or changes.deleted):
+            if vectors is not None:
+                raise CorpusError("live_writes='replayed' embeds the logged documents with "
+                                  "the build's encoder: give an encoder instead of vectors, "
+                                  "or fold the log first (IndexWriter.compact)")
+            parents = rebuild.replay(parents, changes)
+            ranges = shard_ranges(len(parents), shards) if shards is not None else None
     timer = _Stopwatch()
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
@@ -193,8 +214,6 @@ def build_index(
                                         config, progress)
     timer.lap("vectors")
     build_id = new_build_id()
-    if log_seq is None:
-        log_seq = _live_log_seq(root)
 
     def write(staging: Path) -> None:
         if ranges is not None:
@@ -202,19 +221,23 @@ def build_index(
             write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
                           config, row_ranges(ranges, passage_map),
                           avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
-                          log_seq=log_seq, window=window, passages=passage_info)
+                          log_seq=log_seq, window=window, passages=passage_info,
+                          allow_new_fields=config.allow_new_fields, live_writes=contract)
             return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, log_seq=log_seq, window=window,
-                         passages=passage_info)
+                         passages=passage_info, allow_new_fields=config.allow_new_fields,
+                         live_writes=contract)
 
     final = stage_and_place(root, build_id, write, publish)
+    retired = retire(root, log_seq) if publish else 0
     timer.lap("write+publish")
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
                        vectors_given=given, published=publish, window=window,
-                       passages=passage_info)
+                       passages=passage_info, live_writes=contract,
+                       segments_retired=retired)
 
 
 def _rows_for(
@@ -267,11 +290,6 @@ def row_ranges(doc_ranges: list[tuple[int, int]], passage_map: PassageMap | None
     bounds = passage_map.rows_of_documents([start for start, _ in doc_ranges]
                                            + [doc_ranges[-1][1]])
     return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-def _live_log_seq(root: Path) -> int:
-    previous = current_build_dir(root)
-    return read_manifest(previous).log_seq if previous is not None else 0
 
 
 def _vectors_for(

@@ -3,8 +3,8 @@ segments.
 
 The new build's manifest records the last folded sequence number (``log_seq``); a serving
 process that switches to it drops exactly the delta records up to that number in the same
-swap, so no write is invisible or counted twice. After a nightly build of a root with a log,
-``retrieval build`` compacts at once.
+swap, so no write is invisible or counted twice. A nightly build from a corpus folds the log
+itself (``indexes.rebuild``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from indexes.docstore import DocStore, Document
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
-from indexes.storage import fsync_dir, read_json
+from indexes.storage import read_json
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_records_fit
-from indexes.wal.log import read_all, segments, wal_dir
+from indexes.wal.log import read_all
+from indexes.wal.seal import retire
 from indexes.wal.split import passage_config, passage_corpus
 from indexes.wal.state import Changes
 
@@ -36,7 +37,8 @@ class Folder(Protocol):
     """What compaction needs of the root's writer (``IndexWriter``), whose lock it holds."""
 
     root: Path
-    last_seq: int
+
+    def caught_up(self) -> int: ...
 
     def rotate(self) -> int: ...
 
@@ -66,7 +68,7 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     root = writer.root
     build = resolve_build_dir(root)
     manifest = read_manifest(build)
-    if writer.last_seq <= manifest.log_seq:  # nothing to fold: keep the live build, but
+    if writer.caught_up() <= manifest.log_seq:  # nothing to fold: keep the live build, but
         # retire what it folded (a compaction that stopped after publishing left it behind)
         retired = retire(root, manifest.log_seq)
         return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs,
@@ -83,16 +85,16 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
         docs, vectors = _live_corpus(build, changes)
     config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
                          bm25=BM25Params(**manifest.bm25), passages=passages,
-                         vector_dtype=manifest.encoder.vector_dtype)  # type: ignore[arg-type]
+                         vector_dtype=manifest.encoder.vector_dtype,  # type: ignore[arg-type]
+                         allow_new_fields=manifest.allow_new_fields)
     parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
                          config=config, progress=progress, log_seq=folded,
                          shards=len(parts) if is_sharded(build) else None,
                          dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
-    retired = retire(root, folded)
     writer.reopen()
-    return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
-                            round(time.perf_counter() - started, 3))
+    return CompactionReport(report.build_id, folded, len(records), report.n_docs,
+                            report.segments_retired, round(time.perf_counter() - started, 3))
 
 
 def _live_corpus(build: Path, changes: Changes) -> tuple[list[Document], np.ndarray]:
@@ -122,16 +124,3 @@ def _exact_leg(build: Path) -> bool:
     """Whether a build's dense leg is exact search (kept so by compaction)."""
     meta = build / ANN_DIR / "ann.json"
     return not meta.is_file() or read_json(meta)["kind"] == "exact"
-
-
-def retire(root: Path, folded: int) -> int:
-    """Delete the segments whose records are all <= ``folded`` (the newest one is kept)."""
-    existing = segments(root)
-    gone = 0
-    for (_, path), (next_first, _) in zip(existing, existing[1:], strict=False):
-        if next_first - 1 <= folded:
-            path.unlink()
-            gone += 1
-    if gone:
-        fsync_dir(wal_dir(root))
-    return gone

@@ -13,7 +13,9 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed
     │   ├── InvalidWriteError         (also ValueError) an upsert or delete refused before
-    │   │                             anything was written (ids, text, vectors, metadata)
+    │   │   │                         anything was written (ids, text, vectors, metadata)
+    │   │   ├── SchemaMismatchError   an upsert adds or retypes a metadata field (``.field``)
+    │   │   └── RequestReplayError    a request id already used for a different write
     │   └── ShardCountError           (indexes.sharding) a corpus cannot be split into S shards
     ├── WriterLockedError             another writer holds the root's write-ahead log
     ├── InvalidQueryError             (also ValueError) bad search input
@@ -43,6 +45,8 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
     ├── SearchAbandonedError          (retrieval.errors) the caller left; the queued search was
     │                                 dropped unrun (499 in the service)
+    ├── SequenceNotReachedError       (retrieval.errors) 409: a search's min_seq is past every
+    │                                 write this index has applied
     ├── ShardUnavailableError         (retrieval.sharding) a shard has no live replica (``shard``)
     ├── CacheError                    (retrieval.cache) raised at construction only:
     │   │                             cache reads and writes never raise, they miss
@@ -55,6 +59,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FeatureStoreError         the store failed during materialization or administration
     │   └── FeatureRequestError       (also an InvalidQueryError)
     ├── AuthenticationError           (retrieval.service) 401: missing or wrong API key
+    │   └── ForbiddenError            403: the key's scope does not allow the route (writes)
     ├── NotFoundError                 (retrieval.service) 404 / 405: no such route or method
     ├── ServiceUnavailableError       (retrieval.service) 503: loading, draining, no usable build
     ├── ServerError                   (retrieval.service) 500: a bug; never a traceback to clients
@@ -107,6 +112,20 @@ class CorpusError(RetrievalError):
 
 class InvalidWriteError(CorpusError, ValueError):
     """An upsert or delete is malformed; nothing of it was written."""
+
+
+class SchemaMismatchError(InvalidWriteError):
+    """An upsert's metadata adds a field the index does not have, or gives a field a value of
+    another type; the message names the field (``.field``) and the index's schema."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class RequestReplayError(InvalidWriteError):
+    """A write reuses the request id of an earlier, different write: a retry must resend the
+    same documents (or ids), and a new write needs a new request id."""
 
 
 class WriterLockedError(RetrievalError):

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -50,6 +50,37 @@ class EncoderInfo(BaseModel):
     vector_dtype: str
 
 
+LiveWrites = Literal["superseded", "replayed"]
+
+
+class LiveWritesInfo(BaseModel):
+    """What a build from a corpus did with the writes logged on the live build before it
+    started (``indexes.rebuild``): ``superseded`` by the export (the default) or
+    ``replayed`` onto it. Writes logged after it started are applied on top either way."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: LiveWrites
+    sealed_seq: int  # the log's last acknowledged write when the build started
+    records: int  # records logged on the live build up to then (after its log_seq)
+    upserted: int  # documents those records upserted (their last version)
+    deleted: int  # ids they deleted
+
+    def describe(self) -> str:
+        if not self.records:
+            return (f"live writes: none pending when the build started (log at seq "
+                    f"{self.sealed_seq}); later writes are applied on top of it")
+        what = (f"{self.records} logged writes before the build started (through seq "
+                f"{self.sealed_seq}: {self.upserted} documents upserted, {self.deleted} "
+                "deleted)")
+        if self.policy == "superseded":
+            return (f"live writes: {what} are superseded by the corpus export (keep them with "
+                    "--live-writes replayed); writes logged after the build started are "
+                    "applied on top of it")
+        return (f"live writes: {what} are replayed onto the corpus export; writes logged "
+                "after the build started are applied on top of it")
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +101,10 @@ class Manifest(BaseModel):
     window: WindowReport | None = None
     # Set when rows are passages of documents (``passages/`` holds parents and offsets).
     passages: PassageInfo | None = None
+    # Whether live upserts may add metadata fields (``BuildConfig.allow_new_fields``).
+    allow_new_fields: bool = False
+    # A build from a corpus on a root with a log: what it did with the live writes.
+    live_writes: LiveWritesInfo | None = None
 
 
 def new_build_id() -> str:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexes.doc_ids import ID_FIELD, IdRows
 from indexes.errors import CorpusError
 from indexes.mapping import prefault_mapping
 from indexes.mask_cache import MaskCache, scatter_postings
@@ -84,6 +85,10 @@ def infer_kinds(records: Sequence[Mapping[str, Any]],
     ``ids`` (one per record) are given, the first document of each kind."""
     kinds: dict[str, dict[FieldKind, int]] = defaultdict(dict)
     for row, record in enumerate(records):
+        if ID_FIELD in record:
+            where = f" (document {ids[row]!r})" if ids is not None else ""
+            raise CorpusError(f"metadata field {ID_FIELD!r}{where} is reserved: filters on "
+                              f"{ID_FIELD!r} match document ids; rename the field")
         for field, value in record.items():
             kind = value_kind(value)
             if kind is not None:
@@ -130,6 +135,8 @@ class MetadataIndex:
         self._columns = {f: np.asarray(c) for f, c in columns.items()}
         # Evaluated filter masks of this build only (the index object is per build).
         self.masks = MaskCache()
+        # Rows of each document id (the ``id`` filter), set by the snapshot that owns this.
+        self.ids: IdRows | None = None
 
     @classmethod
     def build(cls, records: Sequence[Mapping[str, Any]],

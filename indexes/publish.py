@@ -27,6 +27,7 @@ from indexes.history import (
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
 from indexes.passages import per_document
 from indexes.storage import load_array
+from indexes.wal.seal import retire
 
 
 class PublishError(RetrievalError):
@@ -67,10 +68,14 @@ def build_dir(root: Path, build_id: str) -> Path:
 
 
 def publish_build(root: Path, build_id: str, how: How = "plain", note: str = "") -> FlipRecord:
-    """Verify every checksum of a placed build, then flip ``CURRENT`` to it and record how."""
+    """Verify every checksum of a placed build, then flip ``CURRENT`` to it and record how;
+    the log segments it folded are deleted then (``indexes.rebuild``)."""
     directory = build_dir(root, build_id)
-    verify_build(directory, read_manifest(directory))
-    return flip(Path(root), build_id, how, note)
+    manifest = read_manifest(directory)
+    verify_build(directory, manifest)
+    record = flip(Path(root), build_id, how, note)
+    retire(Path(root), manifest.log_seq)
+    return record
 
 
 def rollback(root: Path, to: str | None = None) -> FlipRecord:

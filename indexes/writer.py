@@ -1,18 +1,34 @@
-"""The one writer of an index root: validates, embeds, appends, fsyncs, then acknowledges.
+"""The writer of an index root: validates, embeds, appends, fsyncs, then acknowledges.
 
 ``IndexWriter(root).upsert(documents)`` and ``.delete(ids)`` each append one record (all of
-the call or none of it) and return its sequence number once the record is on disk. An
-exclusive ``fcntl`` lock on ``<root>/wal/.writer.lock`` (held while the writer is open) keeps a
-second writer, in this or another process, out with ``WriterLockedError``.
+the call or none of it) and return its sequence number once the record is on disk.
+
+Several writers may be open on one root (each serving worker has one): an exclusive ``fcntl``
+lock on ``<root>/wal/.writer.lock`` is taken for each append and rotation only, so the log
+has one writer at a time and one order. Under the lock a writer first catches up with what
+the others appended since (their records, a rotation, a newly published build), so
+sequence numbers stay contiguous and schema checks see every earlier write. A lock not
+obtained within ``lock_timeout_seconds`` is ``WriterLockedError``.
+
+Retries: a write may carry a client's request id. The id and a digest of the write are
+logged with the record; a later write with the same id and the same content is answered with
+the first one's sequence number and logs nothing, and one with other content is
+``RequestReplayError``. Ids are remembered while their record is in the log (until a build
+folds it). Without an id a resent upsert or delete is still harmless to the index's content:
+the same documents replace themselves, the same ids stay deleted; it only costs a record.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,74 +37,124 @@ import numpy as np
 from indexes.compaction import CompactionReport, compact
 from indexes.docstore import Document
 from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
-from indexes.errors import EncoderMismatchError, InvalidWriteError, WriterLockedError
+from indexes.errors import (
+    EncoderMismatchError,
+    InvalidWriteError,
+    RequestReplayError,
+)
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_dir
 from indexes.vectors import content_hashes
-from indexes.wal.checks import check_documents, check_ids, merged_kinds
+from indexes.wal.checks import check_documents, check_ids, merged_kinds, merged_schema
 from indexes.wal.log import (
     ACKED,
     Record,
     encode_record,
     read_all,
+    read_from,
     repair_tail,
     segment_name,
     segments,
     wal_dir,
     write_acked,
 )
+from indexes.wal.seal import LOCK, take_lock
 from indexes.wal.split import Spans, passage_config, record_rows, split, tokenizer_dir
 
 log = logging.getLogger(__name__)
-LOCK = ".writer.lock"
+LOCK_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class Ack:
+    """An acknowledged write: its sequence number, and whether it was a retry of an earlier
+    write with the same request id (then nothing new was logged)."""
+
+    seq: int
+    replayed: bool = False
 
 
 class IndexWriter:
-    """Upserts and deletes for the index root ``root``; thread-safe, one per root at a time.
+    """Upserts and deletes for the index root ``root``; thread-safe.
 
     ``encoder``: embeds new texts (default: the build's model, loaded on the first text that
     needs it). Unchanged texts reuse the live build's or the log's vectors by content hash;
     ``upsert(..., vectors=...)`` takes precomputed ones.
     """
 
-    def __init__(self, root: str | Path, encoder: Encoder | None = None) -> None:
+    def __init__(self, root: str | Path, encoder: Encoder | None = None, *,
+                 lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS) -> None:
         self.root = Path(root)
+        self.lock_timeout_seconds = lock_timeout_seconds
         wal_dir(self.root).mkdir(parents=True, exist_ok=True)
         self._lock_file = open(wal_dir(self.root) / LOCK, "a")  # noqa: SIM115 - held while open
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            self._lock_file.close()
-            raise WriterLockedError(
-                f"another writer holds {wal_dir(self.root) / LOCK}; one writer per index root "
-                "at a time: close the other IndexWriter (or wait for its command to end)"
-            ) from exc
         self._thread_lock = threading.Lock()
         self._encoder = encoder
         self._counter: TokenCounter | None = None
         self._fd = -1
         self._segment = 0  # first seq of the segment appended to
+        self._end = 0  # where this writer has read (and written) that segment up to
+        self._build: Path | None = None  # the live build the state below belongs to
+        self._requests: dict[str, tuple[int, str]] = {}  # request id -> (seq, digest)
         # Where acknowledged records end (``indexes.wal.log``: tells damage from a torn tail).
-        self._acked_fd = os.open(wal_dir(self.root) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
+        self._acked_fd = -1
         try:
-            self.reopen()
+            self._acked_fd = os.open(wal_dir(self.root) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
+            with self._locked():
+                pass
         except BaseException:  # e.g. a damaged log: nothing stays open or locked
             self.close()
             raise
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """This thread and process alone on the root's log, caught up with it."""
+        with self._thread_lock:
+            self._take_lock()
+            try:
+                self._catch_up()
+                yield
+            finally:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+
+    def _take_lock(self) -> None:
+        take_lock(self._lock_file, self.lock_timeout_seconds, self.root)
+
+    def _catch_up(self) -> None:
+        """Read what other writers appended since this one last held the lock; reopen on a
+        new live build or a new segment (rare: compaction and builds)."""
+        build = resolve_build_dir(self.root)
+        existing = segments(self.root)
+        if build != self._build or not existing or existing[-1][0] != self._segment:
+            self._reopen(build)
+            return
+        path = existing[-1][1]
+        if path.stat().st_size == self._end:
+            return
+        records, end = read_from(path, self._end)
+        self._absorb(records)
+        self._end = end
+        if path.stat().st_size != end:  # a writer died mid-append: truncate its torn tail
+            repair_tail(path)
+
     def reopen(self) -> None:
         """(Re)read the live build and the log tail; repairs a torn tail (under the lock)."""
         with self._thread_lock:
-            self._reopen()
+            self._take_lock()
+            try:
+                self._reopen(resolve_build_dir(self.root))
+            finally:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
 
-    def _reopen(self) -> None:
-        self.manifest: Manifest = read_manifest(resolve_build_dir(self.root))
+    def _reopen(self, build: Path) -> None:
+        self.manifest: Manifest = read_manifest(build)
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
         existing = segments(self.root)
         if not existing:
             self._start_segment(self.manifest.log_seq + 1)
@@ -99,10 +165,32 @@ class IndexWriter:
             self.last_seq = max(last, first - 1, self.manifest.log_seq)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             self._segment = first
-            write_acked(self._acked_fd, first, os.fstat(self._fd).st_size)
+            self._end = os.fstat(self._fd).st_size
+            write_acked(self._acked_fd, first, self._end)
         records = read_all(self.root, after=self.manifest.log_seq)
         self.kinds = merged_kinds(self.manifest.metadata_fields, records)
         self._hashes = self._known_vectors(records)
+        self._requests = {}
+        self._remember(records)
+        self._build = build
+
+    def _absorb(self, records: list[Record]) -> None:
+        """Another writer's records: its seqs, fields, vectors and request ids are ours too."""
+        if not records:
+            return
+        self.last_seq = max(self.last_seq, records[-1].seq)
+        self.kinds = merged_kinds(self.kinds, records)
+        for record in records:
+            rows, vectors = record_rows(record)
+            for key, row in zip(content_hashes([d.content for d in rows]), vectors,
+                                strict=True):
+                self._hashes[bytes(key)] = row
+        self._remember(records)
+
+    def _remember(self, records: list[Record]) -> None:
+        for record in records:
+            if record.request is not None:
+                self._requests[record.request[0]] = (record.seq, record.request[1])
 
     def _start_segment(self, first_seq: int) -> None:
         path = wal_dir(self.root) / segment_name(first_seq)
@@ -110,12 +198,18 @@ class IndexWriter:
         os.fsync(self._fd)
         fsync_dir(path.parent)
         self._segment = first_seq
+        self._end = 0
         write_acked(self._acked_fd, first_seq, 0)
+
+    def caught_up(self) -> int:
+        """The root's last acknowledged seq, by any writer (``last_seq``, caught up)."""
+        with self._locked():
+            return self.last_seq
 
     def rotate(self) -> int:
         """Start a new segment for the next record; returns the last seq before it (the
         prefix compaction folds)."""
-        with self._thread_lock:
+        with self._locked():
             if self._fd >= 0:
                 os.close(self._fd)
             self._start_segment(self.last_seq + 1)
@@ -129,7 +223,7 @@ class IndexWriter:
             os.close(self._acked_fd)
             self._acked_fd = -1
         if not self._lock_file.closed:
-            self._lock_file.close()  # releases the flock
+            self._lock_file.close()
 
     def __enter__(self) -> IndexWriter:
         return self
@@ -140,31 +234,71 @@ class IndexWriter:
     # -- writes ----------------------------------------------------------------------------
 
     def upsert(self, documents: Iterable[Document | dict[str, Any]],
-               vectors: np.ndarray | None = None) -> int:
+               vectors: np.ndarray | None = None, *, request_id: str | None = None) -> int:
         """Add or replace documents (by id); returns the record's sequence number once it is
         durable. Raises InvalidWriteError (nothing written) for a missing id or text, a
-        duplicate id, a vector of the wrong shape or a metadata value of the wrong type.
+        duplicate id or a vector of the wrong shape, and SchemaMismatchError for a metadata
+        field the index lacks (unless built with ``allow_new_fields``) or of another type.
 
         In a passage build a document is split as the build split its documents and logged
         whole, with its passages' offsets and vectors (one row each, in ``vectors`` too): it
-        replaces every passage of the document's earlier version; ``delete`` removes all."""
-        docs, kinds = check_documents(documents, self.kinds)
+        replaces every passage of the document's earlier version; ``delete`` removes all.
+        ``request_id``: see the module docstring (``upsert_acked`` also says if it was a
+        retry)."""
+        return self.upsert_acked(documents, vectors, request_id=request_id).seq
+
+    def upsert_acked(self, documents: Iterable[Document | dict[str, Any]],
+                     vectors: np.ndarray | None = None, *, request_id: str | None = None
+                     ) -> Ack:
+        """``upsert``, returning the ``Ack``."""
+        docs, _ = check_documents(documents, self.kinds, self.manifest.allow_new_fields)
+        request = _request(request_id, _digest_documents(docs, vectors))
+        with self._thread_lock:  # a retry answered from memory costs no embedding
+            known = self._replayed(request)
+        if known is not None:
+            return known
         rows, spans = self._rows_of(docs)
         matrix = self._vectors_for(rows, vectors)
-        with self._thread_lock:
+        with self._locked():
+            known = self._replayed(request)
+            if known is not None:
+                return known
+            # Again under the lock: another writer may have added or retyped a field since.
+            kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
             seq = self._append(Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
-                                      passages=tuple(spans)))
+                                      passages=tuple(spans), request=request))
             for key, row in zip(content_hashes([d.content for d in rows]), matrix,
                                 strict=True):
                 self._hashes[bytes(key)] = row
             self.kinds = kinds
-        return seq
+        return Ack(seq)
 
-    def delete(self, ids: Iterable[str]) -> int:
+    def delete(self, ids: Iterable[str], *, request_id: str | None = None) -> int:
         """Delete documents by id (ids absent from the index are no-ops); returns the seq."""
+        return self.delete_acked(ids, request_id=request_id).seq
+
+    def delete_acked(self, ids: Iterable[str], *, request_id: str | None = None) -> Ack:
+        """``delete``, returning the ``Ack``."""
         checked = check_ids(ids)
-        with self._thread_lock:
-            return self._append(Record(self.last_seq + 1, "delete", ids=tuple(checked)))
+        request = _request(request_id, _digest({"delete": checked}))
+        with self._locked():
+            known = self._replayed(request)
+            if known is not None:
+                return known
+            return Ack(self._append(Record(self.last_seq + 1, "delete", ids=tuple(checked),
+                                           request=request)))
+
+    def _replayed(self, request: tuple[str, str] | None) -> Ack | None:
+        """The earlier write's ack when ``request`` repeats one; a different write under the
+        same request id is ``RequestReplayError``."""
+        if request is None or request[0] not in self._requests:
+            return None
+        seq, digest = self._requests[request[0]]
+        if digest != request[1]:
+            raise RequestReplayError(
+                f"request id {request[0]!r} was used for a different write (seq {seq}); "
+                "a retry must resend the same body, a new write needs a new request id")
+        return Ack(seq, replayed=True)
 
     def _rows_of(self, docs: list[Document]) -> tuple[list[Document], list[Spans]]:
         """The index rows of ``docs``: themselves, or in a passage build their passages
@@ -194,8 +328,10 @@ class IndexWriter:
         except OSError:
             os.ftruncate(self._fd, size)  # never leave a partial record behind a later one
             raise
-        write_acked(self._acked_fd, self._segment, size + len(data))
+        self._end = size + len(data)
+        write_acked(self._acked_fd, self._segment, self._end)
         self.last_seq = record.seq
+        self._remember([record])
         return record.seq
 
     # -- vectors ---------------------------------------------------------------------------
@@ -262,3 +398,24 @@ class IndexWriter:
             for key, row in zip(keys, vectors, strict=True):
                 known[bytes(key)] = row
         return known
+
+
+def _request(request_id: str | None, digest: str) -> tuple[str, str] | None:
+    if request_id is None:
+        return None
+    if not isinstance(request_id, str) or not request_id.strip() or len(request_id) > 200:
+        raise InvalidWriteError(f"request id {request_id!r} must be a non-empty string of at "
+                                "most 200 characters")
+    return request_id, digest
+
+
+def _digest_documents(docs: Sequence[Document], vectors: np.ndarray | None) -> str:
+    given = None if vectors is None else hashlib.sha256(
+        np.ascontiguousarray(vectors, dtype="<f4").tobytes()).hexdigest()
+    return _digest({"docs": [[d.id, d.title, d.text, d.metadata] for d in docs],
+                    "vectors": given})
+
+
+def _digest(what: Any) -> str:
+    return hashlib.sha256(json.dumps(what, sort_keys=True, ensure_ascii=False)
+                          .encode("utf-8")).hexdigest()[:32]

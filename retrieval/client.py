@@ -1,4 +1,5 @@
-"""``RemoteRetriever``: the ``Retriever`` search API over HTTP (``retrieval serve``).
+"""``RemoteRetriever``: the ``Retriever`` search API over HTTP (``retrieval serve``), and
+the ``IndexWriter`` writes (``upsert``, ``delete``) with fetching documents by id.
 
 Same ``search`` / ``search_batch`` / ``asearch`` / ``asearch_batch`` signatures and the same
 ``SearchResult`` models; an error body from the server is raised as the same typed error class
@@ -9,7 +10,8 @@ created on first use). Needs the ``service`` extra (httpx).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -18,9 +20,12 @@ from pydantic import TypeAdapter
 
 import retrieval.errors as library_errors
 import retrieval.service.errors as service_errors
+from indexes.docstore import Document
 from indexes.errors import RetrievalError
+from indexes.wal.checks import as_document
 from retrieval.models import SearchResult
 from retrieval.service.errors import ServerError, ServiceUnavailableError
+from retrieval.service.schemas import FetchResult, WriteAck
 
 Filters = dict[str, Any] | str | None
 
@@ -83,22 +88,57 @@ class RemoteRetriever:
     def search(self, query: str, filters: Filters = None, k: int | None = None, *,
                candidates: int | None = None, query_vector: np.ndarray | None = None,
                deadline_ms: float | None = None, group_by: str | None = None,
-               context: int = 0) -> SearchResult:
+               context: int = 0, min_seq: int | None = None) -> SearchResult:
         """``Retriever.search`` on the server."""
         _no_vectors(query_vector)
         body = _body(query=query, filters=filters, k=k, candidates=candidates,
-                     deadline_ms=deadline_ms, group_by=group_by, context=context or None)
+                     deadline_ms=deadline_ms, group_by=group_by, context=context or None,
+                     min_seq=min_seq)
         return SearchResult.model_validate_json(self._post("/v1/search", body))
 
     def search_batch(self, queries: Sequence[str], filters: Filters = None,
                      k: int | None = None, *, candidates: int | None = None,
                      query_vectors: np.ndarray | None = None, group_by: str | None = None,
-                     context: int = 0) -> list[SearchResult]:
+                     context: int = 0, min_seq: int | None = None) -> list[SearchResult]:
         """``Retriever.search_batch`` on the server (one request)."""
         _no_vectors(query_vectors)
         body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates,
-                     group_by=group_by, context=context or None)
+                     group_by=group_by, context=context or None, min_seq=min_seq)
         return _batch(self._post("/v1/search/batch", body))
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def upsert(self, documents: Iterable[Document | dict[str, Any]],
+               vectors: np.ndarray | None = None, *, request_id: str | None = None,
+               retries: int = 2) -> WriteAck:
+        """``IndexWriter.upsert`` on the server (a key of write scope); the ack's ``seq`` is
+        durable when this returns. A connection error is retried ``retries`` times with the
+        same ``request_id`` (default: a fresh one), so a retry is never logged twice."""
+        docs = [as_document(item, i) for i, item in enumerate(documents)]
+        rows = None if vectors is None else np.asarray(vectors, dtype=np.float32).tolist()
+        if rows is not None and len(rows) != len(docs):
+            raise library_errors.InvalidWriteError(
+                f"{len(rows)} vectors for {len(docs)} documents: give one per document")
+        body = {"documents": [
+            {"id": d.id, "text": d.text, "title": d.title, "metadata": d.metadata,
+             **({"vector": rows[i]} if rows is not None else {})}
+            for i, d in enumerate(docs)], "request_id": request_id or uuid.uuid4().hex}
+        return WriteAck.model_validate_json(self._post("/v1/documents", body, retries))
+
+    def delete(self, ids: Iterable[str], *, request_id: str | None = None,
+               retries: int = 2) -> WriteAck:
+        """``IndexWriter.delete`` on the server; retried as ``upsert`` is."""
+        body = {"ids": list(ids), "request_id": request_id or uuid.uuid4().hex}
+        return WriteAck.model_validate_json(self._post("/v1/documents/delete", body, retries))
+
+    def get_documents(self, ids: Sequence[str], *, min_seq: int | None = None
+                      ) -> list[Document | None]:
+        """``Retriever.get_documents`` on the server: None where no document has the id."""
+        result = FetchResult.model_validate_json(
+            self._post("/v1/documents/get", _body(ids=list(ids), min_seq=min_seq)))
+        found = {d.id: Document(id=d.id, text=d.text, title=d.title, metadata=d.metadata)
+                 for d in result.documents}
+        return [found.get(doc_id) for doc_id in ids]
 
     def index_info(self) -> dict[str, Any]:
         response = self._sync().get("/v1/index")
@@ -110,11 +150,15 @@ class RemoteRetriever:
             self._client = httpx.Client(**self._options)
         return self._client
 
-    def _post(self, path: str, body: dict[str, Any]) -> bytes:
-        try:
-            response = self._sync().post(path, json=body)
-        except httpx.TransportError as exc:
-            raise ServiceUnavailableError(f"cannot reach {self.url}{path}: {exc!r}") from exc
+    def _post(self, path: str, body: dict[str, Any], retries: int = 0) -> bytes:
+        for attempt in range(retries + 1):
+            try:
+                response = self._sync().post(path, json=body)
+                break
+            except httpx.TransportError as exc:
+                if attempt == retries:
+                    raise ServiceUnavailableError(f"cannot reach {self.url}{path}: {exc!r}"
+                                                  ) from exc
         raise_for_error(response)
         return response.content
 

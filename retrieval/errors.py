@@ -17,7 +17,9 @@ from indexes.errors import (
     LimitExceededError,
     MalformedFilterError,
     MissingArtifactError,
+    RequestReplayError,
     RetrievalError,
+    SchemaMismatchError,
     UnknownFieldError,
     WriterLockedError,
 )
@@ -47,6 +49,11 @@ class SearchAbandonedError(RetrievalError):
     client that disconnected): a search still queued for a thread was dropped, never run."""
 
 
+class SequenceNotReachedError(RetrievalError):
+    """A search asked to see writes up to a sequence number (``min_seq``) this index has not
+    applied: no write with that number has been acknowledged on this root (yet)."""
+
+
 class UnknownNamedFilterError(InvalidQueryError):
     """A search referred (``{"$named": name}``) to a filter name that was never registered."""
 
@@ -71,8 +78,11 @@ __all__ = [
     "MalformedFilterError",
     "MissingArtifactError",
     "OverloadedError",
+    "RequestReplayError",
     "RetrievalError",
+    "SchemaMismatchError",
     "SearchAbandonedError",
+    "SequenceNotReachedError",
     "UnknownFieldError",
     "UnknownNamedFilterError",
     "WriterLockedError",

@@ -9,6 +9,7 @@ from pathlib import Path
 from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import ExactDense, load_dense
 from indexes.bm25 import BM25Index
+from indexes.doc_ids import BuildIds
 from indexes.docstore import DocStore
 from indexes.errors import ArtifactError, CorruptArtifactError
 from indexes.manifest import MANIFEST, Manifest, read_manifest, resolve_build_dir, verify_build
@@ -31,6 +32,10 @@ class LoadedBuild:
     docs: DocStore
     dense: ExactDense  # the dense leg: IVF when the build has one, else exact search
     passages: PassageMap | None = None  # rows are passages of documents (passage builds)
+
+    def __post_init__(self) -> None:
+        if self.metadata.ids is None:  # a live snapshot sets its own (``retrieval.live``)
+            self.metadata.ids = BuildIds(self.docs)
 
     @property
     def build_id(self) -> str:

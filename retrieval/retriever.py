@@ -16,13 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from indexes.docstore import Document
 from indexes.encoders import Encoder
 from indexes.errors import RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
+from indexes.wal.split import whole_documents
 from retrieval.abandon import Abandoned, unless_abandoned
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
+from retrieval.errors import SequenceNotReachedError
 from retrieval.features import OnlineStore, make_store
 from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
@@ -262,6 +265,47 @@ class Retriever:
         return (self._log.apply_now() if self._log is not None else False) or swapped
 
     @property
+    def applied_seq(self) -> int:
+        """The last write-ahead log sequence number this retriever serves (folded into its
+        build or applied on top of it)."""
+        log = self._log
+        return log.applied_seq if log is not None else self.snapshot.manifest.log_seq
+
+    def wait_for_seq(self, seq: int | None) -> None:
+        """Serve every write up to ``seq`` (read-your-writes): reads the log now if it is
+        behind; ``SequenceNotReachedError`` when no such write is acknowledged on the root."""
+        if seq is None or self.applied_seq >= seq:
+            return
+        self.refresh()
+        if self.applied_seq < seq:
+            failure = f"; the log cannot be applied: {self.log_failure}" if self.log_failure \
+                else ""
+            raise SequenceNotReachedError(
+                f"min_seq {seq} is past the last write this index serves (seq "
+                f"{self.applied_seq}){failure}; pass the seq a write under this index root "
+                "returned")
+
+    def get_documents(self, ids: Sequence[str], *, min_seq: int | None = None
+                      ) -> list[Document | None]:
+        """The documents with ``ids`` as this retriever serves them (live writes included),
+        None where no document has that id; a passage build's are reassembled from their
+        passages. ``min_seq`` as in ``search``."""
+        self.wait_for_seq(min_seq)
+        snapshot = self.snapshot
+        ids_of = snapshot.metadata.ids
+        assert ids_of is not None  # every snapshot knows its ids
+        found: list[Document | None] = []
+        for doc_id in ids:
+            rows = list(ids_of.rows(doc_id))
+            if not rows:
+                found.append(None)
+            elif snapshot.passages is None:
+                found.append(snapshot.docs.get(rows[0]))
+            else:
+                found.append(whole_documents(snapshot.docs, snapshot.passages, rows)[0])
+        return found
+
+    @property
     def log_failure(self) -> str | None:
         """Why the write-ahead log's newest records cannot be applied (a damaged record), or
         None; the last good state serves meanwhile."""
@@ -344,6 +388,7 @@ class Retriever:
         deadline_ms: float | None = None,
         group_by: str | None = None,
         context: int = 0,
+        min_seq: int | None = None,
     ) -> SearchResult:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
 
@@ -352,8 +397,10 @@ class Retriever:
         ``config.max_in_flight`` searches are already running. In a passage build,
         ``group_by="document"`` returns each document's best passage only (``k`` counts
         documents) and ``context=n`` adds the ``n`` passages around each hit
-        (``retrieval.request_path.grouping``).
+        (``retrieval.request_path.grouping``). ``min_seq``: see at least the writes up to
+        that sequence number (``wait_for_seq``).
         """
+        self.wait_for_seq(min_seq)
         return self._path.search(self._live, query, filters, k, candidates, query_vector,
                                  deadline_ms, group_by, context)
 
@@ -367,8 +414,10 @@ class Retriever:
         query_vectors: np.ndarray | None = None,
         group_by: str | None = None,
         context: int = 0,
+        min_seq: int | None = None,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
+        self.wait_for_seq(min_seq)
         return self._path.search_batch(self._live, queries, filters, k, candidates,
                                        query_vectors, group_by, context)
 
@@ -387,6 +436,10 @@ class Retriever:
         wait forever. ``abandoned``: an awaitable factory that completes when the caller no
         longer wants the answer (``retrieval.abandon``)."""
         loop = asyncio.get_running_loop()
+        if options.get("min_seq") is not None and self.applied_seq < options["min_seq"]:
+            call = functools.partial(self.search, query, filters, k, **options)
+            return await unless_abandoned(loop.run_in_executor(None, call), abandoned)
+        options.pop("min_seq", None)
         if (options.get("query_vector") is None and self._path.reads_without_blocking
                 and is_light_filter(filters)):
             live = self._live

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexes import Document, EncoderInfo, build_index, read_corpus
+from indexes import BuildConfig, Document, EncoderInfo, build_index, read_corpus
 from indexes.demo_metadata import with_demo_metadata
 
 DIM = 8
@@ -26,10 +26,10 @@ def scifact_docs(dataset_dir: Path, n: int) -> list[Document]:
 
 
 def build_small(root: Path, docs: list[Document], seed: int = 0,
-                shards: int | None = None) -> np.ndarray:
+                shards: int | None = None, allow_new_fields: bool = False) -> np.ndarray:
     """Build ``docs`` under ``root`` with random unit vectors (in ``shards`` shards with exact
     dense legs, when given); returns the vectors."""
     vectors = unit_vectors(len(docs), seed)
     build_index(docs, root, vectors=vectors, encoder_info=INFO, progress=False, shards=shards,
-                dense="exact")
+                dense="exact", config=BuildConfig(allow_new_fields=allow_new_fields))
     return vectors

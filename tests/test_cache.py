@@ -42,7 +42,7 @@ DIM = 8
 
 def relaxed(url: str, cluster: bool = False, **options: Any) -> RedisCache:
     """Generous timeouts: a loaded CI box must not turn hits into misses. Hang tests below
-    use the library defaults (5 ms read / 10 ms connect) instead."""
+    use the library defaults (50 ms read / 100 ms connect) instead."""
     return RedisCache(
         url, cluster=cluster, socket_timeout_ms=500.0, connect_timeout_ms=500.0, **options
     )
@@ -252,7 +252,7 @@ def test_redis_stopped_then_restarted(
 
 
 def warm_up(cache: Cache, keys: list[str]) -> None:
-    """Store keys[0]; retried because 5 ms timeouts can blip on a loaded test machine."""
+    """Store keys[0]; retried because default timeouts can blip on a loaded test machine."""
 
     def stored() -> bool:
         cache.set_many({keys[0]: b"v"}, 30)

@@ -161,6 +161,22 @@ def test_named_filters_and_value_suggestions_see_the_whole_collection(layouts, l
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_id_filter_and_fetching_by_id_see_the_whole_collection(layouts, layout):
+    retrievers, texts, vectors = layouts
+    retriever, whole = retrievers[layout], retrievers["whole"]
+    last = whole.snapshot.manifest.n_docs - 1  # in the last shard
+    ids = [whole.snapshot.docs.doc_id(row) for row in (0, 1, last)]
+    for spec in ({"id": {"in": ids}}, f'id IN ("{ids[0]}", "{ids[1]}", "{ids[2]}")'):
+        got = retriever.search(texts[3], spec, 10, query_vector=vectors[3])
+        same(got, whole.search(texts[3], spec, 10, query_vector=vectors[3]))
+        assert {h.doc_id for h in got.hits} == set(ids) and got.allowed == 3
+    one = retriever.search(texts[3], {"id": ids[2]}, 10, query_vector=vectors[3])
+    assert [h.doc_id for h in one.hits] == [ids[2]]
+    assert retriever.get_documents([*ids, "absent"]) == whole.get_documents([*ids, "absent"])
+    assert retriever.get_documents(["absent"]) == [None]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_framework_adapters_run_over_every_layout(layouts, layout):
     retrievers, texts, _ = layouts
     want = [h.doc_id for h in retrievers["whole"].search(texts[0], k=5).hits]
@@ -382,6 +398,16 @@ def test_live_writes_and_compaction_are_the_same_on_every_layout(cluster, live_r
                 same(got, want)
                 assert not {docs[3].id, docs[90].id} & {h.doc_id for h in got.hits}
                 assert got.build_id.endswith("+2")  # the sharded build plus two log records
+        written = {"id": {"in": ["live-1", docs[70].id, docs[3].id]}}
+        want = retrievers["whole"].search(NEEDLE, written, 10, query_vector=vector)
+        assert sorted(h.doc_id for h in want.hits) == sorted(["live-1", docs[70].id])
+        fetched = retrievers["whole"].get_documents(["live-1", docs[70].id, docs[3].id])
+        assert fetched[1] is not None and fetched[1].text == f"{NEEDLE} rewritten"
+        assert fetched[2] is None
+        for layout in LAYOUTS[1:]:
+            same(retrievers[layout].search(NEEDLE, written, 10, query_vector=vector), want)
+            assert retrievers[layout].get_documents(
+                ["live-1", docs[70].id, docs[3].id]) == fetched
         for name, root in roots.items():
             with IndexWriter(root) as writer:
                 report = writer.compact()

@@ -19,7 +19,7 @@ from passage_fixtures import CAR_QUERY, TARGET
 
 from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import InvalidWriteError
-from indexes.manifest import resolve_build_dir
+from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.publish import publish_build
 from indexes.wal import read_all
 from indexes.wal.split import split, token_counter
@@ -134,9 +134,10 @@ def test_vectors_given_to_a_passage_build_are_one_per_passage(root, long_docs, e
 
 def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_path,
                                                                            dataset):
-    """Pending upserts hold one vector per document, not per passage: a passage build of the
-    root is refused before anything is published; one published anyway (staged, then
-    flipped) is refused by compaction, by a new process and by a serving process's reload."""
+    """Pending upserts hold one vector per document, not per passage. A passage build from an
+    export supersedes them (they are never applied to it); a build that carries them (given
+    their log position, then flipped) is refused by compaction, by a new process and by a
+    serving process's reload."""
     docs = scifact_docs(dataset("scifact"), 20)
     build_small(tmp_path, docs)
     with IndexWriter(tmp_path) as writer:
@@ -149,9 +150,9 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
         return build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO,
                            config=BuildConfig(passages=SMALL), progress=False, **options)
 
-    for publish in (True, False):
-        with pytest.raises(InvalidWriteError, match="another kind of build.*compact"):
-            build(publish=publish)
+    staged = build(publish=False)
+    assert staged.live_writes is not None and staged.live_writes.records == 1
+    assert read_manifest(staged.path).log_seq == 1  # the upsert is superseded, not applied
     assert resolve_build_dir(tmp_path) == whole
     with Retriever.load(tmp_path, LIVE) as serving:  # a build given its log position
         publish_build(tmp_path, build(publish=False, log_seq=0).build_id)
@@ -167,8 +168,9 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
 
 def test_records_written_for_passages_never_serve_on_a_build_of_whole_documents(tmp_path,
                                                                                 dataset):
-    """The reverse: a logged passage upsert (vectors per passage) is refused by a build of
-    whole documents, before anything is built."""
+    """The reverse: a build of whole documents from an export supersedes a logged passage
+    upsert (vectors per passage): it publishes, the record's segment is deleted, and it
+    serves."""
     docs = scifact_docs(dataset("scifact"), 20)
     rows, _ = split(docs, token_counter(None), SMALL)
     build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
@@ -177,6 +179,7 @@ def test_records_written_for_passages_never_serve_on_a_build_of_whole_documents(
         n_passages = len(split([docs[0]], token_counter(None), SMALL)[0])
         writer.upsert([docs[0]], vectors=unit_vectors(n_passages, 5))
     passage_build = resolve_build_dir(tmp_path)
-    with pytest.raises(InvalidWriteError, match="another kind of build.*compact"):
-        build_small(tmp_path, docs)
-    assert resolve_build_dir(tmp_path) == passage_build
+    build_small(tmp_path, docs)
+    assert resolve_build_dir(tmp_path) != passage_build and read_all(tmp_path) == []
+    with Retriever.load(tmp_path, LIVE) as serving:
+        assert serving.snapshot.manifest.passages is None and serving.applied_seq == 1

@@ -15,7 +15,12 @@ import pytest
 from live_index import DIM, build_small, scifact_docs, unit_vectors
 
 from indexes import Document
-from indexes.errors import InvalidWriteError, WriterLockedError
+from indexes.errors import (
+    InvalidWriteError,
+    RequestReplayError,
+    SchemaMismatchError,
+    WriterLockedError,
+)
 from indexes.wal import read_all, segments
 from indexes.wal.log import (
     ACKED,
@@ -88,12 +93,72 @@ def test_bad_deletes_are_refused_with_nothing_written(root, ids):
     assert read_all(root) == []
 
 
-def test_a_second_writer_is_refused_until_the_first_closes(root):
-    first = IndexWriter(root)
-    with pytest.raises(WriterLockedError, match="one writer per index root"):
-        IndexWriter(root)
+def test_two_writers_on_one_root_take_turns_in_one_sequence(root):
+    """Each serving worker has a writer: appends take the root's lock in turn and catch up
+    first, so seqs stay contiguous, and a field one writer added is known to the other."""
+    first, second = IndexWriter(root), IndexWriter(root)
+    seqs = []
+    for n in range(6):
+        writer = first if n % 2 == 0 else second
+        seqs.append(writer.upsert([Document(f"w{n}", f"turn {n}", metadata={"year": n})],
+                                  vectors=unit_vectors(1, n)))
+    seqs.append(second.delete(["w0"]))
     first.close()
-    IndexWriter(root).close()
+    second.close()
+    assert seqs == list(range(1, 8))
+    assert [r.seq for r in read_all(root)] == seqs
+
+
+def test_a_lock_held_past_the_timeout_is_writer_locked_with_nothing_written(root):
+    import fcntl
+
+    writer = IndexWriter(root, lock_timeout_seconds=0.2)
+    with open(wal_dir(root) / ".writer.lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another process's append that never ends
+        with pytest.raises(WriterLockedError, match="one writer per index root"):
+            writer.delete(["d1"])
+    assert writer.delete(["d1"]) == 1  # the lock came back: the write goes through
+    writer.close()
+
+
+def test_a_retried_request_id_is_answered_with_the_first_seq_and_logged_once(root):
+    with IndexWriter(root) as writer, IndexWriter(root) as other:
+        doc = Document("r1", "retried text", metadata={"year": 1})
+        first = writer.upsert_acked([doc], vectors=unit_vectors(1, 1), request_id="req-1")
+        again = other.upsert_acked([doc], vectors=unit_vectors(1, 1), request_id="req-1")
+        gone = other.delete_acked(["r1"], request_id="req-2")
+        assert (first.seq, first.replayed) == (1, False)
+        assert (again.seq, again.replayed) == (1, True)
+        assert writer.delete_acked(["r1"], request_id="req-2") == gone.__class__(2, True)
+        with pytest.raises(RequestReplayError, match="different write"):
+            writer.upsert([Document("r1", "other text")], vectors=unit_vectors(1, 2),
+                          request_id="req-1")
+    assert [r.seq for r in read_all(root)] == [1, 2]
+    with IndexWriter(root) as reopened:  # remembered from the log after a restart too
+        assert reopened.delete_acked(["r1"], request_id="req-2").replayed
+
+
+def test_an_upsert_adding_or_retyping_a_field_is_a_schema_error_naming_it(root):
+    with IndexWriter(root) as writer:
+        with pytest.raises(SchemaMismatchError, match="'yaer' is not in the index's schema"
+                           ) as error:
+            writer.upsert([Document("s1", "text", metadata={"yaer": 2020})],
+                          vectors=unit_vectors(1, 1))
+        assert error.value.field == "yaer" and "year (number)" in str(error.value)
+        with pytest.raises(SchemaMismatchError, match="holds a keyword value"):
+            writer.upsert([Document("s1", "text", metadata={"year": "recent"})],
+                          vectors=unit_vectors(1, 1))
+        writer.upsert([Document("s1", "text", metadata={"notes": {"free": "form"}})],
+                      vectors=unit_vectors(1, 1))  # a nested object is stored, not a field
+    assert [r.seq for r in read_all(root)] == [1]
+
+
+def test_a_build_allowing_new_fields_takes_them(tmp_path, docs):
+    build_small(tmp_path, docs[:20], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("n1", "text", metadata={"team": "search"})],
+                      vectors=unit_vectors(1, 1))
+        assert writer.kinds["team"] == "keyword"
 
 
 def test_torn_tail_is_truncated_with_a_warning_and_acknowledged_records_stay(root, caplog):

@@ -23,6 +23,7 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from serving import free_port
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
@@ -51,12 +52,6 @@ reload_interval_seconds = 0.25
 cardio = { department = "cardiology" }
 """
 MAX_BODY = 65_536  # set through RETRIEVAL_SERVER__MAX_BODY_BYTES, so overrides are exercised
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -5,29 +5,49 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from indexes.docstore import Document
-from indexes.errors import InvalidWriteError
+from indexes.errors import InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
 from indexes.metadata import FieldKind, merge_kinds, value_kind
-from indexes.wal.log import Record, read_all
+from indexes.wal.log import Record
 from indexes.wal.state import Changes
 
 
-def check_documents(documents: Iterable[Document | dict[str, Any]],
-                    kinds: Mapping[str, str]) -> tuple[list[Document], dict[str, str]]:
-    """The documents as ``Document``s and the field kinds including theirs."""
+def check_documents(documents: Iterable[Document | dict[str, Any]], kinds: Mapping[str, str],
+                    allow_new_fields: bool = False) -> tuple[list[Document], dict[str, str]]:
+    """The documents as ``Document``s and the field kinds including theirs; a field the
+    index lacks is ``SchemaMismatchError`` unless ``allow_new_fields``."""
     docs = [as_document(item, i) for i, item in enumerate(documents)]
     if not docs:
         raise InvalidWriteError("no documents to upsert: give at least one")
     check_unique([d.id for d in docs])
+    return docs, merged_schema(docs, kinds, allow_new_fields)
+
+
+def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_fields: bool
+                  ) -> dict[str, str]:
+    """The index's field kinds after ``docs`` (checked as ``check_documents`` says)."""
     merged: dict[str, str | None] = dict(kinds)
     for doc in docs:
         for name, value in doc.metadata.items():
-            merged[name] = field_kind(doc.id, name, value, merged.get(name))
-    return docs, {name: kind for name, kind in merged.items() if kind is not None}
+            known = merged.get(name)
+            kind = field_kind(doc.id, name, value, known, kinds)
+            if known is None and kind is not None and not allow_new_fields:
+                raise SchemaMismatchError(
+                    f"document {doc.id!r}: metadata field {name!r} is not in the index's "
+                    f"schema ({describe_schema(kinds)}); fix the field name, or rebuild with "
+                    "allow_new_fields (retrieval build --allow-new-fields) so upserts may add "
+                    "fields", name)
+            merged[name] = kind
+    return {name: kind for name, kind in merged.items() if kind is not None}
+
+
+def describe_schema(kinds: Mapping[str, str]) -> str:
+    if not kinds:
+        return "no filterable fields"
+    return "fields: " + ", ".join(f"{name} ({kind})" for name, kind in sorted(kinds.items()))
 
 
 def as_document(item: Document | dict[str, Any], position: int) -> Document:
@@ -61,17 +81,19 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
     return doc
 
 
-def field_kind(doc_id: str, name: str, value: Any, known: str | None) -> str | None:
-    """The field's kind after this value; refuses a value of another kind than the index's.
-    None: only nested objects so far (stored with the document, not filterable)."""
+def field_kind(doc_id: str, name: str, value: Any, known: str | None,
+               schema: Mapping[str, str]) -> str | None:
+    """The field's kind after this value; refuses a value of another kind than the index's
+    (``SchemaMismatchError``). None: only nested objects so far (stored with the document,
+    not filterable)."""
     kind = value_kind(value)
     if kind is None or known is None:
         return kind or known
     if merge_kinds({kind, known}) != known:  # type: ignore[arg-type]
-        raise InvalidWriteError(
+        raise SchemaMismatchError(
             f"document {doc_id!r}: metadata field {name!r} holds a {kind} value "
-            f"({value!r}) but the index's field is {known}; give a {known} value (or rebuild "
-            "the index to change the field's type)")
+            f"({value!r}) but the index's field is {known} ({describe_schema(schema)}); "
+            f"give a {known} value (or rebuild the index to change the field's type)", name)
     return known
 
 
@@ -112,11 +134,6 @@ def check_records_fit(manifest: Manifest, changes: Changes) -> None:
     with or without passages while records were pending): their vectors are per document
     where passages are needed, or the reverse."""
     check_fit(manifest.passages is not None, f"build {manifest.build_id!r}", changes)
-
-
-def check_pending_fit(root: Path, after: int, split_build: bool) -> None:
-    """Before a build of ``root`` is made: the log's pending records must fit it."""
-    check_fit(split_build, "the new build", Changes.of(read_all(root, after=after), after))
 
 
 def check_fit(split_build: bool, build: str, changes: Changes) -> None:

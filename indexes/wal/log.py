@@ -73,6 +73,9 @@ class Record:
     # Passage builds: each document's passages as (start, end) offsets into its text; then
     # ``vectors`` holds one row per passage, documents in order (else one per document).
     passages: tuple[tuple[tuple[int, int], ...], ...] = ()
+    # A client's request id and a digest of what it asked, so a retried request is
+    # recognised (``IndexWriter``: answered with this seq, not logged twice).
+    request: tuple[str, str] | None = None
 
     def per_document(self) -> list[tuple[Document, np.ndarray, tuple[tuple[int, int], ...]]]:
         """(document, its vector (dim,) or passage vectors (n, dim), its passage spans)."""
@@ -139,6 +142,8 @@ def encode_record(record: Record) -> bytes:
         blob = vectors.tobytes()
     else:
         body, blob = {"op": "delete", "ids": list(record.ids)}, b""
+    if record.request is not None:
+        body["request"] = list(record.request)
     text = json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8")
     payload = JSON_LEN.pack(len(text)) + text + blob
     seq_bytes = struct.pack("<Q", record.seq)
@@ -148,15 +153,16 @@ def encode_record(record: Record) -> bytes:
 def decode_payload(seq: int, payload: bytes) -> Record:
     (size,) = JSON_LEN.unpack_from(payload)
     body = json.loads(payload[JSON_LEN.size:JSON_LEN.size + size].decode("utf-8"))
+    request = tuple(body["request"]) if "request" in body else None
     if body["op"] == "delete":
-        return Record(seq, "delete", ids=tuple(body["ids"]))
+        return Record(seq, "delete", ids=tuple(body["ids"]), request=request)  # type: ignore[arg-type]
     docs = tuple(Document(id=d["id"], text=d["text"], title=d["title"], metadata=d["metadata"])
                  for d in body["docs"])
     vectors = np.frombuffer(payload[JSON_LEN.size + size:], dtype="<f4").astype(np.float32)
     passages = tuple(tuple((int(a), int(b)) for a, b in spans)
                      for spans in body.get("passages", ()))
     return Record(seq, "upsert", documents=docs, vectors=vectors.reshape(body["shape"]),
-                  passages=passages)
+                  passages=passages, request=request)  # type: ignore[arg-type]
 
 
 def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | None = None,

@@ -10,9 +10,11 @@ Design rules, each because a cache must never make a request slower or fail it:
 * Client creation, URL checks, the breaker and burst logging live in
   ``retrieval.resilience.redis_link`` (shared with the Redis feature store).
 
-Default timeouts: 5 ms read (``socket_timeout_ms``) and 10 ms connect (``connect_timeout_ms``).
-A loopback or same-zone ``MGET`` answers in well under 1 ms; 5 ms leaves headroom for server
-hiccups while bounding the worst case. For Cluster, a timeout also triggers one inline
+Default timeouts (shared with the feature store, ``resilience.redis_link``): 50 ms read
+(``socket_timeout_ms``) and 100 ms connect (``connect_timeout_ms``). A loopback ``MGET``
+answers in ~0.1 ms, but on a busy host (6 busy processes on 2 cores) its p99.9 reached ~20 ms
+and 5 ms timed out 1-2% of calls, enough to open the breaker on a healthy Redis
+(``python -m benchmarks.redis_timeouts``). For Cluster, a timeout also triggers one inline
 topology refresh inside redis-py (``CLUSTER SLOTS`` against each known node, each bounded by
 the same timeouts), so an unresponsive 3-node cluster costs about 4 read timeouts per call
 until the breaker opens; see ``tests/test_cache.py`` for the measured bound.
@@ -44,13 +46,13 @@ from retrieval.resilience import (
     redact_url,
     validate_redis_url,
 )
+from retrieval.resilience.redis_link import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_SOCKET_TIMEOUT_MS
 
-__all__ = ["RedisCache", "redact_url", "validate_redis_url"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_MS", "DEFAULT_SOCKET_TIMEOUT_MS", "RedisCache", "redact_url",
+           "validate_redis_url"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SOCKET_TIMEOUT_MS = 5.0
-DEFAULT_CONNECT_TIMEOUT_MS = 10.0
 DEFAULT_WRITE_QUEUE_SIZE = 1024
 MAX_PIPELINE_COMMANDS = 512  # coalesce queued batches, but keep each pipeline reply small
 
@@ -77,7 +79,7 @@ class RedisCache(Cache):
         self.link = RedisLink(url, LinkSettings(
             cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
             breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger, what="redis cache",
-            fallback="serving cache misses", error=CacheConfigError)
+            fallback="serving cache misses", section="cache", error=CacheConfigError)
         self.url = self.link.url
         self.cluster = cluster
         self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads"))

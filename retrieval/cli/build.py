@@ -18,7 +18,6 @@ from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
 from retrieval.cli.common import Subparsers, add_parser
-from retrieval.cli.compact import fold_after_build
 from retrieval.cli.formats import CORPUS_FORMAT
 from retrieval.cli.publish import add_gate_flags, after_build
 from retrieval.errors import ConfigError
@@ -62,6 +61,15 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--shard-dense", choices=["ivf", "exact"], default="ivf",
                        help="each shard's dense leg: IVF, or exact (sharded results then equal "
                        "an exact unsharded index's)")
+    build.add_argument("--live-writes", choices=["superseded", "replayed"],
+                       default="superseded",
+                       help="writes logged live on --out before this build started: "
+                       "superseded by the corpus export (default: it is the newer truth), or "
+                       "replayed onto it; writes logged after it started are applied on top "
+                       "either way, and the folded log is deleted once the build is live")
+    build.add_argument("--allow-new-fields", action="store_true",
+                       help="let live upserts add metadata fields this build does not have "
+                       "(default: refused, so a misspelt field cannot change the schema)")
     add_gate_flags(build, staging=True)
     build.set_defaults(func=run_build)
 
@@ -74,6 +82,7 @@ def run_build(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         passages=passage_config(args),
         ann=args.ann,
+        allow_new_fields=args.allow_new_fields,
     )
     if args.ray is not None:
         return run_ray_build(args, config)
@@ -84,7 +93,10 @@ def run_build(args: argparse.Namespace) -> int:
     encoder = make_encoder(args.doc_encoder, args.model)
     publish = not (args.no_publish or args.gate)
     report = build_index(documents, args.out, encoder=encoder, config=config, publish=publish,
-                         shards=args.shards, dense=args.shard_dense)
+                         shards=args.shards, dense=args.shard_dense,
+                         live_writes=args.live_writes)
+    if report.live_writes is not None:
+        print(report.live_writes.describe())
     if not report.published:
         return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
@@ -94,7 +106,8 @@ def run_build(args: argparse.Namespace) -> int:
         print(report.window.describe())
     if report.passages is not None:
         print(describe_passages(report.passages))
-    fold_after_build(Path(args.out), encoder)
+    if report.segments_retired:
+        print(f"deleted {report.segments_retired} folded log segments")
     return 0
 
 

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
-from indexes.encoders import Encoder
-from indexes.errors import WriterLockedError
-from indexes.wal import segments
 from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
 
@@ -31,18 +27,3 @@ def run_compact(args: argparse.Namespace) -> int:
           f"{report.records_folded} log records up to seq {report.log_seq} folded, "
           f"{report.segments_retired} segments retired in {report.seconds} s")
     return 0
-
-
-def fold_after_build(root: Path, encoder: Encoder | None) -> None:
-    """After a nightly build of a root that has a log: fold the log into it at once (the
-    build carried the folded position forward, so serving processes keep applying the log
-    on top of it until then)."""
-    if not segments(root):
-        return
-    try:
-        with IndexWriter(root, encoder) as writer:
-            report = writer.compact()
-    except WriterLockedError as exc:
-        log.warning("the write-ahead log stays unfolded until `retrieval compact`: %s", exc)
-        return
-    print(f"folded the write-ahead log up to seq {report.log_seq} into build {report.build_id}")

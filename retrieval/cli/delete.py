@@ -8,14 +8,18 @@ from pathlib import Path
 from indexes.errors import CorpusError
 from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.remote import add_remote_flags, remote_writer
+from retrieval.errors import ConfigError
 
 
 def register(subparsers: Subparsers) -> None:
     delete = add_parser(subparsers, "delete", "delete documents of a live index by id",
                         "IDS is a text file with one document id per line (blank lines are "
-                        "skipped); all of them are one acknowledged write.")
-    delete.add_argument("index", help="index root")
+                        "skipped); all of them are one acknowledged write (with --url: one "
+                        "per --batch ids, sent to a running `retrieval serve`).")
+    delete.add_argument("index", nargs="?", help="index root (not with --url)")
     delete.add_argument("--ids", required=True, help="file of document ids, one per line")
+    add_remote_flags(delete)
     delete.set_defaults(func=run_delete)
 
 
@@ -25,6 +29,15 @@ def run_delete(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
     ids = [line.strip() for line in lines if line.strip()]
+    if args.url:
+        with remote_writer(args) as client:
+            for start in range(0, len(ids), args.batch):
+                ack = client.delete(ids[start:start + args.batch])
+                print(f"acknowledged seq {ack.seq}: {len(ids[start:start + args.batch])} ids "
+                      "deleted")
+        return 0
+    if args.index is None:
+        raise ConfigError("give the INDEX root, or --url of a running server", "index")
     with IndexWriter(args.index) as writer:
         seq = writer.delete(ids)
     print(f"acknowledged seq {seq}: {len(ids)} ids deleted")

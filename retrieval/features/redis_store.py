@@ -55,14 +55,19 @@ from retrieval.features.store import (
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
 from retrieval.resilience import NO_TLS, LinkSettings, RedisLink, TlsFiles, make_client, redact_url
-from retrieval.resilience.redis_link import AnyRedis, Failure
+from retrieval.resilience.redis_link import (
+    DEFAULT_CONNECT_TIMEOUT_MS,
+    DEFAULT_SOCKET_TIMEOUT_MS,
+    AnyRedis,
+    Failure,
+)
 
 logger = logging.getLogger(__name__)
 READ = LuaScript(READ_SCRIPT)
 _SCHEMAS_KEPT = 4  # per view: enough for readers racing across a couple of flips
 
-DEFAULT_SOCKET_TIMEOUT_MS = 20.0  # a 1,000-entity script answers in ~1 ms on loopback
-DEFAULT_CONNECT_TIMEOUT_MS = 20.0
+# Timeouts as the cache's (resilience.redis_link): a 1,000-entity script answers in ~1 ms on
+# loopback, and the tail on a busy host is the scheduler's, not the script's.
 DEFAULT_KEY_TTL_SECONDS = 30 * 86400.0
 
 
@@ -92,7 +97,8 @@ class RedisStore(OnlineStore):
         self.link = RedisLink(url, LinkSettings(
             cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
             breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger,
-            what="feature store", fallback="serving feature defaults", error=FeatureConfigError)
+            what="feature store", fallback="serving feature defaults", section="feature_store",
+            error=FeatureConfigError)
         self.url = self.link.url
         self.cluster = cluster
         self.namespace = validate_namespace(namespace)

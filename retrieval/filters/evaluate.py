@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from indexes.doc_ids import ID_FIELD, id_mask
 from indexes.metadata import MetadataIndex
 from retrieval.errors import FilterTypeError, UnknownFieldError
 from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range, Scalar
@@ -93,6 +94,8 @@ def _evaluate(filter: Filter, metadata: MetadataIndex) -> tuple[Mask, bool]:
 
 
 def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
+    if leaf.field == ID_FIELD:
+        return _id_mask(leaf, metadata)
     kind = metadata.kinds.get(leaf.field)
     if kind is None:
         raise UnknownFieldError(unknown_field_message(leaf.field, metadata.kinds))
@@ -125,6 +128,14 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
     for bound, op in rest:
         np.logical_and(mask, op(column, _number(leaf.field, kind, bound)), out=mask)
     return mask
+
+
+def _id_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
+    if isinstance(leaf, Range):
+        raise FilterTypeError(f"{ID_FIELD!r} is the document id: filter it with = or IN")
+    values = (leaf.value,) if isinstance(leaf, Eq) else leaf.values
+    assert metadata.ids is not None, "a snapshot's metadata knows its ids"
+    return id_mask(metadata.ids, [str(v) for v in values], metadata.n_docs)
 
 
 def _number(field: str, kind: str, value: object) -> float:

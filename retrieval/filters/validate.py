@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime
 
 import numpy as np
 
+from indexes.doc_ids import ID_FIELD
 from indexes.metadata import keyword_value, parse_date
 from retrieval.errors import (
     FilterTypeError,
@@ -63,7 +64,7 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
 
 
 def unknown_field_message(field: str, kinds: Mapping[str, str]) -> str:
-    known = sorted(kinds)
+    known = sorted({*kinds, ID_FIELD})
     close = difflib.get_close_matches(field, known, n=1) if len(field) <= 100 else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     listing = ", ".join(known[:40]) + (f", ... ({len(known) - 40} more)" if len(known) > 40 else "")
@@ -79,6 +80,8 @@ class Context:
         self.clauses = 0
 
     def kind(self, field: str) -> str:
+        if field == ID_FIELD:  # the document id: a keyword every document has
+            return "keyword"
         if field not in self.kinds:
             raise UnknownFieldError(unknown_field_message(field, self.kinds))
         return self.kinds[field]

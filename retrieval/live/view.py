@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from indexes.bm25 import BM25Params
+from indexes.doc_ids import LiveIds
 from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.sharding.layout import build_parts
@@ -84,9 +85,12 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
     bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
     hashes = np.concatenate([content_hashes_of(base)[alive],
                              content_hashes([d.content for d in docs])])
+    metadata = live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds)
+    assert base.metadata.ids is not None  # set by every LoadedBuild
+    metadata.ids = LiveIds(base.metadata.ids, alive, [d.id for d in docs])
     snapshot = LoadedBuild(
         path=base.path, manifest=manifest, analyzer=base.analyzer, bm25=bm25,
-        metadata=live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds),
+        metadata=metadata,
         vectors=vectors, docs=LiveDocs(base.docs, docs),
         dense=LiveDense(base.dense, vectors, None if alive.all() else alive),
         passages=passages[0] if passages is not None else None,

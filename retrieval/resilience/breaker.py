@@ -3,7 +3,9 @@
 An outage must cost the request path (almost) nothing: once ``failures_to_open``
 consecutive calls have failed the breaker opens and callers skip the backend entirely. After
 ``cooldown_seconds`` exactly one probe call is let through (half-open); its success closes the
-breaker, its failure re-opens it for another cooldown.
+breaker, its failure re-opens it for another cooldown. ``record_failure`` says when a call
+tripped a closed breaker, so the caller can log the outage once, when it starts (a failed
+probe re-opening the breaker is the same outage).
 """
 
 from __future__ import annotations
@@ -68,16 +70,19 @@ class CircuitBreaker:
             self._state = "closed"
             self._failures = 0
 
-    def record_failure(self) -> None:
-        """The backend failed: count it; open on threshold or when the probe failed."""
+    def record_failure(self) -> bool:
+        """The backend failed: count it; open on threshold or when the probe failed.
+
+        True when this failure tripped a closed breaker (a new outage), False otherwise.
+        """
         with self._lock:
             self._failures += 1
-            if self._state == "half_open" or (
-                self._state == "closed" and self._failures >= self.failures_to_open
-            ):
+            tripped = self._state == "closed" and self._failures >= self.failures_to_open
+            if tripped or self._state == "half_open":
                 self._state = "open"
                 self._opened_at = self._clock()
                 self.opens += 1
+            return tripped
 
     def stats(self) -> dict[str, object]:
         return {
@@ -94,7 +99,8 @@ class BurstLogger:
     Errors inside the quiet period are only counted, and the count is reported by the next
     warning. The window spans bursts, so a flapping backend (timeouts every few seconds under
     load) is also logged once per window rather than once per blip. A recovery is logged at
-    INFO when the burst that ends was itself logged.
+    INFO when the burst that ends was itself logged. ``level`` is that of the error lines: a
+    Redis link logs them at INFO because its WARNING is the breaker opening.
     """
 
     def __init__(
@@ -104,8 +110,10 @@ class BurstLogger:
         quiet_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         fallback: str = "serving cache misses",
+        level: int = logging.WARNING,
     ) -> None:
         self._logger = logger
+        self._level = level
         self._what = what
         self._fallback = fallback
         self._quiet_seconds = quiet_seconds
@@ -128,7 +136,8 @@ class BurstLogger:
             suppressed, self._suppressed = self._suppressed, 0
             self._last_logged = now
             self._burst_logged = True
-        self._logger.warning(
+        self._logger.log(
+            self._level,
             "%s unavailable: %s: %s; %s%s",
             self._what,
             type(exc).__name__,
@@ -136,6 +145,13 @@ class BurstLogger:
             self._fallback,
             f" ({suppressed} more errors suppressed since the last warning)" if suppressed else "",
         )
+
+    def logged_elsewhere(self) -> None:
+        """The caller logged this burst itself (a breaker opening): its recovery is logged,
+        and error lines stay quiet for a window, as after one of ours."""
+        with self._lock:
+            self._in_burst = self._burst_logged = True
+            self._last_logged = self._clock()
 
     def success(self) -> None:
         """Record a success; ends the burst (and logs the recovery if the burst was logged)."""

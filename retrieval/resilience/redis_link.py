@@ -9,7 +9,11 @@ Everything a request-path Redis user needs, written once:
   ``CLIENT SETINFO`` (a reconnect is a bare TCP/TLS handshake plus AUTH/SELECT), TLS files;
 * lazy client creation (construction works while Redis is down; ``RedisCluster`` would
   otherwise contact the cluster in its constructor) and ``close``;
-* ``call``: the fail-open call behind a ``CircuitBreaker``, errors logged once per burst;
+* ``call``: the fail-open call behind a ``CircuitBreaker``. One WARNING per outage, when the
+  breaker opens, names the failure and, for a timeout, the setting to raise
+  (``cache.socket_timeout_ms``...): on a busy host a healthy Redis can answer late, and that
+  line is how an operator tells the two apart. Failures that do not open it are logged at INFO,
+  once per burst;
 * ``probe``: the load-time check that tells a wrong password or an untrusted certificate
   (a ``ConfigError`` naming the redacted URL) from a server that is merely unreachable.
 
@@ -127,12 +131,36 @@ def credential_problem(exc: BaseException) -> str | None:
     return None
 
 
+# From ``python -m benchmarks.redis_timeouts`` (benchmarks/README.md, "Redis timeouts vs host
+# load"): a loopback round trip is ~0.1 ms p50, but on a busy 2-core host its slowest calls
+# took up to 39 ms (new connections 32 ms). 5 and 10 ms opened the breaker on a healthy Redis,
+# 25 ms was under the slowest calls; 50 ms timed out only whole-host stalls (0.2-0.9 s), which
+# 100 ms does not avoid either. Connects are rarer (after a timeout) and TLS adds round trips.
+DEFAULT_SOCKET_TIMEOUT_MS = 50.0
+DEFAULT_CONNECT_TIMEOUT_MS = 100.0
+
+
+def timeout_setting(exc: BaseException) -> str | None:
+    """The setting whose timeout ``exc`` is (``socket_timeout_ms``/``connect_timeout_ms``),
+    or None when it is no timeout (refused, reset, protocol garbage). Cluster wraps the
+    timeout in a ``RedisClusterException`` that keeps only its message, hence the text."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, redis.TimeoutError | TimeoutError):
+        cause = cause.__cause__ or cause.__context__
+    text = str(cause if cause is not None else exc)
+    if "Timeout connecting" in text:
+        return "connect_timeout_ms"
+    if cause is not None or "Timeout reading" in text or "Timeout writing" in text:
+        return "socket_timeout_ms"
+    return None
+
+
 class LinkSettings(NamedTuple):
     """How a ``RedisLink`` talks to its server (the keys of the cache and store configs)."""
 
     cluster: bool = False
-    socket_timeout_ms: float = 5.0
-    connect_timeout_ms: float = 10.0
+    socket_timeout_ms: float = DEFAULT_SOCKET_TIMEOUT_MS
+    connect_timeout_ms: float = DEFAULT_CONNECT_TIMEOUT_MS
     breaker_failures: int = 5
     breaker_cooldown_seconds: float = 1.0
     log_quiet_seconds: float = 60.0
@@ -156,12 +184,13 @@ class RedisLink:
     """A lazily created request-path client behind a circuit breaker; see the module doc.
 
     ``what`` and ``fallback`` name the component and what it serves during an outage in its
-    log lines ("feature store ... unavailable ...; serving feature defaults"); ``error`` is
-    the component's own ``ConfigError`` subclass.
+    log lines ("feature store ... unavailable ...; serving feature defaults"); ``section`` is
+    its key in the retriever config (``cache``, ``feature_store``), for the setting those
+    lines name; ``error`` is the component's own ``ConfigError`` subclass.
     """
 
     def __init__(self, url: str, settings: LinkSettings, *, logger: logging.Logger, what: str,
-                 fallback: str, error: type[ConfigError] = ConfigError) -> None:
+                 fallback: str, section: str, error: type[ConfigError] = ConfigError) -> None:
         self.url = validate_redis_url(url, settings.cluster, error)
         self.cluster = settings.cluster
         if not (settings.socket_timeout_ms > 0 and settings.connect_timeout_ms > 0):
@@ -169,8 +198,12 @@ class RedisLink:
         self.timeouts = (settings.socket_timeout_ms / 1000.0, settings.connect_timeout_ms / 1000.0)
         self.tls = settings.tls
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown_seconds)
+        self.settings = settings
         self.what = f"{what} {redact_url(url)}"
-        self._log = BurstLogger(logger, self.what, settings.log_quiet_seconds, fallback=fallback)
+        self.section = section
+        self._fallback = fallback
+        self._log = BurstLogger(logger, self.what, settings.log_quiet_seconds, fallback=fallback,
+                                level=logging.INFO)
         self._logger = logger
         self._client: AnyRedis | None = None
         self._lock = threading.Lock()
@@ -198,8 +231,27 @@ class RedisLink:
         self._log.success()
 
     def failed(self, exc: BaseException) -> None:
-        self.breaker.record_failure()
-        self._log.error(exc)
+        if self.breaker.record_failure():  # closed -> open: the one WARNING of this outage
+            self._logger.warning("%s", self.opened_message(exc))
+            self._log.logged_elsewhere()
+        else:
+            self._log.error(exc)
+
+    def opened_message(self, exc: BaseException) -> str:
+        """The breaker-open line: component, failure, how long it is skipped, what to raise."""
+        setting = timeout_setting(exc)
+        if setting is None:
+            failure = f"{type(exc).__name__}: {exc}"
+            hint = "not a timeout: check that Redis is up and reachable"
+        else:
+            ms = float(getattr(self.settings, setting))
+            failure = f"{'connect ' * (setting == 'connect_timeout_ms')}timeout after {ms:.1f} ms"
+            hint = (f"if Redis is healthy but the host is busy, raise {self.section}.{setting} "
+                    f"(now {ms:.1f})")
+        failures = self.breaker.failures_to_open
+        return (f"{self.what} unavailable ({failure}, {failures} failure{'s' * (failures > 1)} "
+                f"in a row): {self._fallback} for {self.breaker.cooldown_seconds:.1f} s, then "
+                f"probing again; {hint}")
 
     def call(self, fn: Callable[[AnyRedis], T], on_failure: Callable[[Failure], T]) -> T:
         """``fn(client)``, or ``on_failure(...)`` when the breaker is open or the call fails.

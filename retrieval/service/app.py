@@ -19,10 +19,8 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -35,10 +33,9 @@ from retrieval.result_json import result_json
 from retrieval.retriever import Retriever
 from retrieval.service.admission import Admission
 from retrieval.service.auth import ApiKeys, load_api_keys
+from retrieval.service.bodies import JSON, json_response, parse_body
 from retrieval.service.errors import (
-    MalformedRequestError,
     NotFoundError,
-    RequestFieldError,
     ServerError,
     ServiceUnavailableError,
     error_body,
@@ -50,11 +47,10 @@ from retrieval.service.openapi import openapi_document
 from retrieval.service.schemas import BatchBody, Health, IndexInfo, SearchBody
 from retrieval.service.settings import SPEC_ENV, ServeConfig
 from retrieval.service.state import Loader, ServiceState, describe_index
+from retrieval.service.writes import Writes, write_routes
 
 log = logging.getLogger("retrieval.service")
-JSON = "application/json"
 METRICS_SYNC_SECONDS = 1.0
-Body = TypeVar("Body", bound=BaseModel)
 
 
 def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | None = None,
@@ -66,6 +62,7 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
     state = ServiceState(Path(index_root), config.retriever, loader, config.named_filters,
                          settings.load_retry_seconds)
     metrics = ServiceMetrics()
+    writes = Writes(Path(index_root))
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -79,16 +76,20 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
             with suppress(asyncio.CancelledError):
                 await syncing
             await asyncio.to_thread(state.close)
+            await asyncio.to_thread(writes.close)
             metrics.process_exited()
 
-    routes = _search_routes(state, metrics, config) + _operator_routes(state, metrics)
+    routes = (_search_routes(state, metrics, config) + _operator_routes(state, metrics)
+              + write_routes(state, writes, settings))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RetrievalError: _retrieval_error, HTTPException: _http_error, Exception: _unexpected})
     app.state.service = state
     app.add_middleware(Guard, keys=keys if keys is not None else load_api_keys(settings),
                        metrics=metrics, max_body_bytes=settings.max_body_bytes,
                        metrics_auth=settings.metrics_auth,
-                       body_timeout_seconds=settings.body_timeout_seconds)
+                       body_timeout_seconds=settings.body_timeout_seconds,
+                       max_write_body_bytes=settings.max_write_body_bytes,
+                       open_writes=settings.open_writes)
     return app
 
 
@@ -116,43 +117,6 @@ def app_from_env() -> Starlette:
     return create_app(spec["index_root"], ServeConfig.model_validate(spec["config"]))
 
 
-async def parse_body(request: Request, model: type[Body]) -> Body:
-    """The JSON body as ``model``: 400 when it is not JSON, 422 when its fields are wrong
-    (the ``Guard`` has read it whole, or answered 413 / 408)."""
-    kind = request.headers.get("content-type", JSON).split(";")[0].strip().lower()
-    if kind != JSON and not kind.endswith("+json"):
-        raise MalformedRequestError(f"the body must be a JSON object sent with Content-Type: "
-                                    f"{JSON} (got {kind!r})")
-    try:
-        return model.model_validate_json(await request.body())
-    except ValidationError as exc:
-        raise describe_validation(exc.errors()) from None
-
-
-def describe_validation(errors: Any) -> RetrievalError:
-    """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422."""
-    for item in errors:
-        if item.get("type") == "json_invalid":
-            where = item.get("ctx", {}).get("error", "")
-            return MalformedRequestError(f"request body is not valid JSON ({where}); send a "
-                                         f"JSON object with Content-Type: {JSON}")
-    parts = []
-    for item in errors:
-        field = ".".join(str(p) for p in item.get("loc", ())) or "body"
-        if item.get("type") == "extra_forbidden":
-            parts.append(f"unknown field {field!r}")
-        elif item.get("type") == "missing":
-            parts.append(f"{field} is required")
-        else:
-            parts.append(f"{field}: {item.get('msg')}")
-    return RequestFieldError("invalid request: " + "; ".join(parts[:10]))
-
-
-def _json(model: BaseModel, status: int = 200) -> Response:
-    return Response(model.model_dump_json(exclude_none=isinstance(model, Health)),
-                    status_code=status, media_type=JSON)
-
-
 def gone(request: Request) -> Callable[[], Awaitable[None]]:
     """An awaitable factory that completes once the client has disconnected (the body is read
     by then, so the next message on the channel is the disconnect): ``retrieval.abandon``."""
@@ -177,6 +141,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                      deadline_ms=body.deadline_ms,
                                                      group_by=body.group_by,
                                                      context=body.context or 0,
+                                                     min_seq=body.min_seq,
                                                      abandoned=gone(request))
         metrics.observe_result(result)
         if settings.log_query_text:
@@ -198,6 +163,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                     candidates=body.candidates,
                                                     group_by=body.group_by,
                                                     context=body.context or 0,
+                                                    min_seq=body.min_seq,
                                                     abandoned=gone(request))
         for result in results:
             metrics.observe_result(result)
@@ -212,17 +178,17 @@ def _operator_routes(state: ServiceState, metrics: ServiceMetrics) -> list[Route
     document = json.dumps(openapi_document())
 
     async def index_info(_: Request) -> Response:
-        return _json(IndexInfo(**describe_index(state.retriever())))
+        return json_response(IndexInfo(**describe_index(state.retriever())))
 
     async def healthz(_: Request) -> Response:
-        return _json(Health(status="alive"))
+        return json_response(Health(status="alive"))
 
     async def readyz(_: Request) -> Response:
         ready, reason = state.readiness()
         if not ready:
             return JSONResponse(error_body(ServiceUnavailableError(reason)), status_code=503,
                                 headers={"Retry-After": RETRY_AFTER_SECONDS})
-        return _json(Health(status="ready", build_id=state.retriever().build_id,
+        return json_response(Health(status="ready", build_id=state.retriever().build_id,
                             detail=None if reason == "ready" else reason))
 
     async def prometheus_metrics(_: Request) -> Response:

@@ -7,6 +7,7 @@ the same classes an in-process caller does::
     ├── ConfigError
     │   └── ServiceConfigError        a config file or RETRIEVAL_* override is wrong (start-up)
     ├── AuthenticationError           401: missing or wrong API key
+    │   └── ForbiddenError            403: the key may not use this route (a read key writing)
     ├── NotFoundError                 404: unknown route (or 405: wrong method)
     ├── ServiceUnavailableError       503: loading, draining, or no usable build
     ├── ServerError                   500: a bug; the body never carries a traceback
@@ -26,9 +27,12 @@ from retrieval.errors import (
     ConfigError,
     EncoderMismatchError,
     InvalidQueryError,
+    InvalidWriteError,
     LimitExceededError,
+    RequestReplayError,
     RetrievalError,
     SearchAbandonedError,
+    SequenceNotReachedError,
 )
 
 
@@ -38,6 +42,11 @@ class ServiceConfigError(ConfigError):
 
 class AuthenticationError(RetrievalError):
     """The request carries no API key, or one the server does not know."""
+
+
+class ForbiddenError(AuthenticationError):
+    """The API key is known but its scope does not allow the route (writes need a key with
+    write scope, snapshots one with admin scope)."""
 
 
 class NotFoundError(RetrievalError):
@@ -83,7 +92,11 @@ STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
     (RequestFieldError, 422),
     (LimitExceededError, 413),
     (InvalidQueryError, 400),
+    (ForbiddenError, 403),
     (AuthenticationError, 401),
+    (RequestReplayError, 409),
+    (SequenceNotReachedError, 409),
+    (InvalidWriteError, 422),
     (NotFoundError, 404),
     (ServerError, 500),
     (ArtifactError, 503),

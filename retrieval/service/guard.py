@@ -14,9 +14,11 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from retrieval.service.auth import ApiKeys
+from retrieval.service.auth import ApiKeys, allows
+from retrieval.service.auth import Scope as KeyScope
 from retrieval.service.errors import (
     AuthenticationError,
+    ForbiddenError,
     PayloadTooLargeError,
     RequestTimeoutError,
     error_body,
@@ -32,8 +34,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 log = logging.getLogger("retrieval.service")
 
 ROUTES = frozenset({"/v1/search", "/v1/search/batch", "/v1/index", "/healthz", "/readyz",
-                    "/metrics", "/openapi.json"})
+                    "/metrics", "/openapi.json", "/v1/documents", "/v1/documents/delete",
+                    "/v1/documents/get", "/v1/snapshot"})
 OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+# The scope a route needs beyond read (``retrieval.service.auth``).
+ROUTE_SCOPES: dict[str, KeyScope] = {"/v1/documents": "write", "/v1/documents/delete": "write",
+                                  "/v1/snapshot": "admin"}
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
@@ -50,11 +56,14 @@ class Guard:
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, metrics: ServiceMetrics,
                  max_body_bytes: int, metrics_auth: bool,
-                 body_timeout_seconds: float = 10.0) -> None:
+                 body_timeout_seconds: float = 10.0, max_write_body_bytes: int | None = None,
+                 open_writes: bool = False) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.max_write_body_bytes = max_write_body_bytes or max_body_bytes
+        self.open_writes = open_writes
         self.body_timeout_seconds = body_timeout_seconds
         self.open_routes = OPEN_ROUTES if metrics_auth else OPEN_ROUTES | {"/metrics"}
 
@@ -79,17 +88,14 @@ class Guard:
                                          time.perf_counter() - started)
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, route: str) -> None:
-        if self.keys.enabled and route not in self.open_routes:
-            if not self.keys.accepts(_header(scope, b"authorization")):
-                denied = AuthenticationError(
-                    "missing or unknown API key; send 'Authorization: Bearer <key>'")
-                await send_json(send, 401, error_body(denied),
-                                [(b"www-authenticate", b'Bearer realm="retrieval"')])
-                return
+        if route not in self.open_routes and not await self._authorized(scope, send, route):
+            return
         if scope["method"] in ("POST", "PUT", "PATCH"):
+            limit = self.max_write_body_bytes if route == "/v1/documents" else \
+                self.max_body_bytes
             try:  # asyncio.timeout, not wait_for: no task per request on the hot path
                 async with asyncio.timeout(self.body_timeout_seconds):
-                    body = await self._read_body(scope, receive)
+                    body = await self._read_body(scope, receive, limit)
             except TimeoutError:  # e.g. a Content-Length longer than what was sent
                 late = RequestTimeoutError(
                     f"the request body did not arrive within {self.body_timeout_seconds:g} s "
@@ -97,18 +103,46 @@ class Guard:
                 await send_json(send, 408, error_body(late), [(b"connection", b"close")])
                 return
             if body is None:
+                setting = "server.max_write_body_bytes" if limit != self.max_body_bytes \
+                    else "server.max_body_bytes"
                 error = PayloadTooLargeError(
-                    f"request body exceeds {self.max_body_bytes} bytes; send less (e.g. split "
-                    "the batch) or raise server.max_body_bytes")
+                    f"request body exceeds {limit} bytes; send less (e.g. split the batch) or "
+                    f"raise {setting}")
                 await send_json(send, 413, error_body(error), [(b"connection", b"close")])
                 return
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it is known to exceed the limit."""
+    async def _authorized(self, scope: Scope, send: Send, route: str) -> bool:
+        """Whether the request's key may use ``route``; else 401 / 403 is sent."""
+        needed = ROUTE_SCOPES.get(route, "read")
+        if not self.keys.enabled:
+            if needed == "read" or self.open_writes:
+                return True
+            denied = ForbiddenError(
+                f"{route} needs an API key of {needed} scope and this server has no keys: "
+                f"add 'TOKEN {needed}' to server.api_keys_file (or set server.open_writes on "
+                "a trusted network)")
+            await send_json(send, 403, error_body(denied))
+            return False
+        granted = self.keys.scope_of(_header(scope, b"authorization"))
+        if granted is None:
+            error = AuthenticationError(
+                "missing or unknown API key; send 'Authorization: Bearer <key>'")
+            await send_json(send, 401, error_body(error),
+                            [(b"www-authenticate", b'Bearer realm="retrieval"')])
+            return False
+        if not allows(granted, needed):
+            denied = ForbiddenError(f"{route} needs a key of {needed} scope; this key has "
+                                    f"{granted} scope")
+            await send_json(send, 403, error_body(denied))
+            return False
+        return True
+
+    async def _read_body(self, scope: Scope, receive: Receive, limit: int) -> bytes | None:
+        """The whole body, or None as soon as it is known to exceed ``limit``."""
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared is not None and declared.isdigit() and int(declared) > limit:
             return None
         chunks, size = [], 0
         while True:
@@ -117,7 +151,7 @@ class Guard:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):

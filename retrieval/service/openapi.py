@@ -11,15 +11,23 @@ from retrieval.models import SearchResult
 from retrieval.service.schemas import (
     BatchBody,
     BatchResult,
+    DeleteBody,
     ErrorBody,
+    FetchBody,
+    FetchResult,
     Health,
     IndexInfo,
     SearchBody,
+    UpsertBody,
+    WriteAck,
 )
 
 REF = "#/components/schemas/{model}"
 ERROR_STATUSES = {"400": "invalid query or filter, malformed JSON",
-                  "401": "missing or unknown API key", "413": "body or input over a limit",
+                  "401": "missing or unknown API key",
+                  "403": "the key's scope does not allow the route (writes need write scope)",
+                  "409": "a request_id reused for another write, or min_seq past the log",
+                  "413": "body or input over a limit",
                   "422": "unknown field, missing field or wrong type",
                   "503": "loading, draining, or no usable build"}
 
@@ -46,7 +54,8 @@ def openapi_document(title: str = "retrieval", version: str = "1") -> dict[str, 
     models: list[tuple[type[BaseModel], Any]] = [
         (SearchBody, "validation"), (BatchBody, "validation"), (SearchResult, "serialization"),
         (BatchResult, "serialization"), (IndexInfo, "serialization"), (Health, "serialization"),
-        (ErrorBody, "serialization")]
+        (ErrorBody, "serialization"), (UpsertBody, "validation"), (DeleteBody, "validation"),
+        (FetchBody, "validation"), (WriteAck, "serialization"), (FetchResult, "serialization")]
     _, schemas = models_json_schema(models, ref_template=REF)
     readiness = _operation("200 once a verified build is loaded and the encoder warmed; 503 "
                            "while loading or draining", Health, errors=False)
@@ -62,6 +71,13 @@ def openapi_document(title: str = "retrieval", version: str = "1") -> dict[str, 
             "/v1/search/batch": {"post": _operation("Retriever.search_batch: many queries, "
                                                     "same filters", BatchResult, BatchBody)},
             "/v1/index": {"get": _operation("the live build", IndexInfo)},
+            "/v1/documents": {"post": _operation("IndexWriter.upsert (write scope): add or "
+                                                 "replace documents; answered once durable, "
+                                                 "with the write's seq", WriteAck, UpsertBody)},
+            "/v1/documents/delete": {"post": _operation("IndexWriter.delete (write scope)",
+                                                        WriteAck, DeleteBody)},
+            "/v1/documents/get": {"post": _operation("documents by id as the index serves "
+                                                     "them", FetchResult, FetchBody)},
             "/healthz": {"get": _operation("the process is alive", Health, errors=False)},
             "/readyz": {"get": readiness},
             "/metrics": {"get": {"summary": "Prometheus text format, merged over workers",

@@ -12,6 +12,10 @@ Filters = dict[str, Any] | str | None
 GROUP_BY_HELP = ('"document": at most one hit per document (its best passage) and k counts '
                  'documents; passage builds only change anything')
 CONTEXT_HELP = "neighbouring passages returned around each hit (passage builds), 0 to 5"
+MIN_SEQ_HELP = ("see at least the writes up to this sequence number (the seq a write "
+                "returned): read-your-writes on any worker")
+REQUEST_ID_HELP = ("a client id for this write: a retry with the same id and body is answered "
+                   "with the first seq and logged once; the same id with another body is 409")
 FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
                 '("year >= 2010 AND department = \\"cardiology\\""); {"$named": "name"} '
                 'refers to a filter registered in the service\'s Retriever (ANDed with any '
@@ -32,6 +36,7 @@ class SearchBody(BaseModel):
                           "past it the search degrades (e.g. BM25 only) and says so in degraded")
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
+    min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
 
 
 class BatchBody(BaseModel):
@@ -45,6 +50,73 @@ class BatchBody(BaseModel):
     candidates: int | None = None
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
+    min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
+
+
+class WriteDocument(BaseModel):
+    """One document of an upsert: ``IndexWriter.upsert``'s dict form, plus its vector."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+    text: str
+    title: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    vector: list[float] | None = Field(
+        None, description="its embedding from the index's encoder (precomputed: all documents "
+        "of a request or none; whole-document builds only), else the server embeds the text")
+
+
+class UpsertBody(BaseModel):
+    """``POST /v1/documents``: add or replace documents by id (one log record)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    documents: list[WriteDocument]
+    request_id: str | None = Field(None, description=REQUEST_ID_HELP)
+
+
+class DeleteBody(BaseModel):
+    """``POST /v1/documents/delete``: delete documents by id (absent ids are no-ops)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[str]
+    request_id: str | None = Field(None, description=REQUEST_ID_HELP)
+
+
+class WriteAck(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int = Field(description="the write's log sequence number: pass it as min_seq to see it")
+    replayed: bool = Field(description="a retry of an earlier write with this request_id: "
+                           "answered with that write's seq, nothing logged again")
+
+
+class FetchBody(BaseModel):
+    """``POST /v1/documents/get``: documents by id, as the index serves them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[str]
+    min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
+
+
+class StoredDocument(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    text: str
+    title: str
+    metadata: dict[str, Any]
+
+
+class FetchResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[StoredDocument] = Field(description="the ids found, in the order asked")
+    missing: list[str] = Field(description="ids no document has")
+    applied_seq: int = Field(description="the last write this worker serves")
 
 
 class BatchResult(BaseModel):

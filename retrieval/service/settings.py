@@ -35,9 +35,14 @@ class ServerSettings(BaseModel):
     host: str = Field("127.0.0.1", description="bind address; loopback unless told otherwise")
     port: int = Field(8080, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=64, description="processes sharing the mmapped build")
-    api_keys_file: str | None = Field(None, description="file with one bearer token per line")
+    api_keys_file: str | None = Field(None, description="file with one bearer token per line, "
+                                      "'TOKEN' (read scope) or 'TOKEN read|write|admin'")
     api_keys_env: str | None = Field(
-        None, description="environment variable holding comma-separated bearer tokens")
+        None, description="environment variable holding comma-separated bearer tokens, each "
+        "'TOKEN' or 'TOKEN SCOPE' as in api_keys_file")
+    open_writes: bool = Field(False, description="without API keys, accept writes from anyone "
+                              "who can reach the port (a trusted network only); with keys, "
+                              "writes need a key of write scope either way")
     metrics_auth: bool = Field(True, description="/metrics needs an API key when keys are set")
     max_body_bytes: int = Field(1_048_576, ge=64, description="larger bodies get 413")
     body_timeout_seconds: float = Field(10.0, gt=0, description="a request body not received "
@@ -56,6 +61,11 @@ class ServerSettings(BaseModel):
     max_header_bytes: int = Field(16_384, ge=1024, description="bytes of the request line "
                                   "and headers; more get 431")
     max_batch_queries: int = Field(256, ge=1, description="queries per /v1/search/batch")
+    max_write_documents: int = Field(1000, ge=1, description="documents (or ids) per write "
+                                     "request; more get 413")
+    max_write_body_bytes: int = Field(16_777_216, ge=64, description="larger write bodies "
+                                      "(/v1/documents) get 413: a batch of documents with "
+                                      "vectors is larger than any search")
     max_in_flight: int | None = Field(
         None, ge=1, description="searches a worker admits at once; more are shed with 503 and "
         "Retry-After before reaching a thread (None: 16 per usable core)")

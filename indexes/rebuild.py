@@ -1,0 +1,50 @@
+"""The rebuild contract: what a build from a corpus export does with the writes logged live
+on the root it replaces.
+
+The export is taken before the build starts, so by default it *supersedes* every write
+logged before the build started: a document deleted live but still in the export comes back,
+one upserted live but absent from the export is gone. ``replayed`` keeps them instead: the
+logged upserts and deletes are applied to the export before it is indexed. Either way the
+build seals the log where it started (``indexes.wal.seal``), records that sequence number as
+its ``log_seq``, and writes acknowledged during the build are applied on top of it by every
+serving process, so none is lost; once the build is live the folded segments are deleted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from indexes.docstore import Document
+from indexes.errors import CorpusError
+from indexes.manifest import LiveWrites, LiveWritesInfo, current_build_dir, read_manifest
+from indexes.wal.log import read_all
+from indexes.wal.seal import seal
+from indexes.wal.state import Changes
+
+POLICIES: tuple[LiveWrites, ...] = ("superseded", "replayed")
+
+
+def start(root: Path, policy: LiveWrites) -> tuple[int, LiveWritesInfo | None, Changes]:
+    """(log_seq of the new build, what it does with the live writes, their changes) for a
+    build of ``root`` starting now; no log: the live build's log_seq and None."""
+    if policy not in POLICIES:
+        raise CorpusError(f"live_writes must be one of {list(POLICIES)}, not {policy!r}")
+    previous = current_build_dir(root)
+    live_seq = read_manifest(previous).log_seq if previous is not None else 0
+    sealed = seal(root)
+    if sealed is None:
+        return live_seq, None, Changes(last_seq=live_seq)
+    sealed = max(sealed, live_seq)
+    records = [r for r in read_all(root, after=live_seq) if r.seq <= sealed]
+    changes = Changes.of(records, after=live_seq)
+    info = LiveWritesInfo(policy=policy, sealed_seq=sealed, records=len(records),
+                          upserted=len(changes.upserts), deleted=len(changes.deleted))
+    return sealed, info, changes
+
+
+def replay(documents: list[Document], changes: Changes) -> list[Document]:
+    """The export with the logged writes applied: replaced and deleted ids dropped, the
+    upserted documents' last versions appended (in first-upsert order, as compaction does)."""
+    replaced = changes.replaced()
+    return [d for d in documents if d.id not in replaced] + \
+        [doc for doc, _ in changes.upserts.values()]

@@ -1,0 +1,81 @@
+"""The log's lock, and the two things a build does to the log: seal it where the build
+starts (``seal``) and delete what the build folded once it is live (``retire``).
+
+A build that reads a corpus export at sequence number S (the last acknowledged write when
+it started) seals the newest segment there: writes acknowledged after S go to a new segment,
+so once the build is live, retiring the segments of records <= S deletes whole files and
+leaves every later write in place for the new build to apply.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+from indexes.errors import WriterLockedError
+from indexes.storage import fsync_dir
+from indexes.wal.log import ACKED, repair_tail, segment_name, segments, wal_dir, write_acked
+
+LOCK = ".writer.lock"
+LOCK_POLL_SECONDS = 0.001
+
+
+def take_lock(handle: IO[str], timeout_seconds: float, root: Path) -> None:
+    """The root's exclusive append lock on ``handle`` (its lock file), or ``WriterLockedError``
+    after ``timeout_seconds``."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise WriterLockedError(
+                    f"{wal_dir(root) / LOCK} stayed locked for {timeout_seconds:g} s: another "
+                    "writer is appending or stuck; one writer per index root at a time "
+                    "(retry, or raise lock_timeout_seconds)") from None
+            time.sleep(LOCK_POLL_SECONDS)
+
+
+def seal(root: Path, timeout_seconds: float = 10.0) -> int | None:
+    """The last acknowledged seq of ``root``'s log, with the next write going to a new
+    segment; None when the root has no log. Open writers see the new segment at their next
+    append (``IndexWriter`` catches up under the lock)."""
+    existing = segments(root)
+    if not existing:
+        return None
+    with open(wal_dir(root) / LOCK, "a") as handle:
+        take_lock(handle, timeout_seconds, root)
+        first, path = segments(root)[-1]
+        last, _ = repair_tail(path)
+        sealed = max(last, first - 1)
+        if path.stat().st_size == 0:  # already empty: the next write starts it anyway
+            return sealed
+        fd = os.open(wal_dir(root) / segment_name(sealed + 1), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(wal_dir(root))
+        acked = os.open(wal_dir(root) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            write_acked(acked, sealed + 1, 0)
+        finally:
+            os.close(acked)
+        return sealed
+
+
+def retire(root: Path, folded: int) -> int:
+    """Delete the segments whose records are all <= ``folded`` (the newest one is kept)."""
+    existing = segments(root)
+    gone = 0
+    for (_, path), (next_first, _) in zip(existing, existing[1:], strict=False):
+        if next_first - 1 <= folded:
+            path.unlink()
+            gone += 1
+    if gone:
+        fsync_dir(wal_dir(root))
+    return gone

@@ -1,0 +1,121 @@
+"""Writes over HTTP: upsert and delete documents, and fetch them by id.
+
+Every worker opens its own ``IndexWriter`` of the root on its first write; the root's append
+lock makes them one writer at a time, and each catches up with the others' records under it
+(``indexes.writer``), so any worker can take a write and the log keeps one order. A write is
+answered once its record is fsync'd, with its sequence number; a search or fetch passing it
+as ``min_seq`` sees the write on whichever worker answers (the worker reads the log at once
+if its follower has not applied it yet). Every worker's follower applies new records within
+``live_lag_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from indexes.errors import InvalidWriteError, LimitExceededError
+from indexes.writer import IndexWriter
+from retrieval.service.bodies import json_response, parse_body
+from retrieval.service.schemas import (
+    DeleteBody,
+    FetchBody,
+    FetchResult,
+    StoredDocument,
+    UpsertBody,
+    WriteAck,
+    WriteDocument,
+)
+from retrieval.service.settings import ServerSettings
+from retrieval.service.state import ServiceState
+
+
+class Writes:
+    """This worker's writer of the index root, opened on its first write."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._writer: IndexWriter | None = None
+        self._lock = threading.Lock()
+
+    def writer(self) -> IndexWriter:
+        with self._lock:
+            if self._writer is None:
+                self._writer = IndexWriter(self.root)
+            return self._writer
+
+    def close(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+
+
+def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings) -> list[Route]:
+    limit = settings.max_write_documents
+
+    async def upsert(request: Request) -> Response:
+        body = await parse_body(request, UpsertBody)
+        check_count(len(body.documents), limit, "documents")
+        documents = [{"id": d.id, "text": d.text, "title": d.title, "metadata": d.metadata}
+                     for d in body.documents]
+        vectors = given_vectors(body.documents)
+        ack = await asyncio.to_thread(_upsert, writes, documents, vectors, body.request_id)
+        return json_response(WriteAck(seq=ack.seq, replayed=ack.replayed))
+
+    async def delete(request: Request) -> Response:
+        body = await parse_body(request, DeleteBody)
+        check_count(len(body.ids), limit, "ids")
+        ack = await asyncio.to_thread(
+            lambda: writes.writer().delete_acked(body.ids, request_id=body.request_id))
+        return json_response(WriteAck(seq=ack.seq, replayed=ack.replayed))
+
+    async def fetch(request: Request) -> Response:
+        body = await parse_body(request, FetchBody)
+        check_count(len(body.ids), limit, "ids")
+        retriever = state.retriever()
+        found = await asyncio.to_thread(retriever.get_documents, body.ids,
+                                        min_seq=body.min_seq)
+        documents = [StoredDocument(id=d.id, text=d.text, title=d.title, metadata=d.metadata)
+                     for d in found if d is not None]
+        missing = [doc_id for doc_id, d in zip(body.ids, found, strict=True) if d is None]
+        return json_response(FetchResult(documents=documents, missing=missing,
+                                         applied_seq=retriever.applied_seq))
+
+    return [Route("/v1/documents", upsert, methods=["POST"]),
+            Route("/v1/documents/delete", delete, methods=["POST"]),
+            Route("/v1/documents/get", fetch, methods=["POST"])]
+
+
+def _upsert(writes: Writes, documents: list[dict[str, Any]], vectors: np.ndarray | None,
+            request_id: str | None) -> Any:
+    return writes.writer().upsert_acked(documents, vectors, request_id=request_id)
+
+
+def check_count(count: int, limit: int, what: str) -> None:
+    if count > limit:
+        raise LimitExceededError(f"the request has {count} {what}, more than the limit "
+                                 f"{limit}; split it or raise server.max_write_documents")
+
+
+def given_vectors(documents: list[WriteDocument]) -> np.ndarray | None:
+    """The documents' precomputed vectors as one matrix: every document's, or none."""
+    given = [d.vector is not None for d in documents]
+    if not any(given):
+        return None
+    if not all(given):
+        missing = next(d.id for d in documents if d.vector is None)
+        raise InvalidWriteError(f"document {missing!r} has no vector while others have one: "
+                                "give every document of a request a vector, or none (the "
+                                "server then embeds the texts)")
+    if len({len(d.vector or ()) for d in documents}) != 1:
+        raise InvalidWriteError("the documents' vectors differ in length: each must have the "
+                                "index's dimension")
+    return np.asarray([d.vector for d in documents], dtype=np.float32)

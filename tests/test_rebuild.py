@@ -1,0 +1,128 @@
+"""The rebuild contract (``indexes.rebuild``): a build from a corpus export on a root with live
+writes supersedes the writes logged before it started (or replays them, when asked), says so
+in its report, its manifest and the CLI's output, applies writes logged during it, and leaves
+no folded log behind."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from live_index import DIM, INFO, build_small, scifact_docs, unit_vectors
+
+from indexes import Document, build_index
+from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.publish import publish_build
+from indexes.wal import read_all, segments
+from indexes.writer import IndexWriter
+from retrieval import Retriever
+from retrieval.cli.app import main
+
+LIVE = {"cache": {"backend": "none"}, "live_lag_seconds": None}
+
+
+class HashEncoder:
+    """A real fake of ``indexes.encoders.Encoder``: a text's vector is a function of its
+    bytes; ``during`` runs inside the build's encode call (a live write landing mid-build)."""
+
+    encoder_id, model, dim = INFO.encoder_id, INFO.model, DIM
+
+    def __init__(self, during=None) -> None:
+        self.during = during
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        if self.during is not None:
+            self.during()
+            self.during = None
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:4], "little")
+                 for t in texts]
+        return np.stack([unit_vectors(1, seed)[0] for seed in seeds])
+
+
+@pytest.fixture(scope="module")
+def docs(dataset):
+    return scifact_docs(dataset("scifact"), 40)
+
+
+@pytest.fixture
+def root(tmp_path, docs) -> Path:
+    """Built from export v1, then the day's live edits: a delete of a document the next
+    export still holds, and an upsert of a test document the next export lacks."""
+    build_small(tmp_path, docs[:30])
+    with IndexWriter(tmp_path) as writer:
+        writer.delete([docs[0].id])
+        writer.upsert([Document("live-test", "a live test document")],
+                      vectors=unit_vectors(1, 9))
+    return tmp_path
+
+
+def served_ids(root: Path, ids: list[str]) -> list[bool]:
+    with Retriever.load(root, LIVE, encoder=HashEncoder()) as retriever:
+        return [doc is not None for doc in retriever.get_documents(ids)]
+
+
+def test_by_default_the_export_supersedes_the_live_writes_and_the_log_is_folded(root, docs):
+    export = docs[:30] + [docs[35]]
+    report = build_index(export, root, encoder=HashEncoder(), progress=False)
+    assert report.live_writes is not None and report.live_writes.policy == "superseded"
+    assert (report.live_writes.records, report.live_writes.sealed_seq) == (2, 2)
+    assert "superseded by the corpus export" in report.live_writes.describe()
+    manifest = read_manifest(report.path)
+    assert manifest.log_seq == 2 and manifest.live_writes == report.live_writes
+    assert served_ids(root, [docs[0].id, "live-test", docs[35].id]) == [True, False, True]
+    assert read_all(root) == [] and report.segments_retired == 1
+    with Retriever.load(root, LIVE, encoder=HashEncoder()) as retriever:
+        assert retriever.search("cells", k=1).build_id == report.build_id  # no "+N"
+
+
+def test_replayed_applies_the_live_writes_onto_the_export(root, docs):
+    report = build_index(docs[:30], root, encoder=HashEncoder(), progress=False,
+                         live_writes="replayed")
+    assert report.live_writes is not None and report.live_writes.policy == "replayed"
+    assert (report.live_writes.upserted, report.live_writes.deleted) == (1, 1)
+    assert served_ids(root, [docs[0].id, "live-test", docs[1].id]) == [False, True, True]
+    assert read_all(root) == []
+
+
+def test_writes_logged_during_the_build_survive_it(root, docs):
+    def live_write() -> None:
+        with IndexWriter(root) as writer:
+            writer.upsert([Document("during", "written while the build ran")],
+                          vectors=unit_vectors(1, 11))
+            writer.delete([docs[2].id])
+
+    encoder = HashEncoder(during=live_write)  # runs when the new text docs[35] is encoded
+    report = build_index(docs[:30] + [docs[35]], root, encoder=encoder, progress=False)
+    assert encoder.during is None
+    assert read_manifest(report.path).log_seq == 2
+    assert [r.seq for r in read_all(root)] == [3, 4]  # only the writes after the seal
+    assert served_ids(root, ["during", docs[2].id, "live-test"]) == [True, False, False]
+
+
+def test_a_staged_build_folds_the_log_when_it_is_published(root, docs):
+    report = build_index(docs[:30], root, encoder=HashEncoder(), progress=False,
+                         publish=False)
+    assert report.segments_retired == 0 and len(read_all(root)) == 2  # still served live
+    assert served_ids(root, ["live-test"]) == [True]
+    publish_build(root, report.build_id)  # what a gated publish does once the gate passes
+    assert resolve_build_dir(root) == report.path and read_all(root) == []
+    assert len(segments(root)) == 1  # the fresh segment the build sealed the log into
+
+
+def test_the_cli_build_says_what_it_did_with_the_live_writes(root, docs, capsys):
+    corpus = root.parent / "export_v2.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": d.id, "text": d.text}) + "\n"
+                              for d in docs[:30]))
+    assert main(["build", "--corpus", str(corpus), "--out", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert "live writes: 2 logged writes before the build started (through seq 2: 1 " \
+           "documents upserted, 1 deleted) are superseded by the corpus export" in out
+    assert "deleted 1 folded log segments" in out and read_all(root) == []
+    with pytest.raises(SystemExit):
+        main(["build", "--live-writes", "kept", "--corpus", str(corpus), "--out", str(root)])
+    assert "invalid choice" in capsys.readouterr().err
