@@ -7,8 +7,12 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── ArtifactError                 an index directory cannot be used (``.path``)
     │   ├── MissingArtifactError      a file named by the manifest is absent
     │   ├── CorruptArtifactError      a file's sha256 differs from the manifest
-    │   │   └── LogCorruptionError    (indexes.wal) a damaged write-ahead log record that
-    │   │                             acknowledged records follow: nothing is dropped
+    │   │   ├── LogCorruptionError    (indexes.wal) a damaged write-ahead log record that
+    │   │   │                         acknowledged records follow: nothing is dropped
+    │   │   └── SnapshotCorruptError  (indexes.snapshot) a snapshot file or member is damaged
+    │   │       └── UnsafeMemberError a member named outside the root, or not a plain file
+    │   ├── RestoreTargetError        (indexes.snapshot) restore into a root that is not empty
+    │   ├── SnapshotConflictError     (indexes.snapshot) the root changed under every attempt
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── CorpusError                   a document source cannot be read or is malformed

@@ -6,6 +6,12 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
+from indexes.snapshot import (
+    RestoreTargetError,
+    SnapshotConflictError,
+    SnapshotCorruptError,
+    UnsafeMemberError,
+)
 from indexes.wal.log import LogCorruptionError
 from indexes.writer import IndexWriter
 from retrieval.cache.base import CacheConfigError, CacheError
@@ -120,6 +126,7 @@ __all__ = [
     "RequestFieldError",
     "RequestReplayError",
     "RequestTimeoutError",
+    "RestoreTargetError",
     "RetrievalError",
     "Retriever",
     "RetrieverConfig",
@@ -132,10 +139,13 @@ __all__ = [
     "ServiceUnavailableError",
     "ShardCountError",
     "ShardUnavailableError",
+    "SnapshotConflictError",
+    "SnapshotCorruptError",
     "TracingConfig",
     "UnknownBuildError",
     "UnknownFieldError",
     "UnknownNamedFilterError",
+    "UnsafeMemberError",
     "UnsupportedFilterError",
     "WriterLockedError",
 ]

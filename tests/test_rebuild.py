@@ -21,6 +21,7 @@ from indexes.wal import read_all, segments
 from indexes.writer import IndexWriter
 from retrieval import Retriever
 from retrieval.cli.app import main
+from retrieval.publishing import check
 
 LIVE = {"cache": {"backend": "none"}, "live_lag_seconds": None}
 
@@ -126,3 +127,18 @@ def test_the_cli_build_says_what_it_did_with_the_live_writes(root, docs, capsys)
     with pytest.raises(SystemExit):
         main(["build", "--live-writes", "kept", "--corpus", str(corpus), "--out", str(root)])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_gate_reports_a_field_live_upserts_added_that_the_rebuild_drops(tmp_path, docs):
+    """The live schema is the build's fields plus those live upserts added (a build that
+    allows new fields): a rebuild without one is refused by the gate's metadata check."""
+    build_small(tmp_path, docs[:30], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("team-doc", "owned by a team", metadata={"team": "search"})],
+                      vectors=unit_vectors(1, 3))
+    staged = build_index(docs[:30], tmp_path, encoder=HashEncoder(), progress=False,
+                         publish=False)
+    report = check(tmp_path, staged.build_id)
+    (metadata,) = [c for c in report.checks if c.name == "metadata fields"]
+    assert metadata.outcome == "refused" and metadata.figures["lost"] == ["team"]
+    assert not report.passed

@@ -19,6 +19,7 @@ from serving import Serving, serve
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
+from indexes.restore import restore_snapshot
 from indexes.wal import read_all, segments
 from indexes.wal.log import check_log
 from retrieval import (
@@ -32,6 +33,7 @@ from retrieval.cli.app import main
 from retrieval.client import RemoteRetriever
 
 READ_KEY, WRITE_KEY = "read-key-0123456789", "write-key-0123456789"
+ADMIN_KEY = "admin-key-0123456789"
 LAG = 0.3
 CONFIG = f"""
 [server]
@@ -43,7 +45,7 @@ drain_seconds = 0.1
 [retriever]
 live_lag_seconds = {LAG}
 """
-ENV = {"WRITE_TEST_KEYS": f"{READ_KEY},{WRITE_KEY} write"}
+ENV = {"WRITE_TEST_KEYS": f"{READ_KEY},{WRITE_KEY} write,{ADMIN_KEY} admin"}
 
 
 def ready_workers(server: Serving) -> float:
@@ -191,6 +193,25 @@ def test_cli_upsert_and_delete_through_the_url(written, tmp_path, monkeypatch, c
         assert remote.get_documents(["cli-1", "cli-2"], min_seq=last)[0] is None
         assert remote.search("vitamin D bone density", k=1, min_seq=last).hits[0].doc_id == \
             "cli-2"
+
+
+def test_an_admin_key_downloads_a_snapshot_that_restores_at_its_seq(written, tmp_path):
+    server, root = written
+    with server.client(WRITE_KEY) as client:
+        assert client.post("/v1/snapshot").status_code == 403
+    with server.client(ADMIN_KEY) as client:
+        response = client.post("/v1/snapshot")
+    assert response.status_code == 200, response.text
+    seq = int(response.headers["x-snapshot-seq"])
+    (tmp_path / "snap.tar").write_bytes(response.content)
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    with Retriever.load(tmp_path / "restored", {"cache": {"backend": "none"}}) as restored, \
+            Retriever.load(root, {"cache": {"backend": "none"}}) as source:
+        assert restored.applied_seq == seq == source.applied_seq
+        ids = [f"fresh-{i}" for i in range(20)] + ["cli-2", "remote-0"]
+        assert restored.get_documents(ids) == source.get_documents(ids)
+        assert restored.search("lipid metabolism", k=5).hits == \
+            source.search("lipid metabolism", k=5).hits
 
 
 def _stream(server: Serving, docs: list[dict[str, Any]], acked: list[tuple[int, list[str]]],

@@ -19,6 +19,7 @@ from retrieval.cli import (
     publish,
     search,
     serve,
+    snapshot,
     upsert,
 )
 from retrieval.cli.common import Subparsers
@@ -33,6 +34,8 @@ COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
     upsert.register,
     delete.register,
     compact.register,
+    snapshot.register_snapshot,
+    snapshot.register_restore,
     features.register,
     publish.register,
     serve.register,

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from indexes.encoders import Encoder, compatible_query_encoder
-from indexes.manifest import read_manifest
+from indexes.manifest import Manifest, read_manifest
 from indexes.publish import BuildContents, read_contents
 from indexes.sharding import is_sharded, read_layout
+from indexes.wal.checks import merged_kinds
+from indexes.wal.log import read_all
 from retrieval.config import RetrieverConfig
 from retrieval.publishing.config import (
     Canary,
@@ -77,7 +79,7 @@ def compare_builds(
         return GateReport(live_build=None, candidate_build=candidate.manifest.build_id,
                           checks=checks, seconds=time.perf_counter() - started)
     live = build_contents(live_dir)
-    checks = structural_checks(live, candidate, gate)
+    checks = structural_checks(live, candidate, gate, live_schema(live_dir, live.manifest))
     timings = {"diff": time.perf_counter() - started}
     checks += _search_checks(live_dir, candidate_dir, live, candidate, gate, inputs, checks,
                              encoder, config, timings)
@@ -85,6 +87,13 @@ def compare_builds(
                       candidate_build=candidate.manifest.build_id, checks=checks,
                       seconds=time.perf_counter() - started,
                       timings={k: round(v, 4) for k, v in timings.items()})
+
+
+def live_schema(live_dir: Path, manifest: Manifest) -> dict[str, str]:
+    """The live build's fields plus those its root's pending log records added (live upserts
+    into a build that allows new fields): what filters may rely on now."""
+    root = live_dir.parent.parent  # <root>/builds/<build id>
+    return merged_kinds(manifest.metadata_fields, read_all(root, after=manifest.log_seq))
 
 
 def build_contents(directory: Path) -> BuildContents:

@@ -11,11 +11,12 @@ from retrieval.publishing.report import Check
 SAMPLE = 5  # ids listed per kind of change; the counts are complete
 
 
-def structural_checks(live: BuildContents, candidate: BuildContents,
-                      gate: GateConfig) -> list[Check]:
+def structural_checks(live: BuildContents, candidate: BuildContents, gate: GateConfig,
+                      live_fields: dict[str, str] | None = None) -> list[Check]:
+    """``live_fields``: the live schema, when live upserts added fields to the live build's."""
     return [doc_count_check(live, candidate, gate), content_check(live, candidate, gate),
-            metadata_check(live, candidate, gate), encoder_check(live, candidate, gate),
-            analyzer_check(live, candidate, gate)]
+            metadata_check(live, candidate, gate, live_fields),
+            encoder_check(live, candidate, gate), analyzer_check(live, candidate, gate)]
 
 
 def doc_count_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
@@ -67,8 +68,10 @@ def content_check(live: BuildContents, candidate: BuildContents, gate: GateConfi
                  figures=figures)
 
 
-def metadata_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
-    old, new = live.manifest.metadata_fields, candidate.manifest.metadata_fields
+def metadata_check(live: BuildContents, candidate: BuildContents, gate: GateConfig,
+                   live_fields: dict[str, str] | None = None) -> Check:
+    old = live_fields if live_fields is not None else live.manifest.metadata_fields
+    new = candidate.manifest.metadata_fields
     added = sorted(set(new) - set(old))
     lost = sorted(set(old) - set(new))
     retyped = sorted(f for f in set(old) & set(new) if old[f] != new[f])

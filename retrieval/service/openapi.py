@@ -78,6 +78,13 @@ def openapi_document(title: str = "retrieval", version: str = "1") -> dict[str, 
                                                         WriteAck, DeleteBody)},
             "/v1/documents/get": {"post": _operation("documents by id as the index serves "
                                                      "them", FetchResult, FetchBody)},
+            "/v1/snapshot": {"post": {
+                "summary": "the root as a snapshot tar (admin scope): live build, log since "
+                           "it, flip history; restore with `retrieval restore FILE ROOT`",
+                "security": [{"bearer": []}],
+                "responses": {"200": {"description": "OK", "content": {
+                    "application/x-tar": {"schema": {"type": "string",
+                                                     "format": "binary"}}}}}}},
             "/healthz": {"get": _operation("the process is alive", Health, errors=False)},
             "/readyz": {"get": readiness},
             "/metrics": {"get": {"summary": "Prometheus text format, merged over workers",

@@ -1,4 +1,4 @@
-"""Writes over HTTP: upsert and delete documents, and fetch them by id.
+"""Writes over HTTP: upsert and delete documents, fetch them by id, and take a snapshot.
 
 Every worker opens its own ``IndexWriter`` of the root on its first write; the root's append
 lock makes them one writer at a time, and each catches up with the others' records under it
@@ -12,16 +12,20 @@ if its follower has not applied it yet). Every worker's follower applies new rec
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import InvalidWriteError, LimitExceededError
+from indexes.snapshot import take_snapshot
 from indexes.writer import IndexWriter
 from retrieval.service.bodies import json_response, parse_body
 from retrieval.service.schemas import (
@@ -89,9 +93,26 @@ def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings) 
         return json_response(FetchResult(documents=documents, missing=missing,
                                          applied_seq=retriever.applied_seq))
 
+    async def snapshot(_: Request) -> Response:
+        """The root as one snapshot file (admin scope), taken while writes go on; restore
+        it with ``retrieval restore FILE ROOT`` where the new root is to be served."""
+        directory = tempfile.mkdtemp(prefix="retrieval-snapshot-")
+        try:
+            report = await asyncio.to_thread(take_snapshot, writes.root,
+                                             Path(directory) / "snapshot.tar")
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return FileResponse(report.file, media_type="application/x-tar",
+                            filename=f"{report.build_id}+{report.last_seq}.tar",
+                            headers={"x-snapshot-build": report.build_id,
+                                     "x-snapshot-seq": str(report.last_seq)},
+                            background=BackgroundTask(shutil.rmtree, directory, True))
+
     return [Route("/v1/documents", upsert, methods=["POST"]),
             Route("/v1/documents/delete", delete, methods=["POST"]),
-            Route("/v1/documents/get", fetch, methods=["POST"])]
+            Route("/v1/documents/get", fetch, methods=["POST"]),
+            Route("/v1/snapshot", snapshot, methods=["POST"])]
 
 
 def _upsert(writes: Writes, documents: list[dict[str, Any]], vectors: np.ndarray | None,

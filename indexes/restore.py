@@ -1,0 +1,212 @@
+"""Restoring a snapshot (``indexes.snapshot``) into a new index root: nothing is left at the
+root until every member is checked against ``SNAPSHOT.json`` and the restored root passes
+what ``retrieval verify`` runs (see ``indexes.snapshot`` for the format)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from pydantic import ValidationError
+
+from indexes.errors import (
+    FormatVersionError,
+    MissingArtifactError,
+)
+from indexes.manifest import CURRENT, read_manifest, resolve_build_dir, verify_build
+from indexes.snapshot import (
+    FORMAT_VERSION,
+    SNAPSHOT_JSON,
+    Member,
+    RestoreReport,
+    RestoreTargetError,
+    SnapshotCorruptError,
+    SnapshotInfo,
+    UnsafeMemberError,
+    hash_stream,
+)
+from indexes.storage import fsync_dir, fsync_write
+from indexes.wal.log import (
+    ACKED,
+    check_log,
+    read_all,
+    segments,
+    wal_dir,
+    write_acked,
+)
+
+
+def restore_snapshot(file: str | Path, root: str | Path) -> RestoreReport:
+    """Restore the snapshot ``file`` into the new index root ``root`` (absent or empty)."""
+    file, root = Path(file), Path(root)
+    _require_empty(root)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = root.parent / f".{root.name}.restore-{secrets.token_hex(4)}"
+    staging.mkdir()
+    try:
+        info = _extract(file, staging)
+        _finish(staging, info)
+        _verify_root(staging, info)
+        _require_empty(root)  # again: another process may have created it meanwhile
+        os.replace(staging, root)  # onto an empty directory too (rename(2) allows it)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    fsync_dir(root.parent)
+    return RestoreReport(root, info.build_id, info.log_seq, info.last_seq, len(info.members),
+                         sum(m.size for m in info.members.values()))
+
+
+def _require_empty(root: Path) -> None:
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise RestoreTargetError(
+            f"{root} exists and is not empty: restore writes a new index root and never "
+            "overwrites one; pass a new (or empty) directory, or remove this one first", root)
+
+
+def _extract(file: Path, staging: Path) -> SnapshotInfo:
+    """Write every member under ``staging``, each checked against SNAPSHOT.json."""
+    try:
+        tar = tarfile.open(file, mode="r:*")
+    except FileNotFoundError as exc:
+        raise MissingArtifactError(f"no snapshot file {file}", file) from exc
+    except tarfile.TarError as exc:
+        raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file: {exc}); take "
+                                   "one with `retrieval snapshot ROOT FILE`", file) from exc
+    with tar:
+        members = _members(tar, file)
+        info = _read_info(tar, next(members, None), file)
+        seen: set[str] = set()
+        for member in members:
+            if member.isdir():
+                continue
+            _check_listed(member.name, info, seen, file)
+            try:
+                _write_member(tar, member, staging, info.members[member.name], file)
+            except tarfile.TarError as exc:  # e.g. a member cut short by a truncated file
+                raise SnapshotCorruptError(f"{file}: member {member.name!r} cannot be read "
+                                           f"({exc}); take the snapshot again", file,
+                                           member.name) from exc
+    absent = sorted(set(info.members) - seen)
+    if absent:
+        raise SnapshotCorruptError(f"{file} lacks member {absent[0]!r} that {SNAPSHOT_JSON} "
+                                   "lists: the file is truncated; take the snapshot again",
+                                   file, absent[0])
+    return info
+
+
+def _members(tar: tarfile.TarFile, file: Path) -> Iterator[tarfile.TarInfo]:
+    """The tar's members, each refused before anything is written when its name or type is
+    unsafe; a damaged tar is a ``SnapshotCorruptError``."""
+    try:
+        for member in tar:
+            _check_safe(member, file)
+            yield member
+    except tarfile.TarError as exc:
+        raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
+                                   file) from exc
+
+
+def _check_safe(member: tarfile.TarInfo, file: Path) -> None:
+    name = PurePosixPath(member.name)
+    if name.is_absolute() or ".." in name.parts or "\\" in member.name or not name.parts:
+        raise UnsafeMemberError(f"{file} holds member {member.name!r}, which would be written "
+                                "outside the restored root; refusing the file (it is not a "
+                                "snapshot this library wrote)", file, member.name)
+    if not (member.isfile() or member.isdir()):
+        raise UnsafeMemberError(f"{file} holds member {member.name!r}, which is not a regular "
+                                "file (a link or device); refusing the file", file, member.name)
+
+
+def _read_info(tar: tarfile.TarFile, first: tarfile.TarInfo | None, file: Path) -> SnapshotInfo:
+    source = tar.extractfile(first) if first is not None and first.name == SNAPSHOT_JSON \
+        else None
+    if source is None:
+        raise SnapshotCorruptError(f"{file} does not start with {SNAPSHOT_JSON}: it is not a "
+                                   "snapshot; take one with `retrieval snapshot ROOT FILE`",
+                                   file, SNAPSHOT_JSON)
+    raw = source.read()
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SnapshotCorruptError(f"{file}: {SNAPSHOT_JSON} is not JSON: {exc}", file,
+                                   SNAPSHOT_JSON) from exc
+    version = body.get("format_version") if isinstance(body, dict) else None
+    if version != FORMAT_VERSION:  # before the schema: another version may have another one
+        raise FormatVersionError(f"{file} is snapshot format version {version!r}; this library "
+                                 f"restores version {FORMAT_VERSION}: restore it with the "
+                                 "version that took it", file)
+    try:
+        return SnapshotInfo.model_validate(body)
+    except ValidationError as exc:
+        raise SnapshotCorruptError(f"{file}: {SNAPSHOT_JSON} is not valid: {exc}", file,
+                                   SNAPSHOT_JSON) from exc
+
+
+def _check_listed(name: str, info: SnapshotInfo, seen: set[str], file: Path) -> None:
+    if name not in info.members:
+        raise SnapshotCorruptError(f"{file} holds member {name!r}, which {SNAPSHOT_JSON} does "
+                                   "not list: refusing an altered snapshot", file, name)
+    if name in seen:
+        raise SnapshotCorruptError(f"{file} holds member {name!r} twice: refusing an altered "
+                                   "snapshot", file, name)
+    seen.add(name)
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, staging: Path,
+                  expected: Member, file: Path) -> None:
+    """Copy one member under ``staging`` (hashing on the way, fsynced); its size and sha256
+    must be the listed ones."""
+    target = staging / member.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = tar.extractfile(member)
+    assert source is not None  # a regular file (checked by _check_safe)
+    with open(target, "wb") as out:
+        got = hash_stream(source, out)
+        out.flush()
+        os.fsync(out.fileno())
+    if got != expected:
+        raise SnapshotCorruptError(
+            f"{file}: member {member.name!r} does not match {SNAPSHOT_JSON} (size {got.size}, "
+            f"listed {expected.size}; sha256 {got.sha256[:12]}..., listed "
+            f"{expected.sha256[:12]}...): the file was damaged after it was taken; restore "
+            "another snapshot", file, member.name)
+
+
+def _finish(staging: Path, info: SnapshotInfo) -> None:
+    """``CURRENT`` naming the build, and ``wal/ACKED`` at the end of the newest segment."""
+    fsync_write(staging / CURRENT, f"{info.build_id}\n".encode())
+    listed = segments(staging)
+    if not listed:
+        return
+    first, path = listed[-1]
+    fd = os.open(wal_dir(staging) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        write_acked(fd, first, path.stat().st_size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(wal_dir(staging))
+
+
+def _verify_root(staging: Path, info: SnapshotInfo) -> None:
+    """What ``retrieval verify`` checks (the build's checksums, the whole log), and that the
+    restored root holds the build and records ``SNAPSHOT.json`` says."""
+    build = resolve_build_dir(staging)
+    manifest = read_manifest(build)
+    verify_build(build, manifest)
+    check_log(staging)
+    records = read_all(staging, after=manifest.log_seq)
+    last = records[-1].seq if records else manifest.log_seq
+    if (manifest.build_id, manifest.log_seq, last) != (info.build_id, info.log_seq,
+                                                       info.last_seq):
+        raise SnapshotCorruptError(
+            f"the restored root holds build {manifest.build_id} (log_seq {manifest.log_seq}) "
+            f"and records up to seq {last}, but {SNAPSHOT_JSON} says build {info.build_id} "
+            f"(log_seq {info.log_seq}) up to seq {info.last_seq}; the snapshot is "
+            "inconsistent, take it again", staging, SNAPSHOT_JSON)

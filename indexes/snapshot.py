@@ -1,0 +1,313 @@
+"""Snapshots of an index root: one file holding the live build, the log since it and the flip
+history, taken while writes go on, restored into a new root verified by checksums.
+
+The file is an uncompressed tar::
+
+    SNAPSHOT.json            first: format version, build id, its log_seq, the last seq
+                             included, created_at, and sha256 + size of every other member
+    HISTORY.jsonl            the flip history (whole lines)
+    builds/<build_id>/...    the live build, all of it (shards included)
+    wal/<first seq>.wal      the segments holding records after the build's log_seq, each
+                             cut after its last whole record (never ACKED nor the lock)
+
+Uncompressed: most of a build is float32 vectors, which gzip barely shrinks, and compressing
+would lengthen a snapshot (so its chance of racing a compaction) and make restore CPU-bound;
+compress the file to ship it (restore reads gzip too, ``r:*``).
+
+Consistent while writes go on, without the writer's lock: ``CURRENT`` is read first, then the
+history (a flip appends to it before replacing ``CURRENT``), the build's files are opened and
+hashed (they stay open until written, so a build removed meanwhile still yields what was
+hashed), then each segment (``ACKED`` before its bytes, as readers do), cut after its last
+whole record: later records are not included, and the snapshot's sequence is the last one it
+holds. A segment retired meanwhile or ``CURRENT`` naming another build at the end means a
+publish or compaction ran: start over (``ATTEMPTS`` times, then ``SnapshotConflictError``).
+
+Restore leaves nothing at ``ROOT`` until all is checked: it extracts regular files (no absolute
+or ``..`` names) into a sibling temporary directory, checks each against ``SNAPSHOT.json``,
+writes ``CURRENT`` and ``wal/ACKED``, runs what ``retrieval verify`` runs, then renames it to
+``ROOT``. ``ACKED`` is written (absent would read as 0, also safe) because every restored
+record was whole and verified: later damage inside them then reads as corruption, not as a
+torn tail the next writer would cut off. The history may name builds the snapshot does not
+hold: a rollback there says so (``UnknownBuildError``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import secrets
+import tarfile
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+from pydantic import BaseModel, ConfigDict
+
+from indexes.errors import (
+    ArtifactError,
+    CorruptArtifactError,
+    MissingArtifactError,
+)
+from indexes.history import HISTORY, live_build_id
+from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
+from indexes.storage import fsync_dir
+from indexes.wal.log import (
+    LogCorruptionError,
+    acked_end,
+    scan,
+    segments,
+)
+
+FORMAT_VERSION = 1
+SNAPSHOT_JSON = "SNAPSHOT.json"
+ATTEMPTS = 5
+CHUNK = 1 << 20
+
+
+class SnapshotCorruptError(CorruptArtifactError):
+    """A snapshot file is not whole: not a tar, no valid ``SNAPSHOT.json``, or a member that is
+    missing, unlisted, or whose size or sha256 differs (``member`` names it)."""
+
+    def __init__(self, message: str, path: Path | str | None = None,
+                 member: str | None = None) -> None:
+        super().__init__(message, path)
+        self.member = member
+
+
+class UnsafeMemberError(SnapshotCorruptError):
+    """A snapshot member would be written outside the restored root (an absolute or ``..``
+    name) or is not a regular file (a link, a device)."""
+
+
+class RestoreTargetError(ArtifactError):
+    """The restore target exists and is not empty: restore never overwrites an index root."""
+
+
+class SnapshotConflictError(ArtifactError):
+    """The index root changed under every attempt (publishes or compactions kept retiring
+    what a snapshot was reading)."""
+
+
+class Member(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str
+    size: int
+
+
+class SnapshotInfo(BaseModel):
+    """``SNAPSHOT.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int
+    build_id: str
+    log_seq: int  # records up to here are folded into the build
+    last_seq: int  # the newest record included (log_seq when the log adds nothing)
+    created_at: str
+    members: dict[str, Member]  # every other member of the tar, by name
+
+
+@dataclass(frozen=True)
+class SnapshotReport:
+    file: Path
+    build_id: str
+    log_seq: int
+    last_seq: int
+    files: int  # members besides SNAPSHOT.json
+    bytes: int  # their total size
+    attempts: int
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    root: Path
+    build_id: str
+    log_seq: int
+    last_seq: int
+    files: int
+    bytes: int
+
+
+@dataclass
+class _View:
+    """One consistent read of a root: open build files (hashed) and the log and history bytes."""
+
+    manifest: Manifest
+    last_seq: int
+    handles: dict[str, IO[bytes]] = field(default_factory=dict)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    members: dict[str, Member] = field(default_factory=dict)
+
+
+class _Changed(Exception):
+    """The root changed while it was read: start over."""
+
+
+# -- taking a snapshot ---------------------------------------------------------------------
+
+
+def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
+    """Write a snapshot of the index root ``root`` to ``file`` (replaced atomically)."""
+    root, file = Path(root), Path(file)
+    if not (root / CURRENT).is_file():
+        raise MissingArtifactError(f"{root} is not an index root (no {CURRENT}): snapshot an "
+                                   "index root that has a published build", root / CURRENT)
+    for attempt in range(1, ATTEMPTS + 1):
+        with ExitStack() as stack:
+            try:
+                view = _capture(root, stack)
+            except _Changed:
+                continue
+            _write_tar(view, file)
+            return SnapshotReport(file, view.manifest.build_id, view.manifest.log_seq,
+                                  view.last_seq, len(view.members),
+                                  sum(m.size for m in view.members.values()), attempts=attempt)
+    raise SnapshotConflictError(
+        f"{root} changed under each of {ATTEMPTS} snapshot attempts (a publish or compaction "
+        "retired what was being read each time); retry when it is quieter, e.g. not during "
+        "`retrieval compact`", root)
+
+
+def _capture(root: Path, stack: ExitStack) -> _View:
+    """Read the live build, history and log; ``_Changed`` when the root moved meanwhile. An
+    error with ``CURRENT`` unchanged is real (a damaged build or log) and is raised."""
+    name = live_build_id(root)
+    try:
+        build = resolve_build_dir(root)
+        history = _history_bytes(root)
+        manifest = read_manifest(build)
+        view = _View(manifest, manifest.log_seq)
+        if history is not None:
+            _add_blob(view, HISTORY, history)
+        _open_build(build, f"builds/{build.name}", view, stack)
+        _read_log(root, view)
+    except (FileNotFoundError, ArtifactError) as exc:
+        if live_build_id(root) != name:
+            raise _Changed from exc
+        if isinstance(exc, FileNotFoundError):
+            raise MissingArtifactError(f"{exc.filename} vanished while {root} was not "
+                                       "changing; run `retrieval verify` on it", root) from exc
+        raise
+    if live_build_id(root) != name or build.name != name:
+        raise _Changed
+    return view
+
+
+def _history_bytes(root: Path) -> bytes | None:
+    """HISTORY.jsonl up to its last whole line (a flip may be appending), None when absent."""
+    try:
+        data = (root / HISTORY).read_bytes()
+    except FileNotFoundError:
+        return None
+    return data[:data.rfind(b"\n") + 1]
+
+
+def _add_blob(view: _View, name: str, data: bytes) -> None:
+    view.blobs[name] = data
+    view.members[name] = Member(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+
+def _open_build(build: Path, prefix: str, view: _View, stack: ExitStack) -> None:
+    """Open and hash every file of the build; the hashes must match its manifest's."""
+    for path in sorted(p for p in build.rglob("*") if p.is_file()):
+        relative = path.relative_to(build).as_posix()
+        handle = stack.enter_context(open(path, "rb"))
+        member = hash_stream(handle)
+        handle.seek(0)
+        expected = view.manifest.files.get(relative)
+        if expected is not None and expected != member.sha256:
+            raise CorruptArtifactError(f"checksum mismatch in {path}: the live build is damaged "
+                                       "and is not snapshotted; run `retrieval verify` and "
+                                       "republish or restore it", path)
+        view.handles[f"{prefix}/{relative}"] = handle
+        view.members[f"{prefix}/{relative}"] = member
+    missing = sorted(set(view.manifest.files) - {n.removeprefix(prefix + "/")
+                                                  for n in view.handles})
+    if missing:
+        raise MissingArtifactError(f"{build / missing[0]} is named by the manifest but absent; "
+                                   "run `retrieval verify` and rebuild", build / missing[0])
+
+
+def hash_stream(source: IO[bytes], out: IO[bytes] | None = None) -> Member:
+    """sha256 and size of what ``source`` holds (copied to ``out`` on the way, when given)."""
+    digest, size = hashlib.sha256(), 0
+    for chunk in iter(lambda: source.read(CHUNK), b""):
+        digest.update(chunk)
+        size += len(chunk)
+        if out is not None:
+            out.write(chunk)
+    return Member(sha256=digest.hexdigest(), size=size)
+
+
+def _read_log(root: Path, view: _View) -> None:
+    """The segments holding records after the build's log_seq, each cut after its last whole
+    record; the records after log_seq must continue it without a gap."""
+    listed = segments(root)
+    for i, (_, path) in enumerate(listed):
+        newer = listed[i + 1][0] if i + 1 < len(listed) else None
+        if newer is not None and newer - 1 <= view.manifest.log_seq:
+            continue  # every record in it is folded into the build (retired soon)
+        data, seqs = _whole_records(path, newest=newer is None)
+        for seq in (s for s in seqs if s > view.manifest.log_seq):
+            if seq != view.last_seq + 1:
+                raise CorruptArtifactError(
+                    f"{path}: seq {seq} follows seq {view.last_seq}, but the log after the live "
+                    f"build's log_seq {view.manifest.log_seq} must have no gap (a rollback past a "
+                    "compaction that retired them?); publish a build that folds the log first",
+                    path)
+            view.last_seq = seq
+        _add_blob(view, f"wal/{path.name}", data)
+
+
+def _whole_records(path: Path, newest: bool) -> tuple[bytes, list[int]]:
+    """The bytes of ``path`` up to its last whole record and the seqs of its records."""
+    acked = acked_end(path)  # before the data, as readers do: what it covers was whole
+    data = path.read_bytes()
+    seqs, end = [], 0
+    for seq, stop, _ in scan(data, path=path, acked=acked):
+        seqs.append(seq)
+        end = stop
+    if not newest and end < len(data):
+        raise LogCorruptionError(f"{path}: the record at byte {end} is damaged and a newer "
+                                 "segment follows; restore the log from a backup", path)
+    return data[:end], seqs
+
+
+def _write_tar(view: _View, file: Path) -> None:
+    """SNAPSHOT.json first, then the members, into a temporary file renamed to ``file``."""
+    info = SnapshotInfo(format_version=FORMAT_VERSION, build_id=view.manifest.build_id,
+                        log_seq=view.manifest.log_seq, last_seq=view.last_seq,
+                        created_at=datetime.now(UTC).isoformat(), members=view.members)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(f".{file.name}.tmp-{secrets.token_hex(4)}")
+    try:
+        with open(tmp, "wb") as out:
+            with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+                head = info.model_dump_json(indent=1).encode()
+                _add(tar, SNAPSHOT_JSON, io.BytesIO(head), len(head))
+                for name, data in view.blobs.items():
+                    _add(tar, name, io.BytesIO(data), len(data))
+                for name, handle in view.handles.items():
+                    _add(tar, name, handle, view.members[name].size)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, file)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(file.parent)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: IO[bytes], size: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = size
+    info.mode = 0o644
+    info.mtime = int(datetime.now(UTC).timestamp())
+    tar.addfile(info, data)
+
+
+# -- restoring -------------------------------------------------------------------------------

@@ -1,0 +1,305 @@
+"""Snapshots of an index root (``indexes.snapshot``, ``retrieval snapshot`` / ``restore``): taken
+while writes stream in, a snapshot restores to a root that verifies and answers exactly like
+the source cut at the snapshot's sequence; a damaged, unsafe or misdirected restore leaves
+nothing behind."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from live_index import build_small, scifact_docs, unit_vectors
+
+from indexes import Document
+from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.restore import restore_snapshot
+from indexes.snapshot import (
+    SNAPSHOT_JSON,
+    RestoreTargetError,
+    SnapshotCorruptError,
+    UnsafeMemberError,
+    take_snapshot,
+)
+from indexes.wal.log import ACKED, scan, segments, wal_dir
+from indexes.writer import IndexWriter
+from retrieval import Retriever
+from retrieval.cli import main
+
+N_BASE = 100
+
+
+@pytest.fixture(scope="module")
+def docs(dataset) -> list[Document]:
+    return scifact_docs(dataset("scifact"), 160)
+
+
+@pytest.fixture
+def root(tmp_path, docs) -> Path:
+    """A root whose live build folded two records (log_seq 2), with two more in the log."""
+    root = tmp_path / "source"
+    build_small(root, docs[:N_BASE])
+    with IndexWriter(root) as writer:
+        writer.delete([docs[0].id])
+        writer.upsert([docs[N_BASE]], vectors=unit_vectors(1, 1))
+        writer.compact()
+        writer.delete([docs[1].id])
+        writer.upsert([docs[N_BASE + 1]], vectors=unit_vectors(1, 2))
+    return root
+
+
+class Stream:
+    """A background writer: alternately upserts a new document and deletes a base one, each
+    acknowledged, while fewer than ``budget`` records are (so a fast disk cannot run it out of
+    documents before the test is done), compacting every ``compact_every`` pairs."""
+
+    def __init__(self, root: Path, docs: list[Document], deletes: list[str],
+                 compact_every: int = 0) -> None:
+        self.writer = IndexWriter(root)
+        self.docs, self.deletes, self.compact_every = docs, deletes, compact_every
+        self.acked: list[int] = []
+        self.budget = 0
+        self.changed = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for i, doc in enumerate(self.docs):
+                with self.changed:
+                    self.changed.wait_for(lambda: self.stopped or len(self.acked) < self.budget)
+                    if self.stopped:
+                        return
+                self.acked.append(self.writer.upsert([doc], vectors=unit_vectors(1, 100 + i)))
+                self.acked.append(self.writer.delete([self.deletes[i % len(self.deletes)]]))
+                if self.compact_every and (i + 1) % self.compact_every == 0:
+                    self.writer.compact()  # publishes a build and retires segments
+        finally:
+            self.writer.close()
+
+    def allow(self, records: int) -> None:
+        with self.changed:
+            self.budget = records
+            self.changed.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        self.allow(max(self.budget, count))
+        while len(self.acked) < count and self.thread.is_alive():
+            time.sleep(0.001)
+        assert len(self.acked) >= count, "the stream ended early"
+
+    def end(self) -> None:
+        with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+        self.thread.join(timeout=30)
+
+
+def cut_copy(source: Path, target: Path, seq: int) -> Path:
+    """A copy of ``source`` whose log ends after record ``seq`` (the source at that seq)."""
+    shutil.copytree(source, target)
+    (wal_dir(target) / ACKED).unlink(missing_ok=True)
+    for first, path in segments(target):
+        if first > seq:
+            path.unlink()
+            continue
+        ends = [end for s, end, _ in scan(path.read_bytes(), path=path) if s <= seq]
+        with open(path, "r+b") as handle:
+            handle.truncate(ends[-1] if ends else 0)
+    return target
+
+
+def expected_docs(stream: Stream, seq: int) -> tuple[int, str, str]:
+    """After the fixture's 4 records the stream alternates upsert (a new doc) and delete (a
+    base doc): (live documents, id of the last doc upserted by ``seq``, id of the next)."""
+    upserts = (seq - 4 + 1) // 2
+    return 100 + (seq - 4) % 2, stream.docs[upserts - 1].id, stream.docs[upserts].id
+
+
+def found(retriever: Retriever, doc: Document) -> bool:
+    hits = retriever.search(doc.text[:200], k=5, query_vector=unit_vectors(1, 3)[0]).hits
+    return doc.id in {h.doc_id for h in hits}
+
+
+def load(root: Path) -> Retriever:
+    return Retriever.load(root, {"cache": {"backend": "none"}, "live_lag_seconds": None})
+
+
+def answers(retriever: Retriever, docs: list[Document]) -> list[list[tuple[str, float]]]:
+    queries = [d.text[:120] for d in docs[::9]] + ["telomerase", "cell biology"]
+    vectors = unit_vectors(len(queries), 7)
+    out = []
+    for query, vector in zip(queries, vectors, strict=True):
+        for filters in (None, "year >= 2005"):
+            result = retriever.search(query, filters, k=200, query_vector=vector)
+            out.append([(h.doc_id, round(h.score, 5)) for h in result.hits])
+    return out
+
+
+def test_a_snapshot_during_a_write_stream_restores_to_the_source_at_its_seq(
+        root, docs, tmp_path):
+    stream = Stream(root, docs[N_BASE + 2:], [d.id for d in docs[2:60]])
+    stream.wait_for(6)
+    stream.allow(40)  # writes go on while the snapshot reads the root
+    report = take_snapshot(root, tmp_path / "snap.tar")
+    stream.wait_for(report.last_seq - 4 + 6)  # and after it read the log
+    stream.end()
+    assert report.log_seq == 2 and 4 + 6 <= report.last_seq < stream.acked[-1]
+
+    restored = restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    assert (restored.build_id, restored.last_seq) == (report.build_id, report.last_seq)
+    assert (restored.files, restored.bytes) == (report.files, report.bytes)
+    assert main(["verify", str(tmp_path / "restored")]) == 0
+    reference = cut_copy(root, tmp_path / "reference", report.last_seq)
+    with load(tmp_path / "restored") as mine, load(reference) as theirs:
+        expected = f"{report.build_id}+{report.last_seq}"
+        assert mine.snapshot.build_id == theirs.snapshot.build_id == expected
+        n_docs, last, following = expected_docs(stream, report.last_seq)
+        assert mine.snapshot.manifest.n_docs == theirs.snapshot.manifest.n_docs == n_docs
+        by_id = {d.id: d for d in docs}
+        assert found(mine, by_id[last]) and not found(mine, by_id[following])
+        assert answers(mine, docs) == answers(theirs, docs)
+    # The restored root takes writes: its writer continues after the snapshot's seq.
+    with IndexWriter(tmp_path / "restored") as writer:
+        assert writer.delete([docs[5].id]) == report.last_seq + 1
+
+
+def test_snapshots_taken_while_compactions_run_hold_every_record_up_to_their_seq(
+        root, docs, tmp_path):
+    stream = Stream(root, docs[N_BASE + 2:], [d.id for d in docs[2:60]], compact_every=3)
+    reports = []
+    for i in range(4):
+        stream.wait_for(6 * (i + 1))
+        stream.allow(6 * (i + 2))
+        reports.append(take_snapshot(root, tmp_path / f"snap-{i}.tar"))
+    stream.end()
+    by_id = {d.id: d for d in docs}
+    for i, report in enumerate(reports):
+        restored = tmp_path / f"restored-{i}"
+        restore_snapshot(tmp_path / f"snap-{i}.tar", restored)
+        assert read_manifest(resolve_build_dir(restored)).log_seq == report.log_seq
+        n_docs, last, following = expected_docs(stream, report.last_seq)
+        with load(restored) as mine:
+            assert mine.snapshot.manifest.n_docs == n_docs
+            assert found(mine, by_id[last]) and not found(mine, by_id[following])
+    assert report.log_seq > 2  # the stream's compactions published builds meanwhile
+
+
+def test_segments_the_live_build_folded_are_left_out(root, tmp_path):
+    """A compaction publishes before it retires: a segment it folded may still be there."""
+    (_, folded), = segments(root)
+    kept = folded.read_bytes()
+    with IndexWriter(root) as writer:
+        assert writer.compact().log_seq == 4
+    folded.write_bytes(kept)  # as a compaction stopped between publish and retire leaves it
+    report = take_snapshot(root, tmp_path / "snap.tar")
+    assert (report.log_seq, report.last_seq) == (4, 4)
+    with tarfile.open(tmp_path / "snap.tar") as tar:
+        wal = [n for n in tar.getnames() if n.startswith("wal/")]
+    assert wal == [f"wal/{segments(root)[-1][1].name}"]
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    assert main(["verify", str(tmp_path / "restored")]) == 0
+
+
+def test_a_sharded_root_round_trips(docs, tmp_path):
+    source = tmp_path / "source"
+    build_small(source, docs[:N_BASE], shards=2)
+    with IndexWriter(source) as writer:
+        writer.delete([docs[3].id])
+        writer.upsert([docs[N_BASE]], vectors=unit_vectors(1, 4))
+    report = take_snapshot(source, tmp_path / "snap.tar")
+    assert report.last_seq == 2
+    with tarfile.open(tmp_path / "snap.tar") as tar:
+        assert any("/shards/shard-001/" in name for name in tar.getnames())
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    with load(tmp_path / "restored") as mine, load(source) as theirs:
+        assert answers(mine, docs) == answers(theirs, docs)
+
+
+def member_offsets(file: Path) -> dict[str, tuple[int, int]]:
+    with tarfile.open(file) as tar:
+        return {m.name: (m.offset_data, m.size) for m in tar.getmembers()}
+
+
+@pytest.mark.parametrize("kind", ["vectors", "wal"])
+def test_a_flipped_byte_names_the_member_and_leaves_no_root(root, tmp_path, kind):
+    file = tmp_path / "snap.tar"
+    take_snapshot(root, file)
+    name = next(n for n in member_offsets(file) if f"/{kind}/" in f"/{n}")
+    offset, size = member_offsets(file)[name]
+    data = bytearray(file.read_bytes())
+    data[offset + size // 2] ^= 0x01
+    file.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptError, match="does not match") as caught:
+        restore_snapshot(file, tmp_path / "restored")
+    assert caught.value.member == name and name in str(caught.value)
+    assert not (tmp_path / "restored").exists()
+    assert not list(tmp_path.glob(".restored.restore-*"))
+
+
+def test_restore_refuses_a_root_that_is_not_empty(root, tmp_path):
+    take_snapshot(root, tmp_path / "snap.tar")
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    with pytest.raises(RestoreTargetError, match="not empty") as caught:
+        restore_snapshot(tmp_path / "snap.tar", target)
+    assert caught.value.path == target and str(target) in str(caught.value)
+    assert [p.name for p in target.iterdir()] == ["notes.txt"]
+    (tmp_path / "empty").mkdir()  # an empty directory is a fine target
+    assert restore_snapshot(tmp_path / "snap.tar", tmp_path / "empty").last_seq == 4
+
+
+def evil_tar(source: Path, target: Path, member: tarfile.TarInfo, data: bytes) -> Path:
+    """A copy of the snapshot ``source`` with one more member after SNAPSHOT.json."""
+    with tarfile.open(source) as tar, tarfile.open(target, "w") as out:
+        head = tar.getmember(SNAPSHOT_JSON)
+        out.addfile(head, tar.extractfile(head))
+        out.addfile(member, io.BytesIO(data))
+        for info in tar.getmembers()[1:]:
+            out.addfile(info, tar.extractfile(info))
+    return target
+
+
+@pytest.mark.parametrize("name", ["../evil", "/tmp/evil-absolute", "wal/../../evil",
+                                  "link-to-etc"])
+def test_a_member_outside_the_root_or_not_a_file_is_refused(root, tmp_path, name):
+    take_snapshot(root, tmp_path / "snap.tar")
+    member = tarfile.TarInfo(name)
+    if name == "link-to-etc":
+        member.type, member.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    data = b"" if member.issym() else b"owned\n"
+    member.size = len(data)
+    bad = evil_tar(tmp_path / "snap.tar", tmp_path / "evil.tar", member, data)
+    target = tmp_path / "deep" / "restored"
+    with pytest.raises(UnsafeMemberError) as caught:
+        restore_snapshot(bad, target)
+    assert caught.value.member == name
+    assert not target.exists() and not (tmp_path / "evil").exists()
+    assert not (tmp_path / "deep" / "evil").exists()
+
+
+def test_cli_round_trip(root, docs, tmp_path, capsys):
+    file, restored = tmp_path / "snap.tar", tmp_path / "restored"
+    build_id = read_manifest(resolve_build_dir(root)).build_id
+    assert main(["snapshot", str(root), str(file)]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"snapshot of build {build_id} up to seq 4: ")
+    counts = line.split(": ", 1)[1].split(" written")[0]  # "N files, B bytes"
+    assert main(["restore", str(file), str(restored)]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == f"restored build {build_id} up to seq 4: {counts} verified into {restored}"
+    assert main(["verify", str(restored)]) == 0
+    assert "write-ahead log, " in capsys.readouterr().out
+    assert main(["restore", str(file), str(restored)]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert main(["restore", str(tmp_path / "missing.tar"), str(tmp_path / "r2")]) == 2
+    assert "no snapshot file" in capsys.readouterr().err
+    (tmp_path / "notes.txt").write_text("not a tar")
+    assert main(["restore", str(tmp_path / "notes.txt"), str(tmp_path / "r3")]) == 2
+    assert "is not a snapshot" in capsys.readouterr().err and not (tmp_path / "r3").exists()
