@@ -3,8 +3,9 @@
 1. **Throughput** (documents/s) of upserts with precomputed vectors, batches of 1 and 100, by
    ``--clients`` concurrent callers: ``IndexWriter.upsert`` in this process (threads sharing
    one writer), then ``POST /v1/documents`` to ``retrieval serve`` with 2 forked workers (each
-   worker's writer takes the root's append lock in turn). Every write is one fsync'd record
-   either way; the HTTP figure adds JSON, the network stack and the lock hand-over.
+   worker's writer takes the root's append lock in turn) through ``RemoteRetriever.upsert``
+   (vectors as base64 float32). Every write is one fsync'd record either way; the HTTP figure
+   adds JSON, the network stack and the lock hand-over.
 2. **Visibility lag**: after each acknowledged HTTP write (one document), the time until a
    search in *another* serving process (a ``Retriever`` following the same root here, with
    the service's default ``live_lag_seconds``) returns that document: p50/p95/p99/max.
@@ -74,20 +75,15 @@ def rate(write: Callable[[list[Document], Any], Any], work: list[tuple[list[Docu
 
 
 def http_writer(url: str) -> Callable[[list[Document], Any], Any]:
-    import httpx
+    """``RemoteRetriever.upsert`` (vectors sent as base64 float32), one client per thread."""
+    from retrieval.client import RemoteRetriever
 
     local = threading.local()
 
     def write(docs: list[Document], vectors: np.ndarray) -> int:
         if not hasattr(local, "client"):
-            local.client = httpx.Client(base_url=url, timeout=60,
-                                        headers={"authorization": f"Bearer {KEY}"})
-        body = {"documents": [{"id": d.id, "text": d.text, "metadata": d.metadata,
-                               "vector": v.tolist()} for d, v in zip(docs, vectors,
-                                                                     strict=True)]}
-        response = local.client.post("/v1/documents", json=body)
-        response.raise_for_status()
-        return int(response.json()["seq"])
+            local.client = RemoteRetriever(url, KEY, timeout=60)
+        return int(local.client.upsert(docs, vectors).seq)
 
     return write
 

@@ -144,6 +144,7 @@ def test_scopes_limits_and_malformed_writes_log_nothing(written, corpus, encoder
         assert too_many.status_code == 413 and "max_write_documents" in too_many.text
         for bad, kind in [({**doc, "text": " "}, "InvalidWriteError"),
                           ({**doc, "vector": doc["vector"][:10]}, "InvalidWriteError"),
+                          ({**doc, "vector": "not base64!"}, "InvalidWriteError"),
                           ({**doc, "metadata": {"departmnet": "x"}}, "SchemaMismatchError"),
                           ({**doc, "metadata": {"year": "recent"}}, "SchemaMismatchError"),
                           ({**doc, "colour": "red"}, "RequestFieldError")]:

@@ -62,9 +62,11 @@ class WriteDocument(BaseModel):
     text: str
     title: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)
-    vector: list[float] | None = Field(
-        None, description="its embedding from the index's encoder (precomputed: all documents "
-        "of a request or none; whole-document builds only), else the server embeds the text")
+    vector: list[float] | str | None = Field(
+        None, description="its embedding from the index's encoder, as numbers or as a base64 "
+        "string of its little-endian float32 bytes (8x smaller and faster to parse, as "
+        "OpenAI's encoding_format=base64); all documents of a request or none, whole-document "
+        "builds only; without one the server embeds the text")
 
 
 class UpsertBody(BaseModel):

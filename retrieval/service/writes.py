@@ -12,6 +12,8 @@ if its follower has not applied it yet). Every worker's follower applies new rec
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import shutil
 import tempfile
 import threading
@@ -136,7 +138,23 @@ def given_vectors(documents: list[WriteDocument]) -> np.ndarray | None:
         raise InvalidWriteError(f"document {missing!r} has no vector while others have one: "
                                 "give every document of a request a vector, or none (the "
                                 "server then embeds the texts)")
-    if len({len(d.vector or ()) for d in documents}) != 1:
+    rows = [as_row(d.id, d.vector) for d in documents]
+    if len({row.shape[0] for row in rows}) != 1:
         raise InvalidWriteError("the documents' vectors differ in length: each must have the "
                                 "index's dimension")
-    return np.asarray([d.vector for d in documents], dtype=np.float32)
+    return np.stack(rows)
+
+
+def as_row(doc_id: str, vector: list[float] | str | None) -> np.ndarray:
+    if not isinstance(vector, str):
+        return np.asarray(vector, dtype=np.float32)
+    try:
+        raw = base64.b64decode(vector, validate=True)
+    except binascii.Error as exc:
+        raise InvalidWriteError(f"document {doc_id!r}: vector is not valid base64 ({exc}); "
+                                "send the float32 bytes base64-encoded, or a list of numbers"
+                                ) from None
+    if len(raw) % 4:
+        raise InvalidWriteError(f"document {doc_id!r}: the base64 vector holds {len(raw)} "
+                                "bytes, not a whole number of float32 values")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
