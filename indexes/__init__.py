@@ -10,6 +10,7 @@ from indexes.long_documents import WindowReport, split_documents
 from indexes.manifest import EncoderInfo, Manifest
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageMap
+from indexes.sources import FieldMapping
 from indexes.vectors import VectorStore
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Document",
     "Encoder",
     "EncoderInfo",
+    "FieldMapping",
     "Manifest",
     "MetadataIndex",
     "PassageConfig",

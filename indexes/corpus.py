@@ -1,25 +1,26 @@
-"""Document sources: BEIR folders and generic JSONL files.
+"""Document sources: BEIR folders, JSONL files, and (``indexes.sources``) CSV and Parquet
+tables and folders of Markdown, text and HTML files.
 
 Generic JSONL: one object per line with an id (``id`` or ``_id``), ``text``, optional ``title``,
-optional ``metadata`` object; any other top-level keys are treated as metadata too. A missing
-file is reported when the reader is created; malformed lines, duplicate ids and a metadata field
-holding two types are reported as they are read, naming the file, the line and the document.
+optional ``metadata`` object; any other top-level keys are treated as metadata too; a
+``FieldMapping`` names other fields. A missing file is reported when the reader is created;
+malformed lines, duplicate ids and a metadata field holding two types are reported as they are
+read, naming the file, the line and the document.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.metadata import FieldKind, merge_kinds, value_kind
+from indexes.sources import TABLE_SUFFIXES, FieldMapping, read_folder, read_table
 
-_RESERVED = {"_id", "id", "title", "text", "metadata"}
 
-
-def read_jsonl(path: Path) -> Iterator[Document]:
+def read_jsonl(path: Path, mapping: FieldMapping | None = None) -> Iterator[Document]:
     """Documents from a JSONL file; malformed lines are a CorpusError naming the line.
 
     The file's existence is checked now, before anything is read (and before a caller loads a
@@ -29,17 +30,34 @@ def read_jsonl(path: Path) -> Iterator[Document]:
     if not path.is_file():
         raise CorpusError(f"corpus file {path} does not exist; give a JSONL file or a BEIR "
                           "folder holding corpus.jsonl")
-    return _read_lines(path)
+    return _read_lines(path, mapping or FieldMapping())
 
 
-def _read_lines(path: Path) -> Iterator[Document]:
-    check = _Consistency(path)
+def _read_lines(path: Path, mapping: FieldMapping) -> Iterator[Document]:
     with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                document = _document(_parse(line, path, number), path, number)
-                check(document, number)
-                yield document
+        records = ((number, _parse(line, path, number))
+                   for number, line in enumerate(handle, start=1) if line.strip())
+        yield from checked(_documents(records, path, mapping), path)
+
+
+def _documents(records: Iterator[tuple[int, object]], path: Path, mapping: FieldMapping
+               ) -> Iterator[tuple[int, Document]]:
+    for number, record in records:
+        if not isinstance(record, dict):
+            raise CorpusError(f"{path}:{number}: each line must be a JSON object")
+        if number == 1:  # a wrong mapping shows at once, with the fields there are
+            mapping.check(record, f"{path} (line 1)")
+        if not isinstance(record.get("metadata") or {}, dict):
+            raise CorpusError(f"{path}:{number}: `metadata` must be an object")
+        yield number, mapping.document(record, f"{path}:{number}")
+
+
+def checked(documents: Iterable[tuple[int, Document]], path: Path) -> Iterator[Document]:
+    """The documents, each checked against those before it (``_Consistency``)."""
+    check = _Consistency(path)
+    for number, document in documents:
+        check(document, number)
+        yield document
 
 
 class _Consistency:
@@ -82,29 +100,20 @@ def _parse(line: str, path: Path, number: int) -> object:
         raise CorpusError(f"{path}:{number}: not valid JSON ({exc})") from exc
 
 
-def _document(record: object, path: Path, line: int) -> Document:
-    if not isinstance(record, dict):
-        raise CorpusError(f"{path}:{line}: each line must be a JSON object")
-    doc_id = record.get("_id", record.get("id"))
-    text = record.get("text")
-    if doc_id is None or not isinstance(text, str):
-        raise CorpusError(
-            f"{path}:{line}: a document needs an id (`_id` or `id`) and a `text` string"
-        )
-    metadata = record.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise CorpusError(f"{path}:{line}: `metadata` must be an object")
-    extra = {k: v for k, v in record.items() if k not in _RESERVED}
-    title = record.get("title") or ""
-    return Document(id=str(doc_id), text=text, title=str(title), metadata={**metadata, **extra})
-
-
-def read_corpus(path: Path) -> Iterator[Document]:
-    """A BEIR folder (``corpus.jsonl`` inside) or a JSONL file."""
+def read_corpus(path: Path, mapping: FieldMapping | None = None) -> Iterator[Document]:
+    """A BEIR folder (``corpus.jsonl`` inside), a folder of Markdown / text / HTML files, a
+    CSV or Parquet table, or a JSONL file; ``mapping`` names the fields of records."""
     path = Path(path)
+    mapping = mapping or FieldMapping()
     if path.is_dir():
-        return read_jsonl(path / "corpus.jsonl")
-    return read_jsonl(path)
+        if (path / "corpus.jsonl").is_file():
+            return read_jsonl(path / "corpus.jsonl", mapping)
+        return checked(enumerate(read_folder(path, mapping), start=1), path)
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        if not path.is_file():
+            raise CorpusError(f"corpus file {path} does not exist")
+        return checked(enumerate(read_table(path, mapping), start=1), path)
+    return read_jsonl(path, mapping)
 
 
 def read_queries(path: Path) -> dict[str, str]:

@@ -30,11 +30,11 @@ from indexes.build import (
     content_hashes,
     passage_counter,
 )
-from indexes.corpus import _document
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.long_documents import split_documents
 from indexes.manifest import EncoderInfo
+from indexes.sources import FieldMapping
 
 Backend = Literal["torch", "onnx"]
 
@@ -68,7 +68,8 @@ def read_documents(source: str | Path) -> list[Document]:
     kind, files = source_files(source)
     dataset = (ray.data.read_json(files, lines=True) if kind == "json"
                else ray.data.read_parquet(files))
-    documents = [_document(_plain(row), Path(str(source)), number)
+    mapping = FieldMapping()
+    documents = [mapping.document(_plain(row), f"{source}: row {number}")
                  for number, row in enumerate(dataset.iter_rows(), start=1)]
     if not documents:
         raise CorpusError(f"the corpus {source} is empty: give at least one document")

@@ -63,7 +63,7 @@ def test_documented_feature_samples_materialize_and_read_back(tmp_path):
 def test_missing_corpus_is_reported_when_the_reader_is_created(tmp_path):
     with pytest.raises(CorpusError, match="nope.jsonl does not exist"):
         read_corpus(tmp_path / "nope.jsonl")  # not iterated: the check is not lazy
-    with pytest.raises(CorpusError, match="corpus.jsonl does not exist"):
+    with pytest.raises(CorpusError, match="holds no corpus.jsonl and no .md"):
         read_corpus(tmp_path)  # a folder without corpus.jsonl
 
 

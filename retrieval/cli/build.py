@@ -17,7 +17,7 @@ from indexes.manifest import read_manifest
 from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
-from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.common import Subparsers, add_mapping_flags, add_parser, mapping_of
 from retrieval.cli.formats import CORPUS_FORMAT
 from retrieval.cli.publish import add_gate_flags, after_build
 from retrieval.errors import ConfigError
@@ -26,7 +26,9 @@ from retrieval.errors import ConfigError
 def register(subparsers: Subparsers) -> None:
     build = add_parser(subparsers, "build", "build and publish an index from a corpus",
                        epilog=CORPUS_FORMAT)
-    build.add_argument("--corpus", required=True, help="BEIR folder or JSONL file (format below)")
+    build.add_argument("--corpus", required=True, help="BEIR folder, JSONL, CSV or Parquet file, "
+                       "or a folder of .md/.txt/.html files (formats below)")
+    add_mapping_flags(build)
     build.add_argument("--out", required=True, help="index root (builds/ and CURRENT)")
     build.add_argument("--model", default=None, help="sentence-transformers model directory")
     build.add_argument("--doc-encoder", choices=["torch", "onnx"], default="torch",
@@ -87,7 +89,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.ray is not None:
         return run_ray_build(args, config)
     # The whole corpus is read and checked before the model loads: input errors come first.
-    documents = list(read_corpus(Path(args.corpus)))
+    documents = list(read_corpus(Path(args.corpus), mapping_of(args)))
     if args.demo_metadata:
         documents = list(with_demo_metadata(documents))
     encoder = make_encoder(args.doc_encoder, args.model)
@@ -128,6 +130,10 @@ def passage_config(args: argparse.Namespace) -> PassageConfig | None:
 
 def run_ray_build(args: argparse.Namespace, config: BuildConfig) -> int:
     """``retrieval build --ray``: the same build with reading and encoding on Ray."""
+    if args.live_writes == "replayed":
+        raise ConfigError("--ray builds supersede the live writes (their vectors come from "
+                          "the Ray encoders): fold the log first with `retrieval compact`, "
+                          "or build without --ray", "live_writes")
     if args.gate or args.demo_metadata:
         raise ConfigError("--ray builds take neither --gate nor --demo-metadata yet: build with "
                           "--no-publish, then `retrieval publish`", "ray")
@@ -143,6 +149,8 @@ def run_ray_build(args: argparse.Namespace, config: BuildConfig) -> int:
                               publish=not args.no_publish, **options)
     finally:
         ray.shutdown()
+    if report.live_writes is not None:
+        print(report.live_writes.describe())
     verb = "published" if report.published else "staged"
     print(f"{verb} build {report.build_id} at {report.path}: {report.n_docs} documents, "
           f"{report.describe_vectors()} on Ray")

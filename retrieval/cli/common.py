@@ -1,4 +1,5 @@
-"""What several subcommands share: the subparsers type and the ``--filter`` argument."""
+"""What several subcommands share: the subparsers type, the ``--filter`` argument and the
+corpus field mapping flags."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import json
 from typing import Any, TypeAlias
 
+from indexes.sources import FieldMapping
 from retrieval.errors import MalformedFilterError
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -40,3 +42,26 @@ def parse_filter_arg(text: str | None) -> dict[str, Any] | str | None:
     if not isinstance(value, dict):  # pragma: no cover - a "{" text decodes only to a dict
         raise MalformedFilterError("--filter JSON must be an object")
     return value
+
+
+def add_mapping_flags(parser: argparse.ArgumentParser) -> None:
+    """``--id-field``, ``--text-field``, ``--title-field``, ``--keep-fields``,
+    ``--drop-fields``: where a corpus's records hold each part (``FieldMapping``)."""
+    parser.add_argument("--id-field", default=None, help="the field holding each document's "
+                        "id (default: _id, else id)")
+    parser.add_argument("--text-field", default="text", help="the field holding its text")
+    parser.add_argument("--title-field", default=None, help="the field holding its title "
+                        "(default: title, optional)")
+    parser.add_argument("--keep-fields", default=None, metavar="A,B",
+                        help="metadata fields to keep (default: every other field)")
+    parser.add_argument("--drop-fields", default="", metavar="A,B",
+                        help="fields to leave out of the metadata")
+
+
+def mapping_of(args: argparse.Namespace) -> FieldMapping:
+    def names(text: str | None) -> tuple[str, ...] | None:
+        return None if text is None else tuple(n.strip() for n in text.split(",") if n.strip())
+
+    return FieldMapping(id_field=args.id_field, text_field=args.text_field,
+                        title_field=args.title_field, keep=names(args.keep_fields),
+                        drop=names(args.drop_fields) or ())

@@ -16,6 +16,15 @@ corpus format: a BEIR folder (corpus.jsonl inside) or a JSONL file, one document
     date      ISO 8601 strings (2020-01-31, 2020-01-31T08:00:00Z)   as number, dates as values
   A field mixing types (1962 in one document, "1962" in another) is an error naming both lines.
   Nested objects are stored and returned with hits but not filterable.
+
+  Other fields: --id-field body_id --text-field body --title-field headline; --keep-fields
+  a,b keeps only those as metadata, --drop-fields c,d leaves them out. A field the file does
+  not have is an error listing the ones it has.
+
+Also read: CSV / TSV (header row; column types inferred: a column of years is a number)
+and Parquet files, one document per row, mapped as above; and a folder of .md, .txt and
+.html files, one document per file: id = its path in the folder, title = the first
+"# heading" or the HTML <title>, text = the file (HTML reduced to its readable text).
 """
 
 FEATURE_FORMATS = """\

@@ -8,7 +8,7 @@ from pathlib import Path
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
 from indexes.writer import IndexWriter
-from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.common import Subparsers, add_mapping_flags, add_parser, mapping_of
 from retrieval.cli.remote import add_remote_flags, remote_writer
 from retrieval.errors import ConfigError
 
@@ -27,7 +27,9 @@ the texts, so no model loads here."""
 def register(subparsers: Subparsers) -> None:
     upsert = add_parser(subparsers, "upsert", "add or replace documents of a live index", EPILOG)
     upsert.add_argument("index", nargs="?", help="index root (not with --url)")
-    upsert.add_argument("--corpus", required=True, help="BEIR folder or JSONL file")
+    upsert.add_argument("--corpus", required=True, help="a corpus as `retrieval build` reads "
+                        "it (JSONL, CSV, Parquet, a folder of files)")
+    add_mapping_flags(upsert)
     add_remote_flags(upsert)
     upsert.add_argument("--model", default=None, help="the index's sentence-transformers "
                         "model directory (default: the shipped one)")
@@ -35,7 +37,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run_upsert(args: argparse.Namespace) -> int:
-    documents = list(read_corpus(Path(args.corpus)))  # read and checked before any write
+    # read and checked before any write
+    documents = list(read_corpus(Path(args.corpus), mapping_of(args)))
     if args.url:
         with remote_writer(args) as client:
             for start in range(0, len(documents), args.batch):

@@ -1,0 +1,179 @@
+"""Document sources beyond BEIR and JSONL: CSV and Parquet tables, folders of Markdown, text
+and HTML files, and the field mapping every source takes.
+
+A ``FieldMapping`` names the fields holding a document's id, text and title, and which other
+fields become metadata (all of them by default, ``keep`` to list them, ``drop`` to leave
+some out). A mapping naming a field the source does not have is a ``CorpusError`` listing
+the fields it does have.
+
+Tables are read with pyarrow (``pyarrow.csv`` infers each column's type from its values, so a
+column of years is a number field, and Parquet keeps its schema). A folder yields one
+document per ``.md`` / ``.markdown`` / ``.txt`` / ``.html`` / ``.htm`` file, its id the path
+relative to the folder, its title the first Markdown heading or the HTML ``<title>`` (else
+the first ``<h1>``); HTML is reduced to its readable text with lxml's parser (scripts, styles
+and templates left out), never with regexes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexes.docstore import Document
+from indexes.errors import CorpusError
+
+TABLE_SUFFIXES = {".csv": "CSV", ".tsv": "CSV", ".parquet": "Parquet", ".pq": "Parquet"}
+FILE_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".html": "html",
+                 ".htm": "html"}
+UNREADABLE = ("script", "style", "noscript", "template", "head")
+BLOCKS = ("p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre",
+          "blockquote", "section", "article", "header", "footer", "td", "th", "dt", "dd")
+
+
+class FieldMapping(BaseModel):
+    """Which fields of a source record hold a document's parts (``read_corpus(mapping=)``,
+    ``retrieval build --id-field ...``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id_field: str | None = Field(None, description="the id (default: _id, else id)")
+    text_field: str = "text"
+    title_field: str | None = Field(None, description="the title (default: title, optional)")
+    keep: tuple[str, ...] | None = Field(None, description="metadata fields to keep (default "
+                                         "all other fields)")
+    drop: tuple[str, ...] = Field((), description="fields to leave out of the metadata")
+
+    @property
+    def is_default(self) -> bool:
+        return self == FieldMapping()
+
+    def check(self, fields: Iterable[str], where: str) -> None:
+        """A mapping naming fields ``where`` lacks is an error listing the ones it has."""
+        have = list(dict.fromkeys(fields))
+        named = [self.text_field, *(f for f in (self.id_field, self.title_field) if f),
+                 *(self.keep or ())]
+        missing = [repr(f) for f in named if f not in have]
+        if self.id_field is None and "_id" not in have and "id" not in have:
+            missing.insert(0, "'_id' (or 'id')")
+        if missing:
+            raise CorpusError(
+                f"{where}: no field {', '.join(missing)}; its fields are "
+                f"{', '.join(map(repr, have)) or 'none'}: map them with --id-field, "
+                "--text-field, --title-field (FieldMapping in Python)")
+
+    def document(self, record: Mapping[str, Any], where: str) -> Document:
+        """The record as a ``Document``; a missing id or a text that is not a string is an
+        error naming ``where``."""
+        id_field = self.id_field or ("_id" if "_id" in record else "id")
+        doc_id, text = record.get(id_field), record.get(self.text_field)
+        if doc_id is None or doc_id == "" or not isinstance(text, str):
+            raise CorpusError(f"{where}: a document needs an id ({id_field!r}) and a text "
+                              f"string ({self.text_field!r}); got id {doc_id!r}, text "
+                              f"{type(text).__name__}")
+        title_field = self.title_field or "title"
+        title = record.get(title_field) or ""
+        parts = {id_field, self.text_field, title_field, "_id", "id"}
+        given = record.get("metadata")
+        nested: dict[str, Any] = given if isinstance(given, dict) else {}
+        extra = {k: v for k, v in record.items() if k not in parts and k != "metadata"}
+        metadata = {**nested, **extra}
+        if self.keep is not None:
+            metadata = {k: v for k, v in metadata.items() if k in self.keep}
+        for name in self.drop:
+            metadata.pop(name, None)
+        return Document(id=str(doc_id), text=text, title=str(title),
+                        metadata={k: v for k, v in metadata.items() if v is not None})
+
+
+def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
+    """Documents from a CSV (header row) or Parquet file, one per row."""
+    table = _load_table(path)
+    mapping.check(table.column_names, str(path))
+    for number, record in enumerate(table.to_pylist(), start=1):
+        yield mapping.document(record, f"{path}: row {number}")
+
+
+def _load_table(path: Path) -> Any:
+    import pyarrow as pa  # here: serving never reads tables
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    try:
+        if TABLE_SUFFIXES[path.suffix.lower()] == "Parquet":
+            return pq.read_table(path)
+        delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
+        # Ids stay text even when they look like numbers ("00123" must not become 123).
+        header = _csv_header(path, delimiter)
+        text_columns = {name: pa.string() for name in ("_id", "id") if name in header}
+        return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+                               convert_options=pa_csv.ConvertOptions(
+                                   column_types=text_columns, strings_can_be_null=True))
+    except (pa.ArrowException, OSError) as exc:
+        raise CorpusError(f"cannot read {path}: {exc}") from exc
+
+
+def _csv_header(path: Path, delimiter: str) -> list[str]:
+    import csv
+
+    with path.open(newline="", encoding="utf-8") as handle:
+        return next(csv.reader(handle, delimiter=delimiter), [])
+
+
+def read_folder(root: Path, mapping: FieldMapping) -> Iterator[Document]:
+    """One document per Markdown, text or HTML file under ``root`` (sorted paths); listed
+    now (an empty folder fails before a model loads), read lazily."""
+    if not mapping.is_default:
+        raise CorpusError(f"{root}: a folder of files has no fields to map (ids are paths, "
+                          "titles headings); drop --id-field/--text-field/--title-field")
+    files = sorted(p for p in root.rglob("*")
+                   if p.is_file() and p.suffix.lower() in FILE_SUFFIXES)
+    if not files:
+        raise CorpusError(f"{root} holds no corpus.jsonl and no {', '.join(FILE_SUFFIXES)} "
+                          "files: give a BEIR folder, a folder of documents or a file")
+    return (file_document(path, path.relative_to(root).as_posix()) for path in files)
+
+
+def file_document(path: Path, doc_id: str) -> Document:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"cannot read {path} as UTF-8 text: {exc}") from exc
+    kind = FILE_SUFFIXES[path.suffix.lower()]
+    if kind == "html":
+        title, text = html_text(raw, path)
+    else:
+        title, text = (markdown_title(raw) if kind == "markdown" else ""), raw.strip()
+    if not text:
+        raise CorpusError(f"{path} holds no text: remove it or give it content")
+    return Document(id=doc_id, text=text, title=title,
+                    metadata={"format": kind, "folder": str(Path(doc_id).parent)})
+
+
+def markdown_title(text: str) -> str:
+    """The first ATX heading (``# Title``) of a Markdown text, else ''."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            return stripped.lstrip("#").strip()
+    return ""
+
+
+def html_text(html: str, path: Path) -> tuple[str, str]:
+    """(title, readable text) of an HTML page, parsed by lxml."""
+    import lxml.html
+    from lxml.etree import ParserError
+
+    try:
+        tree = lxml.html.document_fromstring(html)
+    except (ParserError, ValueError) as exc:
+        raise CorpusError(f"cannot parse {path} as HTML: {exc}") from exc
+    found = tree.findtext(".//title") or tree.findtext(".//h1") or ""
+    for element in list(tree.iter(*UNREADABLE)):
+        element.drop_tree()
+    for element in tree.iter(*BLOCKS):  # a block ends a line: words never run together
+        element.tail = "\n" + (element.tail or "")
+    lines = (" ".join(line.split()) for line in tree.text_content().splitlines())
+    return " ".join(found.split()), "\n".join(line for line in lines if line)

@@ -1,0 +1,109 @@
+"""Bringing your own documents: JSONL with other field names, CSV, Parquet and folders of
+Markdown, text and HTML files, each with a wrong mapping refused naming the fields there are;
+the same options on ``retrieval build`` and ``retrieval upsert``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from indexes import FieldMapping, read_corpus
+from indexes.errors import CorpusError
+from retrieval.cli.app import main
+
+ROWS = [{"doc": "a1", "body": "Wing flutter at subsonic speeds", "headline": "Flutter",
+         "year": 1962, "dept": "aero", "secret": "x"},
+        {"doc": "a2", "body": "Boundary layers on flat plates", "headline": "Layers",
+         "year": 1971, "dept": "fluids", "secret": "y"}]
+MAPPING = FieldMapping(id_field="doc", text_field="body", title_field="headline",
+                       drop=("secret",))
+
+
+def expected() -> list[tuple[str, str, str, dict]]:
+    return [(r["doc"], r["headline"], r["body"], {"year": r["year"], "dept": r["dept"]})
+            for r in ROWS]
+
+
+def as_tuples(path: Path, mapping: FieldMapping) -> list[tuple[str, str, str, dict]]:
+    return [(d.id, d.title, d.text, d.metadata) for d in read_corpus(path, mapping)]
+
+
+def write_jsonl(path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return path
+
+
+def write_csv(path: Path) -> Path:
+    header = list(ROWS[0])
+    path.write_text(",".join(header) + "\n" + "".join(
+        ",".join(str(r[h]) for h in header) + "\n" for r in ROWS))
+    return path
+
+
+def write_parquet(path: Path) -> Path:
+    pq.write_table(pa.Table.from_pylist(ROWS), path)
+    return path
+
+
+@pytest.mark.parametrize("writer", [write_jsonl, write_csv, write_parquet],
+                         ids=["jsonl", "csv", "parquet"])
+def test_a_mapped_table_reads_every_record_and_a_wrong_mapping_lists_the_fields(tmp_path,
+                                                                             writer):
+    path = writer(tmp_path / f"corpus.{writer.__name__.removeprefix('write_')}")
+    assert as_tuples(path, MAPPING) == expected()  # years stay numbers in CSV too
+    keep = FieldMapping(id_field="doc", text_field="body", keep=("dept",))
+    assert [d.metadata for d in read_corpus(path, keep)] == [{"dept": "aero"},
+                                                             {"dept": "fluids"}]
+    listing = r"no field '_id' \(or 'id'\), 'text'; its fields are 'doc', 'body', 'headline'"
+    with pytest.raises(CorpusError, match=listing):
+        list(read_corpus(path))  # the default mapping: no id either, no text
+    with pytest.raises(CorpusError, match="no field 'bdy'.*--text-field"):
+        list(read_corpus(path, FieldMapping(id_field="doc", text_field="bdy")))
+
+
+def test_csv_ids_that_look_like_numbers_stay_text(tmp_path):
+    path = tmp_path / "ids.csv"
+    path.write_text("id,text\n00123,first\n7,second\n")
+    assert [d.id for d in read_corpus(path)] == ["00123", "7"]
+
+
+def test_a_folder_of_markdown_text_and_html_files(tmp_path):
+    (tmp_path / "guides").mkdir()
+    (tmp_path / "guides" / "setup.md").write_text("Intro line\n\n# Setting up\n\nInstall it.")
+    (tmp_path / "notes.txt").write_text("Plain notes about wind tunnels.")
+    (tmp_path / "page.html").write_text(
+        "<html><head><title>Flutter  page</title><style>p {color: red}</style></head>"
+        "<body><h1>Flutter</h1><p>Wing <b>flutter</b> at speed.</p><script>var x = 1;"
+        "</script><p>Second paragraph.</p></body></html>")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")  # not a document: skipped
+    docs = {d.id: d for d in read_corpus(tmp_path)}
+    assert sorted(docs) == ["guides/setup.md", "notes.txt", "page.html"]
+    assert docs["guides/setup.md"].title == "Setting up"
+    page = docs["page.html"]
+    assert page.title == "Flutter page"
+    assert page.text == "Flutter\nWing flutter at speed.\nSecond paragraph."
+    assert docs["notes.txt"].metadata == {"format": "text", "folder": "."}
+    with pytest.raises(CorpusError, match="no fields to map"):
+        list(read_corpus(tmp_path, FieldMapping(text_field="body")))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CorpusError, match="holds no corpus.jsonl"):
+        list(read_corpus(tmp_path / "empty"))
+
+
+def test_build_and_upsert_take_the_mapping_flags(tmp_path, capsys):
+    corpus = write_csv(tmp_path / "corpus.csv")
+    out = tmp_path / "index"
+    flags = ["--id-field", "doc", "--text-field", "body", "--title-field", "headline",
+             "--drop-fields", "secret"]
+    assert main(["build", "--corpus", str(corpus), "--out", str(out), *flags]) == 0
+    assert "dept (keyword), year (number)" in capsys.readouterr().out
+    change = tmp_path / "change.csv"
+    change.write_text("doc,body,headline,year,dept,secret\na3,Shock waves,Shocks,1980,aero,z\n")
+    assert main(["upsert", str(out), "--corpus", str(change), *flags]) == 0
+    assert "acknowledged seq 1: 1 documents upserted" in capsys.readouterr().out
+    assert main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "x")]) == 2
+    assert "no field '_id' (or 'id'), 'text'" in capsys.readouterr().err
