@@ -75,6 +75,9 @@ class SearchResult(BaseModel):
     candidates: int = Field(0, description="BM25 candidates that were re-ranked")
     allowed: int = Field(0, description="documents allowed by the filters")
     cache: CacheInfo = Field(default_factory=CacheInfo)
+    warnings: list[str] = Field(
+        default_factory=list, description="filter values no document holds, each with the "
+        "closest value the index has (a misspelt value otherwise just returns no hits)")
     degraded: list[str] = Field(
         default_factory=list, description="stages skipped to meet the deadline: 'embed' "
         "(ranked by BM25 alone, vector_score 0), 'features' (no feature adjustment)")

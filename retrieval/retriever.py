@@ -183,7 +183,7 @@ class Retriever:
         """``snapshot`` with its filter memo and every named filter's mask computed for it."""
         named = self._named.bind(snapshot.metadata)  # a spec the build rejects raises here
         return Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits,
-                                         named=named))
+                                         named=named, metadata=snapshot.metadata))
 
     def _check_dependencies(self) -> None:
         """Configuration against reality, once at load: Redis credentials and certificates

@@ -132,10 +132,20 @@ def test_translation_of_a_nested_filter():
     assert translate_filters(MetadataFilters(filters=[])) is None
 
 
-@pytest.mark.parametrize("operator", [Op.TEXT_MATCH, Op.TEXT_MATCH_INSENSITIVE, Op.CONTAINS,
-                                      Op.ANY, Op.ALL, Op.IS_EMPTY])
+def test_list_and_presence_operators_translate_to_the_filter_language():
+    filters = MetadataFilters(filters=[
+        F(key="tags", value="wind", operator=Op.CONTAINS),
+        F(key="tags", value=["a", "b"], operator=Op.ANY),
+        F(key="tags", value=["a", "b"], operator=Op.ALL),
+        F(key="reviewer", value=None, operator=Op.IS_EMPTY)])
+    assert translate_filters(filters) == {"$and": [
+        {"tags": {"contains": "wind"}}, {"tags": {"any": ["a", "b"]}},
+        {"tags": {"all": ["a", "b"]}}, {"reviewer": {"exists": False}}]}
+
+
+@pytest.mark.parametrize("operator", [Op.TEXT_MATCH, Op.TEXT_MATCH_INSENSITIVE])
 def test_operators_we_cannot_express_are_refused(twins, operator):
-    value = ["a"] if operator in (Op.ANY, Op.ALL) else "cardio"
+    value = "cardio"
     filters = MetadataFilters(filters=[F(key="year", value=2010, operator=Op.GTE),
                                        MetadataFilters(filters=[F(key="department", value=value,
                                                                   operator=operator)])])

@@ -207,6 +207,14 @@ def test_open_operator_routes_and_openapi(served: Server) -> None:
 # -- hostile input ----------------------------------------------------------------------------
 
 
+def test_a_filter_value_no_document_holds_is_warned_about_over_http(served: Server) -> None:
+    with served.client() as client:
+        body = client.post("/v1/search", json={"query": "cells", "k": 3,
+                                               "filters": {"department": "oncolgy"}}).json()
+    assert body["hits"] == [] and body["warnings"] == [
+        "no document has department = 'oncolgy'; did you mean 'oncology'?"]
+
+
 def nested_filter(depth: int) -> dict[str, Any]:
     spec: dict[str, Any] = {"year": {"gte": 2000}}
     for _ in range(depth):

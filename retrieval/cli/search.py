@@ -7,8 +7,6 @@ import sys
 
 from retrieval.cli.common import FILTER_HELP, Subparsers, add_parser, parse_filter_arg
 from retrieval.config import RetrieverConfig
-from retrieval.filters import parse_filter
-from retrieval.filters.hints import absent_values
 from retrieval.models import SearchResult
 from retrieval.retriever import Retriever
 
@@ -34,22 +32,14 @@ def run_search(args: argparse.Namespace) -> int:
     filters = parse_filter_arg(args.filter)
     result = retriever.search(args.query, filters=filters, k=args.k, group_by=args.group_by,
                               context=args.context)
-    _warn_absent_values(retriever, filters)  # stderr: --json output stays parseable
+    for warning in result.warnings:  # stderr: --json output stays parseable
+        print(f"note: {warning}", file=sys.stderr)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
         _print_hits(result)
     retriever.close()
     return 0
-
-
-def _warn_absent_values(retriever: Retriever, filters: dict | str | None) -> None:
-    metadata = retriever.snapshot.metadata
-    limits = retriever.config.limits
-    node = parse_filter(filters, metadata.kinds, max_clauses=limits.max_filter_clauses,
-                        max_in_values=limits.max_in_values)
-    for absent in absent_values(node, metadata):
-        print(f"note: {absent.message()}", file=sys.stderr)
 
 
 def _print_hits(result: SearchResult) -> None:

@@ -1,6 +1,7 @@
 """The filter DSL: a lazy tokenizer and a recursive-descent parser (precedence NOT > AND > OR)::
 
     year >= 2010 AND (dept = "cardiology" OR dept = 'oncology') AND NOT retracted = true
+    tags CONTAINS "x" AND tags ALL ("a", "b") AND tags ANY ("c", "d") AND NOT reviewer EXISTS
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _TOKEN = re.compile(
 )
 # Operators of other languages, recognised only to say what to write instead.
 _FOREIGN = {"==": "=", "&&": "AND", "||": "OR"}
+WORD_OPS = {"contains", "any", "all", "exists"}
 _WORDS = {"and": "and", "or": "or", "not": "not", "in": "in", "true": "bool", "false": "bool"}
 _ESCAPE = re.compile(  # a \u high+low surrogate pair first: together they are one character
     r"\\(u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)", re.DOTALL
@@ -135,6 +137,16 @@ class DslParser:
             return inner
         field = str(self._take("field", "a field name, NOT or '('").value)
         self.ctx.kind(field)
+        word = self.tok.text.lower() if self.tok.kind in ("field", "in") else ""
+        if word in WORD_OPS:  # not reserved words: a field may still be called "all"
+            self._take(self.tok.kind, word)
+            if word == "exists":
+                return self.ctx.exists(field, True)
+            if word == "contains":
+                return self.ctx.contains(field, self._value())
+            values = self._list(field)
+            return (self.ctx.all_of(field, values) if word == "all"
+                    else self.ctx.member(field, values, negate=False))
         if self.tok.kind == "op":
             op = DSL_OPS[self._take("op", "an operator").text]
             return self.ctx.compare(field, op, self._value())
@@ -142,7 +154,8 @@ class DslParser:
         if negate:
             self._take("not", "NOT")
         self._take("in", "IN after NOT" if negate else
-                   f"an operator (=, !=, <, <=, >, >=, IN, NOT IN) after field {field!r}")
+                   f"an operator (=, !=, <, <=, >, >=, IN, NOT IN, CONTAINS, ANY, ALL, "
+                   f"EXISTS) after field {field!r}")
         return self.ctx.member(field, self._list(field), negate)
 
     def _value(self) -> object:

@@ -101,6 +101,8 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
         raise UnknownFieldError(unknown_field_message(leaf.field, metadata.kinds))
     if kind == "keyword":
         if isinstance(leaf, Range):
+            if (leaf.gt, leaf.gte, leaf.lt, leaf.lte) == (None, None, None, None):
+                return _holds_any(leaf.field, metadata)  # {"exists": true}
             raise FilterTypeError(f"field {leaf.field!r} is a keyword field: range filters need "
                                   "a number or date field")
         values: tuple[Scalar, ...]
@@ -127,6 +129,13 @@ def _leaf_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
     mask = op(column, _number(leaf.field, kind, first))
     for bound, op in rest:
         np.logical_and(mask, op(column, _number(leaf.field, kind, bound)), out=mask)
+    return mask
+
+
+def _holds_any(field: str, metadata: MetadataIndex) -> Mask:
+    """Rows holding any value of a keyword field: every row of its postings."""
+    mask = np.zeros(metadata.n_docs, dtype=bool)
+    mask[np.asarray(metadata.keyword_postings(field)[2])] = True
     return mask
 
 

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from indexes.metadata import MetadataIndex
 from retrieval.filters.nodes import And, Eq, Filter, In, Not, Or
 
+MAX_CHECKED_VALUES = 64
+MAX_SUGGESTION_VALUES = 20_000  # difflib over more would cost the request tens of ms
+
 
 @dataclass(frozen=True)
 class AbsentValue:
@@ -29,7 +32,8 @@ def absent_values(node: Filter | None, metadata: MetadataIndex) -> list[AbsentVa
     for field, value in _keyword_values(node, metadata):
         if not metadata.keyword_rows(field, value).size:
             known = metadata.keyword_values(field)
-            closest = difflib.get_close_matches(value, known, n=1, cutoff=0.5)
+            closest = (difflib.get_close_matches(value, known, n=1, cutoff=0.5)
+                       if len(known) <= MAX_SUGGESTION_VALUES else [])
             if not closest:  # a case slip is the commonest miss: "Oncology" for "oncology"
                 closest = [v for v in known if v.casefold() == value.casefold()][:1]
             found.append(AbsentValue(field, value, closest[0] if closest else None))
@@ -44,4 +48,6 @@ def _keyword_values(node: Filter | None, metadata: MetadataIndex) -> Iterator[tu
         yield from _keyword_values(node.child, metadata)
     elif isinstance(node, Eq | In) and metadata.kinds.get(node.field) == "keyword":
         values = (node.value,) if isinstance(node, Eq) else node.values
+        if len(values) > MAX_CHECKED_VALUES:  # an access list: absent ids are expected there
+            return
         yield from ((node.field, str(v)) for v in values)

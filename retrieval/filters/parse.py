@@ -1,6 +1,11 @@
 """``parse_filter``: a dict or DSL filter, validated, as an AST. The dict language lives here::
 
     {"year": {"gte": 2010}, "$or": [{"dept": "cardiology"}, {"dept": "oncology"}]}
+    {"tags": {"all": ["a", "b"]}, "reviewer": {"exists": false}}
+
+On a list (keyword) field ``=`` / ``contains`` match a document holding the value among its
+values, ``in`` / ``any`` one holding any of them, ``all`` one holding every one; ``exists``
+tests whether a document has the field at all.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ def parse_filter(spec: object, kinds: Mapping[str, str], *, max_clauses: int = 6
                                f"{type(spec).__name__}; e.g. {{'year': {{'gte': 2010}}}} or "
                                "'year >= 2010'")
 
+
+ALL_OPS = (*FIELD_OPS, "contains", "any", "all", "exists")
 
 # --- dict language ---
 
@@ -69,13 +76,19 @@ def _parse_field(field: str, value: object, ctx: Context) -> Filter:
                                    f"{{{field!r}: {{'eq': ...}}}}")
     parts: list[Filter] = []
     for op, operand in value.items():
-        if op in ("in", "nin"):
+        if op in ("in", "nin", "any"):
             parts.append(ctx.member(field, operand, negate=op == "nin"))
+        elif op == "contains":
+            parts.append(ctx.contains(field, operand))
+        elif op == "all":
+            parts.append(ctx.all_of(field, operand))
+        elif op == "exists":
+            parts.append(ctx.exists(field, operand))
         elif op in FIELD_OPS:
             parts.append(ctx.compare(field, str(op), operand))
         else:
             bare = op.lstrip("$") if isinstance(op, str) else ""
-            hint = (f"write {bare!r} without '$'" if bare in FIELD_OPS
-                    else f"use one of {', '.join(FIELD_OPS)}")
+            hint = (f"write {bare!r} without '$'" if bare in ALL_OPS
+                    else f"use one of {', '.join(ALL_OPS)}")
             raise MalformedFilterError(f"field {field!r}: unknown operator {show(op)}; {hint}")
     return conj(parts)

@@ -22,8 +22,10 @@ from retrieval.filters.nodes import (
     RANGE_OPS,
     Eq,
     Filter,
+    Range,
     Scalar,
     bounded,
+    conj,
     neg,
     one_of,
     one_of_strings,
@@ -111,6 +113,36 @@ class Context:
         if op in RANGE_OPS:
             return bounded(field, **{op: float(scalar)})
         return neg(Eq(field, scalar)) if op == "ne" else Eq(field, scalar)
+
+    def exists(self, field: str, flag: object) -> Filter:
+        """``{field: {"exists": true}}``: documents holding any value of ``field`` (false:
+        those holding none). A range without bounds is that test, on every kind."""
+        self.kind(field)
+        if not isinstance(flag, bool):
+            raise FilterTypeError(f"field {field!r}: 'exists' takes true or false, got "
+                                  f"{show(flag)}")
+        self._count_clause()
+        return Range(field) if flag else neg(Range(field))
+
+    def contains(self, field: str, value: object) -> Filter:
+        """A list (keyword) field holding ``value`` among its values: what '=' means on it."""
+        self._keyword_only(field, "contains")
+        return self.compare(field, "eq", value)
+
+    def all_of(self, field: str, values: object) -> Filter:
+        """A list field holding every one of ``values``."""
+        self._keyword_only(field, "all")
+        if not isinstance(values, list | tuple) or not values:
+            raise MalformedFilterError(f"field {field!r}: 'all' takes a non-empty list of "
+                                       f"values, got {show(values)}")
+        self.check_in_count(field, len(values))
+        return conj(self.compare(field, "eq", value) for value in values)
+
+    def _keyword_only(self, field: str, op: str) -> None:
+        kind = self.kind(field)
+        if kind != "keyword":
+            raise FilterTypeError(f"field {field!r} is a {kind} field: {op!r} tests the values "
+                                  "of keyword (list) fields; use =, IN or a range")
 
     def member(self, field: str, values: object, negate: bool) -> Filter:
         kind, op = self.kind(field), "nin" if negate else "in"

@@ -1,9 +1,11 @@
 """LlamaIndex ``MetadataFilters`` → the dict filter language, exactly or not at all.
 
-EQ, NE, GT, GTE, LT, LTE, IN and NIN become field operators; AND / OR (nested to any depth)
-become ``$and`` / ``$or``. Anything else (TEXT_MATCH, CONTAINS, ANY, ALL, IS_EMPTY, the NOT
-condition) raises ``UnsupportedFilterError``: dropping a clause would return documents the
-caller excluded. NE and NIN keep documents that lack the field, as the filter language does.
+EQ, NE, GT, GTE, LT, LTE, IN, NIN, CONTAINS, ANY and ALL become field operators (the last
+three test the values of list fields), IS_EMPTY becomes ``{"exists": false}`` (no value, or an
+empty list); AND / OR (nested to any depth) become ``$and`` / ``$or``. Anything else
+(TEXT_MATCH, the NOT condition) raises ``UnsupportedFilterError``: dropping a clause would
+return documents the caller excluded. NE and NIN keep documents that lack the field, as the
+filter language does.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _OPERATORS = {
     FilterOperator.GT: "gt", FilterOperator.GTE: "gte",
     FilterOperator.LT: "lt", FilterOperator.LTE: "lte",
     FilterOperator.IN: "in", FilterOperator.NIN: "nin",
+    FilterOperator.CONTAINS: "contains", FilterOperator.ANY: "any", FilterOperator.ALL: "all",
 }
 _CONDITIONS = {FilterCondition.AND: "$and", FilterCondition.OR: "$or"}
 
@@ -53,6 +56,8 @@ def _translate(item: MetadataFilter | MetadataFilters) -> dict[str, Any]:
             raise UnsupportedFilterError("a nested MetadataFilters has no filters; remove it or "
                                          "give it at least one MetadataFilter")
         return nested
+    if item.operator == FilterOperator.IS_EMPTY:
+        return {item.key: {"exists": False}}
     op = _OPERATORS.get(item.operator)
     if op is None:
         supported = ", ".join(o.name for o in _OPERATORS)

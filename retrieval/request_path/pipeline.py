@@ -137,6 +137,7 @@ def run_pipeline(
         candidates=reranked, allowed=allowed, cache=CacheInfo(embedding=status),
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
         features_available=outcome.available if outcome else None, degraded=degraded,
+        warnings=list(request.warnings),
     )
     return result, query_vector
 

@@ -10,8 +10,10 @@ from typing import Any
 
 from indexes.errors import InvalidQueryError, LimitExceededError
 from indexes.lru import LRU
+from indexes.metadata import MetadataIndex
 from retrieval.config import Limits, RetrieverConfig
 from retrieval.filters import Filter, canonical, parse_filter
+from retrieval.filters.hints import absent_values
 from retrieval.filters.named import (
     NO_NAMED_FILTERS,
     BoundFilters,
@@ -35,6 +37,7 @@ class SearchRequest:
     group_by: str | None = None  # "document": one hit per document, k counts documents
     context: int = 0  # neighbouring passages returned with each hit
     named: NamedMask | None = None  # a registered filter ({"$named": ...}), ANDed with ``filter``
+    warnings: tuple[str, ...] = ()  # filter values no document holds (``filters.hints``)
 
 
 # Up to this many values in all, a filter is validated in microseconds; a 100,000-value IN list
@@ -109,14 +112,30 @@ class FilterMemo:
     """
 
     def __init__(self, kinds: Mapping[str, str], limits: Limits, size: int = 1024,
-                 max_weight: int = 400_000, named: BoundFilters = NO_NAMED_FILTERS) -> None:
+                 max_weight: int = 400_000, named: BoundFilters = NO_NAMED_FILTERS,
+                 metadata: MetadataIndex | None = None) -> None:
         self.kinds = kinds
+        self.metadata = metadata  # for the warnings on values no document holds
         self.limits = limits
         self.named = named  # this build's named filters (replaced whole when one registers)
         # Entries weigh their number of filter values: large IN lists are bounded in total.
         self._entries: LRU[Any, tuple[Filter | None, str, int]] = LRU(
             size, max_weight, lambda key, entry: entry[2])
         self._lock = threading.Lock()
+        self._warnings: LRU[str, tuple[str, ...]] = LRU(size)
+
+    def warnings(self, parsed: Filter | None, key: str) -> tuple[str, ...]:
+        """What the filter compares against that no document holds, with the closest value;
+        once per filter and build (a typo would otherwise return no hits silently)."""
+        if parsed is None or self.metadata is None:
+            return ()
+        with self._lock:
+            found = self._warnings.get(key)
+        if found is None:
+            found = tuple(a.message() for a in absent_values(parsed, self.metadata))
+            with self._lock:
+                self._warnings.put(key, found)
+        return found
 
     def parse(self, filters: Any) -> tuple[Filter | None, str]:
         """(parsed filter or None, canonical key)."""
@@ -194,4 +213,5 @@ def validate(
     named = memo.named.get(name) if name is not None else None
     if named is not None:
         key = named_key(named, key)
-    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named)
+    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named,
+                         memo.warnings(parsed, key))
