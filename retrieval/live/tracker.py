@@ -121,13 +121,15 @@ class LogFollower:
             if not fresh:
                 return False
             self.records.extend(fresh)
+            self._publish(fresh[-1].seq)
+            # Only once the snapshot holding them serves: a reader that sees this seq
+            # (read-your-writes, ``Retriever.wait_for_seq``) must find the writes served.
             self.applied_seq = fresh[-1].seq
-            self._publish()
             return True
 
-    def _publish(self) -> None:
+    def _publish(self, last_seq: int | None = None) -> None:
         changes = Changes.of(self.records, after=self.base.manifest.log_seq)
-        changes.last_seq = self.applied_seq
+        changes.last_seq = self.applied_seq if last_seq is None else last_seq
         if self.records and self._terms is None:
             self._terms = BaseTerms.of(self.base.docs, self.base.analyzer,
                                        self.base.bm25.vocab_list)
