@@ -98,6 +98,7 @@ class IndexWriter:
         self._end = 0  # where this writer has read (and written) that segment up to
         self._build: Path | None = None  # the live build the state below belongs to
         self._requests: dict[str, tuple[int, str]] = {}  # request id -> (seq, digest)
+        self._unhashed: list[Record] = []  # other writers' records not yet in ``_hashes``
         # Where acknowledged records end (``indexes.wal.log``: tells damage from a torn tail).
         self._acked_fd = -1
         try:
@@ -171,6 +172,7 @@ class IndexWriter:
         self.kinds = merged_kinds(self.manifest.metadata_fields, records)
         self._hashes = self._known_vectors(records)
         self._requests = {}
+        self._unhashed = []
         self._remember(records)
         self._build = build
 
@@ -179,12 +181,10 @@ class IndexWriter:
         if not records:
             return
         self.last_seq = max(self.last_seq, records[-1].seq)
-        self.kinds = merged_kinds(self.kinds, records)
-        for record in records:
-            rows, vectors = record_rows(record)
-            for key, row in zip(content_hashes([d.content for d in rows]), vectors,
-                                strict=True):
-                self._hashes[bytes(key)] = row
+        kinds = merged_kinds(self.kinds, records)
+        if kinds != self.kinds:  # kept as is otherwise: upserts check "is" to skip a recheck
+            self.kinds = kinds
+        self._unhashed.extend(records)  # their vectors join the reuse map when texts need it
         self._remember(records)
 
     def _remember(self, records: list[Record]) -> None:
@@ -251,7 +251,8 @@ class IndexWriter:
                      vectors: np.ndarray | None = None, *, request_id: str | None = None
                      ) -> Ack:
         """``upsert``, returning the ``Ack``."""
-        docs, _ = check_documents(documents, self.kinds, self.manifest.allow_new_fields)
+        schema = self.kinds
+        docs, kinds = check_documents(documents, schema, self.manifest.allow_new_fields)
         request = _request(request_id, _digest_documents(docs, vectors))
         with self._thread_lock:  # a retry answered from memory costs no embedding
             known = self._replayed(request)
@@ -263,8 +264,8 @@ class IndexWriter:
             known = self._replayed(request)
             if known is not None:
                 return known
-            # Again under the lock: another writer may have added or retyped a field since.
-            kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
+            if self.kinds is not schema:  # another writer added a field since: check again
+                kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
             seq = self._append(Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
                                       passages=tuple(spans), request=request))
             for key, row in zip(content_hashes([d.content for d in rows]), matrix,
@@ -353,6 +354,9 @@ class IndexWriter:
     def vectors_for_texts(self, texts: Sequence[str]) -> np.ndarray:
         """float32 (len(texts), dim): known vectors by content hash, the rest encoded."""
         matrix = np.zeros((len(texts), self.manifest.encoder.dim), dtype=np.float32)
+        with self._thread_lock:
+            pending, self._unhashed = self._unhashed, []
+            self._hashes.update(self._known_vectors_of(pending))
         keys = [bytes(k) for k in content_hashes(list(texts))]
         todo = [i for i, key in enumerate(keys) if key not in self._hashes]
         for i, key in enumerate(keys):
@@ -392,6 +396,12 @@ class IndexWriter:
         if self.manifest.encoder.vector_dtype == "float32":  # whole or sharded
             hashes, store = stored_vectors(build)
             known = {bytes(h): store.data[row] for row, h in enumerate(hashes)}
+        known.update(self._known_vectors_of(records))
+        return known
+
+    @staticmethod
+    def _known_vectors_of(records: list[Record]) -> dict[bytes, np.ndarray]:
+        known: dict[bytes, np.ndarray] = {}
         for record in records:
             rows, vectors = record_rows(record)
             keys = content_hashes([d.content for d in rows])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,10 @@ from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
 from retrieval.loaded_build import LoadedBuild
 
 log = logging.getLogger(__name__)
+# Under a stream of writes, the share of a core a follower spends rebuilding snapshots at most
+# (``LogFollower._pause_after``): without a bound, two workers applying every 50 ms poll spent
+# both cores of the benchmark machine on it (``benchmarks/writes.py``).
+COMPOSE_SHARE = 0.25
 
 
 class LogFollower:
@@ -52,6 +57,7 @@ class LogFollower:
         self.failure: str | None = None
         self.apply_now()
         if lag_seconds is not None:
+            self._lag = lag_seconds
             self._interval = min(0.05, lag_seconds / 4)
             self._thread = threading.Thread(target=self._run, name="retrieval-log",
                                             daemon=True)
@@ -169,15 +175,26 @@ class LogFollower:
     # -- the background thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval) and self._serve_ref() is not None:
+        pause = self._interval
+        while not self._stop.wait(pause) and self._serve_ref() is not None:
             try:
                 self._prepare_terms()
-                self.apply_now()
+                started = time.perf_counter()
+                applied = self.apply_now()
+                pause = self._pause_after(time.perf_counter() - started if applied else 0.0)
                 self.failure = None
             except (RetrievalError, OSError, ValueError) as exc:
                 if str(exc) != self.failure:  # once per distinct failure, not every poll
                     log.error("applying the write-ahead log of %s failed: %s", self.root, exc)
                 self.failure = str(exc)
+
+    def _pause_after(self, composing: float) -> float:
+        """The wait before the next poll: the poll interval, or under a stream of writes
+        ``COMPOSE_SHARE`` of a core at most for rebuilding the snapshot (each applied batch
+        rebuilds the live BM25 statistics: ~0.1 s at SciFact's size), while the next batch
+        still lands within half the lag. Records arriving meanwhile are applied together."""
+        paced = composing * (1 - COMPOSE_SHARE) / COMPOSE_SHARE
+        return max(self._interval, min(paced, self._lag / 2 - composing))
 
     def _prepare_terms(self) -> None:
         """Analyze the base's texts ahead of the first write (on a root that has a log), so
