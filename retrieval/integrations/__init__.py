@@ -1,7 +1,8 @@
 """Adapters that plug a ``Retriever`` (or anything with its search methods) into RAG frameworks.
 
-The frameworks are optional: import ``retrieval.integrations.langchain`` (extra ``langchain``)
-or ``retrieval.integrations.llamaindex`` (extra ``llamaindex``). This package itself imports
+The frameworks are optional: import ``retrieval.integrations.langchain`` (extra ``langchain``;
+``langchain_store`` for a LangChain ``VectorStore`` over an index root) or
+``retrieval.integrations.llamaindex`` (extra ``llamaindex``). This package itself imports
 neither.
 """
 

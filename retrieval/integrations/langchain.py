@@ -82,6 +82,14 @@ class LangChainRetriever(BaseRetriever):
                  filters: FilterSpec = None, candidates: int | None = None,
                  group_by: str | None = None, context: int = 0, **fields: Any) -> None:
         # Checked here so bad arguments raise the library's typed errors, not pydantic's.
+        unknown = sorted(set(fields) - set(BaseRetriever.model_fields))
+        if unknown:
+            hint = (": MMR and score thresholds are a vector store's: use "
+                    "RetrievalVectorStore(root).as_retriever(search_type=...) "
+                    "(retrieval.integrations.langchain_store)" if "search_type" in unknown
+                    else "")
+            raise InvalidQueryError(f"LangChainRetriever takes no {', '.join(unknown)}; it "
+                                    f"takes k, filters, candidates, group_by, context{hint}")
         group_by, context = check_grouping(group_by, context)
         super().__init__(retriever=check_backend(retriever), k=check_count("k", k),
                          filters=check_filters(filters),

@@ -1,0 +1,129 @@
+"""``RetrievalVectorStore`` against LangChain's vector-store contract: it starts empty, writes go
+through the log (durable, searchable at once, re-adding an id replaces it), and it is driven by
+LangChain's own retrievers and runnables."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+
+from retrieval.integrations.langchain_store import RetrievalVectorStore
+
+TEXTS = {"wing": "wing flutter at subsonic speeds", "layer": "boundary layers on flat plates",
+         "shock": "shock waves in supersonic nozzles", "heat": "heat transfer in hot gases"}
+
+
+@pytest.fixture
+def store(tmp_path):
+    vector_store = RetrievalVectorStore(tmp_path / "idx", DeterministicFakeEmbedding(size=32))
+    yield vector_store
+    vector_store.close()
+
+
+def add_all(store: RetrievalVectorStore) -> list[str]:
+    docs = [Document(id=key, page_content=text, metadata={"topic": key, "year": 1960 + i})
+            for i, (key, text) in enumerate(TEXTS.items())]
+    return store.add_documents(docs)
+
+
+def test_an_empty_store_answers_then_takes_documents_with_and_without_ids(store):
+    assert store.similarity_search("wing", k=2) == [] and store.get_by_ids(["wing"]) == []
+    assert add_all(store) == list(TEXTS)
+    generated = store.add_texts(["a text without an id"], [{"topic": "misc"}])
+    assert len(generated) == 1 and len(generated[0]) == 32
+    found = store.get_by_ids([generated[0], "wing", "absent"])
+    assert [d.id for d in found] == [generated[0], "wing"]
+    assert found[1].page_content == TEXTS["wing"] and found[1].metadata["year"] == 1960
+
+
+def test_re_adding_an_id_replaces_it_and_delete_removes_it_at_once(store):
+    add_all(store)
+    store.add_documents([Document(id="wing", page_content="rewritten wing text",
+                                  metadata={"topic": "wing", "year": 2000})])
+    assert store.get_by_ids(["wing"])[0].page_content == "rewritten wing text"
+    assert store.delete(["shock"]) is True
+    assert store.get_by_ids(["shock"]) == []
+    assert "shock" not in [d.id for d in store.similarity_search("shock waves", k=4)]
+
+
+def test_scores_filters_and_score_thresholds(store):
+    add_all(store)
+    (best, score), *_ = store.similarity_search_with_score(TEXTS["layer"], k=3)
+    assert best.id == "layer" and score == pytest.approx(1.0, abs=1e-5)
+    assert [d.id for d in store.similarity_search("in", k=4, filter={"year": {"gte": 1962}})
+            ] and all(d.metadata["year"] >= 1962
+                      for d in store.similarity_search("in", k=4, filter="year >= 1962"))
+    strict = store.as_retriever(search_type="similarity_score_threshold",
+                                search_kwargs={"score_threshold": 0.99, "k": 4})
+    assert [d.id for d in strict.invoke(TEXTS["heat"])] == ["heat"]
+
+
+def test_mmr_prefers_a_different_document_over_a_duplicate(store):
+    store.add_texts(["alpha beta", "alpha beta", "alpha gamma"], ids=["a1", "a2", "g"])
+    plain = [d.id for d in store.similarity_search("alpha beta", k=2)]
+    assert sorted(plain) == ["a1", "a2"]
+    diverse = [d.id for d in store.max_marginal_relevance_search("alpha beta", k=2, fetch_k=3,
+                                                               lambda_mult=0.1)]
+    assert len(diverse) == 2 and "g" in diverse
+    mmr = store.as_retriever(search_type="mmr",
+                             search_kwargs={"k": 2, "fetch_k": 3, "lambda_mult": 0.1})
+    assert "g" in [d.id for d in mmr.invoke("alpha beta")]
+
+
+def test_writes_are_durable_and_async_search_works(tmp_path):
+    first = RetrievalVectorStore(tmp_path / "idx", DeterministicFakeEmbedding(size=32))
+    add_all(first)
+    first.add_texts(["logged after the first build"], ids=["late"])
+    first.close()
+    again = RetrievalVectorStore(tmp_path / "idx", DeterministicFakeEmbedding(size=32))
+    try:
+        assert [d.id for d in again.get_by_ids(["late", "wing"])] == ["late", "wing"]
+        hits = asyncio.run(again.asimilarity_search("logged after the first build", k=1))
+        assert hits[0].id == "late"
+    finally:
+        again.close()
+
+
+def test_a_chain_with_a_chat_model_gets_the_retrieved_context(store):
+    add_all(store)
+    seen: list[str] = []
+
+    def remember(prompt):
+        seen.append(prompt.to_string())
+        return prompt
+
+    prompt = ChatPromptTemplate.from_template("Context: {context}\nQuestion: {question}")
+    chain = ({"context": store.as_retriever(search_kwargs={"k": 1})
+              | RunnableLambda(lambda docs: "\n".join(d.page_content for d in docs)),
+              "question": RunnablePassthrough()}
+             | prompt | RunnableLambda(remember) | FakeListChatModel(responses=["answered"])
+             | StrOutputParser())
+    assert chain.invoke(TEXTS["shock"]) == "answered"
+    assert TEXTS["shock"] in seen[0]
+
+
+def test_the_bundled_encoder_by_default(tmp_path):
+    store = RetrievalVectorStore(tmp_path / "idx")
+    try:
+        store.add_texts(list(TEXTS.values()), ids=list(TEXTS))
+        store.add_texts(["vitamin D and bone density in adults"], ids=["bone"])
+        assert store.similarity_search("bone mineral density", k=1)[0].id == "bone"
+        assert store.similarity_search("flutter of aircraft wings", k=1)[0].id == "wing"
+    finally:
+        store.close()
+
+
+def test_the_retriever_adapter_points_search_type_to_the_vector_store(store):
+    from retrieval import InvalidQueryError
+    from retrieval.integrations.langchain import LangChainRetriever
+
+    add_all(store)
+    with pytest.raises(InvalidQueryError, match="RetrievalVectorStore.*as_retriever"):
+        LangChainRetriever(store._retriever, search_type="mmr")
