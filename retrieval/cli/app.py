@@ -23,6 +23,7 @@ from retrieval.cli import (
     upsert,
 )
 from retrieval.cli.common import Subparsers
+from retrieval.quiet import quiet_third_party
 
 # Each entry adds one subcommand (or a small group) to the root parser, in --help order.
 COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
@@ -58,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_third_party()
     args = parser().parse_args(argv)
     try:
         return int(args.func(args))

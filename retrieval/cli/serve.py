@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from indexes.manifest import read_manifest, resolve_build_dir
+from retrieval.quiet import quiet_third_party
 from retrieval.service.auth import load_api_keys
 from retrieval.service.settings import SPEC_ENV, ServeConfig, load_serve_config
 
@@ -105,6 +106,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    quiet_third_party()
     config = load_serve_config(args.config, host=args.host, port=args.port,
                                workers=args.workers)
     index = Path(args.index).resolve()

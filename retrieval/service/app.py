@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
+from retrieval.quiet import quiet_third_party
 from retrieval.request_path.validate import check_batch_work
 from retrieval.result_json import result_json
 from retrieval.retriever import Retriever
@@ -113,6 +114,7 @@ def app_from_env() -> Starlette:
     """uvicorn's factory in each worker process (``retrieval serve`` sets the spec)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        quiet_third_party()
     spec = json.loads(os.environ[SPEC_ENV])
     return create_app(spec["index_root"], ServeConfig.model_validate(spec["config"]))
 
