@@ -74,7 +74,7 @@ class RetrievalVectorStore(VectorStore):
         self.root = Path(root)
         self._embedding = embedding
         self._encoder: Encoder | None = EmbeddingsEncoder(embedding) if embedding else None
-        self._config = {"cache": {"backend": "none"}, **(config or {})}
+        self._config = dict(config or {})
         self._lock = threading.Lock()
         self._retriever: Retriever | None = None
         self._writer: IndexWriter | None = None
