@@ -98,7 +98,11 @@ class IndexWriter:
         self._end = 0  # where this writer has read (and written) that segment up to
         self._build: Path | None = None  # the live build the state below belongs to
         self._requests: dict[str, tuple[int, str]] = {}  # request id -> (seq, digest)
-        self._unhashed: list[Record] = []  # other writers' records not yet in ``_hashes``
+        # Content hash -> vector of the live build and the log, made on the first text that
+        # needs embedding (a writer given vectors never loads the build's: 1M rows is seconds);
+        # ``_unhashed``: records whose vectors are not in it yet.
+        self._hashes: dict[bytes, np.ndarray] | None = None
+        self._unhashed: list[Record] = []
         # Where acknowledged records end (``indexes.wal.log``: tells damage from a torn tail).
         self._acked_fd = -1
         try:
@@ -170,9 +174,9 @@ class IndexWriter:
             write_acked(self._acked_fd, first, self._end)
         records = read_all(self.root, after=self.manifest.log_seq)
         self.kinds = merged_kinds(self.manifest.metadata_fields, records)
-        self._hashes = self._known_vectors(records)
+        self._hashes = None
         self._requests = {}
-        self._unhashed = []
+        self._unhashed = list(records)
         self._remember(records)
         self._build = build
 
@@ -266,11 +270,10 @@ class IndexWriter:
                 return known
             if self.kinds is not schema:  # another writer added a field since: check again
                 kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
-            seq = self._append(Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
-                                      passages=tuple(spans), request=request))
-            for key, row in zip(content_hashes([d.content for d in rows]), matrix,
-                                strict=True):
-                self._hashes[bytes(key)] = row
+            record = Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
+                            passages=tuple(spans), request=request)
+            seq = self._append(record)
+            self._unhashed.append(record)
             self.kinds = kinds
         return Ack(seq)
 
@@ -355,13 +358,15 @@ class IndexWriter:
         """float32 (len(texts), dim): known vectors by content hash, the rest encoded."""
         matrix = np.zeros((len(texts), self.manifest.encoder.dim), dtype=np.float32)
         with self._thread_lock:
+            known = self._hashes if self._hashes is not None else self._build_vectors()
             pending, self._unhashed = self._unhashed, []
-            self._hashes.update(self._known_vectors_of(pending))
+            known.update(self._known_vectors_of(pending))
+            self._hashes = known
         keys = [bytes(k) for k in content_hashes(list(texts))]
-        todo = [i for i, key in enumerate(keys) if key not in self._hashes]
+        todo = [i for i, key in enumerate(keys) if key not in known]
         for i, key in enumerate(keys):
-            if key in self._hashes:
-                matrix[i] = self._hashes[key]
+            if key in known:
+                matrix[i] = known[key]
         if todo:
             matrix[todo] = self._encode([texts[i] for i in todo])
         return matrix
@@ -388,16 +393,13 @@ class IndexWriter:
                 f"{info.encoder_id!r}; write with the encoder the index was built with")
         return np.asarray(self._encoder.encode(texts), dtype=np.float32)
 
-    def _known_vectors(self, records: list[Record]) -> dict[bytes, np.ndarray]:
-        """Content hash -> float32 vector, from the live build and the log (build.py's reuse
-        rule: exact float32 vectors only)."""
-        known: dict[bytes, np.ndarray] = {}
-        build = resolve_build_dir(self.root)
-        if self.manifest.encoder.vector_dtype == "float32":  # whole or sharded
-            hashes, store = stored_vectors(build)
-            known = {bytes(h): store.data[row] for row, h in enumerate(hashes)}
-        known.update(self._known_vectors_of(records))
-        return known
+    def _build_vectors(self) -> dict[bytes, np.ndarray]:
+        """Content hash -> float32 vector of the live build (build.py's reuse rule: exact
+        float32 vectors only)."""
+        if self.manifest.encoder.vector_dtype != "float32":
+            return {}
+        hashes, store = stored_vectors(resolve_build_dir(self.root))  # whole or sharded
+        return {bytes(h): store.data[row] for row, h in enumerate(hashes)}
 
     @staticmethod
     def _known_vectors_of(records: list[Record]) -> dict[bytes, np.ndarray]:
