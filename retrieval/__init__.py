@@ -57,7 +57,7 @@ from retrieval.integrations.errors import (
     NotASearchBackendError,
     UnsupportedFilterError,
 )
-from retrieval.models import CacheInfo, Hit, SearchResult
+from retrieval.models import CacheInfo, Explanation, Hit, SearchResult
 from retrieval.publishing.config import GateConfigError
 from retrieval.request_path.batching import BatchingConfig
 from retrieval.request_path.feature_stage import RecencyWeight
@@ -91,6 +91,7 @@ __all__ = [
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
+    "Explanation",
     "FeatureConfigError",
     "FeatureError",
     "FeatureRequestError",

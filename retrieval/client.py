@@ -89,12 +89,13 @@ class RemoteRetriever:
     def search(self, query: str, filters: Filters = None, k: int | None = None, *,
                candidates: int | None = None, query_vector: np.ndarray | None = None,
                deadline_ms: float | None = None, group_by: str | None = None,
-               context: int = 0, min_seq: int | None = None) -> SearchResult:
+               context: int = 0, min_seq: int | None = None,
+               explain: bool = False) -> SearchResult:
         """``Retriever.search`` on the server."""
         _no_vectors(query_vector)
         body = _body(query=query, filters=filters, k=k, candidates=candidates,
                      deadline_ms=deadline_ms, group_by=group_by, context=context or None,
-                     min_seq=min_seq)
+                     min_seq=min_seq, explain=explain or None)
         return SearchResult.model_validate_json(self._post("/v1/search", body))
 
     def search_batch(self, queries: Sequence[str], filters: Filters = None,

@@ -23,6 +23,29 @@ class PassageContext(BaseModel):
     last_passage: int
 
 
+class Explanation(BaseModel):
+    """Why a hit scored what it did (``search(..., explain=True)``): its score in each leg,
+    its rank there among the candidates, how the legs were normalized and mixed, and what
+    features added."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bm25: float = Field(description="the BM25 score (the sum of bm25_terms)")
+    bm25_terms: dict[str, float] = Field(description="analyzed query term -> its BM25 part")
+    bm25_rank: int = Field(description="rank by BM25 among the candidates re-ranked (1 = best)")
+    vector: float = Field(description="cosine between the query and document vectors")
+    vector_rank: int = Field(description="rank by cosine among the candidates re-ranked")
+    candidates: int = Field(description="how many candidates were re-ranked and fused")
+    fusion: str = Field(description="zscore, minmax or rrf (RetrieverConfig.fusion)")
+    vector_weight: float = Field(description="the vector leg's weight in the mix")
+    normalization: dict[str, float] = Field(
+        description="what each leg was normalized with over the candidates: zscore: the "
+        "means and standard deviations, then the mix's min and max (rescaled to [0, 1]); "
+        "minmax: each leg's min and max; rrf: its k")
+    fused: float = Field(description="the fused score, before features")
+    features: float = Field(0.0, description="what feature weights added to the fused score")
+
+
 class Hit(BaseModel):
     """One retrieved passage with the score of every stage that ranked it.
 
@@ -49,6 +72,8 @@ class Hit(BaseModel):
     start: int | None = Field(None, description="character offset of the passage in the "
                               "document's text (the title is not counted)")
     end: int | None = Field(None, description="end offset (exclusive) in the document's text")
+    explanation: Explanation | None = Field(
+        None, description="why it ranked there (search(..., explain=True) only)")
     context: PassageContext | None = Field(
         None, description="the neighbouring passages, when the search asked for context")
 

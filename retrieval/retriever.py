@@ -389,6 +389,7 @@ class Retriever:
         group_by: str | None = None,
         context: int = 0,
         min_seq: int | None = None,
+        explain: bool = False,
     ) -> SearchResult:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
 
@@ -398,11 +399,12 @@ class Retriever:
         ``group_by="document"`` returns each document's best passage only (``k`` counts
         documents) and ``context=n`` adds the ``n`` passages around each hit
         (``retrieval.request_path.grouping``). ``min_seq``: see at least the writes up to
-        that sequence number (``wait_for_seq``).
+        that sequence number (``wait_for_seq``). ``explain=True``: every hit carries an
+        ``Explanation`` of its score (``retrieval.request_path.explain``); free when off.
         """
         self.wait_for_seq(min_seq)
         return self._path.search(self._live, query, filters, k, candidates, query_vector,
-                                 deadline_ms, group_by, context)
+                                 deadline_ms, group_by, context, explain)
 
     def search_batch(
         self,
@@ -415,11 +417,12 @@ class Retriever:
         group_by: str | None = None,
         context: int = 0,
         min_seq: int | None = None,
+        explain: bool = False,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
         self.wait_for_seq(min_seq)
         return self._path.search_batch(self._live, queries, filters, k, candidates,
-                                       query_vectors, group_by, context)
+                                       query_vectors, group_by, context, explain)
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, *, abandoned: Abandoned | None = None,

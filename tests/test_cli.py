@@ -102,6 +102,15 @@ def test_search_says_when_no_document_has_a_filter_value(small_index, capsys):
     assert "note:" not in capsys.readouterr().err
 
 
+def test_search_explain_prints_why_each_hit_ranked(small_index, capsys):
+    assert main(["search", str(small_index), "wing flutter", "--k", "2", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "bm25 " in out and "(#1; " in out and "zscore fusion, vector weight" in out
+    assert main(["search", str(small_index), "wing flutter", "--json", "--explain"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert hits and all(h["explanation"]["candidates"] >= len(hits) for h in hits)
+
+
 def test_invalid_json_filter_is_reported_as_the_filter(small_index, capsys):
     assert main(["search", str(small_index), "wing", "--filter", "{'year': 1962}"]) == 2
     err = capsys.readouterr().err

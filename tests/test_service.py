@@ -215,6 +215,18 @@ def test_a_filter_value_no_document_holds_is_warned_about_over_http(served: Serv
         "no document has department = 'oncolgy'; did you mean 'oncology'?"]
 
 
+def test_explain_over_http_and_the_remote_client(served: Server) -> None:
+    with served.client() as client:
+        body = client.post("/v1/search", json={"query": "cells", "k": 3,
+                                               "explain": True}).json()
+    why = body["hits"][0]["explanation"]
+    assert why["bm25_terms"] and why["fusion"] == "zscore" and why["bm25_rank"] >= 1
+    with RemoteRetriever(served.url, KEY) as remote:
+        hits = remote.search("cells", k=2, explain=True).hits
+        assert all(h.explanation is not None for h in hits)
+        assert all(h.explanation is None for h in remote.search("cells", k=2).hits)
+
+
 def nested_filter(depth: int) -> dict[str, Any]:
     spec: dict[str, Any] = {"year": {"gte": 2000}}
     for _ in range(depth):

@@ -7,7 +7,7 @@ import sys
 
 from retrieval.cli.common import FILTER_HELP, Subparsers, add_parser, parse_filter_arg
 from retrieval.config import RetrieverConfig
-from retrieval.models import SearchResult
+from retrieval.models import Explanation, SearchResult
 from retrieval.retriever import Retriever
 
 
@@ -24,6 +24,9 @@ def register(subparsers: Subparsers) -> None:
     search.add_argument("--context", type=int, default=0,
                         help="neighbouring passages returned around each hit")
     search.add_argument("--json", action="store_true", help="print the result as JSON")
+    search.add_argument("--explain", action="store_true",
+                        help="why each hit ranked there: BM25 by term, cosine, its rank in "
+                        "each leg, the fusion's normalization")
     search.set_defaults(func=run_search)
 
 
@@ -31,7 +34,7 @@ def run_search(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates))
     filters = parse_filter_arg(args.filter)
     result = retriever.search(args.query, filters=filters, k=args.k, group_by=args.group_by,
-                              context=args.context)
+                              context=args.context, explain=args.explain)
     for warning in result.warnings:  # stderr: --json output stays parseable
         print(f"note: {warning}", file=sys.stderr)
     if args.json:
@@ -42,11 +45,23 @@ def run_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def describe(why: Explanation) -> str:
+    terms = ", ".join(f"{t} {p:.3f}" for t, p in sorted(why.bm25_terms.items(),
+                                                          key=lambda item: -item[1]))
+    bounds = ", ".join(f"{k}={v:.3f}" for k, v in why.normalization.items())
+    return (f"bm25 {why.bm25:.3f} (#{why.bm25_rank}; {terms or 'no term matched'}), "
+            f"cos {why.vector:.3f} (#{why.vector_rank}) of {why.candidates} candidates; "
+            f"{why.fusion} fusion, vector weight {why.vector_weight} ({bounds}); fused "
+            f"{why.fused:.4f}, features {why.features:+.4f}")
+
+
 def _print_hits(result: SearchResult) -> None:
     for rank, hit in enumerate(result.hits, start=1):
         where = f"#{hit.passage}[{hit.start}:{hit.end}]" if hit.passage is not None else ""
         print(f"{rank:>3}. {hit.doc_id}{where}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
               f"cos={hit.vector_score:.3f}  {hit.title[:70] or hit.text[:70]}")
+        if hit.explanation is not None:
+            print("     " + describe(hit.explanation))
     timings = "  ".join(f"{k}={v:.3f}" for k, v in result.timings.items())
     print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}")
     print(f"timings ms: {timings}")

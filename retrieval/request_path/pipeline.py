@@ -29,8 +29,9 @@ from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
 from retrieval.loaded_build import LoadedBuild
-from retrieval.models import CacheInfo, CacheStatus, Hit, SearchResult
+from retrieval.models import CacheInfo, CacheStatus, Explanation, Hit, SearchResult
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline
+from retrieval.request_path.explain import explain_hits
 from retrieval.request_path.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.request_path.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
 from retrieval.request_path.grouping import group_candidates, passage_fields
@@ -125,9 +126,16 @@ def run_pipeline(
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
     documents = snapshot.docs.get_many(rows[order])  # one call per shard on remote layouts
+    whys: list[Explanation | None] = [None] * len(order)
+    if request.explain:
+        fused_as = config if query_vector is not None else \
+            config.model_copy(update={"fusion": "minmax", "vector_weight": 0.0})
+        whys = list(explain_hits(snapshot, request.query, rows, bm25, cosine, fused, order,
+                                 outcome.adjustment if outcome is not None else None,
+                                 fused_as))
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
-                     request.context)
-            for i, doc, values in zip(order, documents, per_hit, strict=True)]
+                     request.context, why)
+            for i, doc, values, why in zip(order, documents, per_hit, whys, strict=True)]
     timer.lap("hydrate")
     degraded.extend(snapshot.degradations())
     provided = embed_ms is None and query_vector is not None
@@ -270,7 +278,9 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
 
 
 def make_hit(snapshot: LoadedBuild, row: int, doc: Document, score: float, bm25: float,
-             cosine: float, features: dict[str, float], context: int = 0) -> Hit:
+             cosine: float, features: dict[str, float], context: int = 0,
+             explanation: Explanation | None = None) -> Hit:
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
-               features=features, **passage_fields(snapshot, row, context))
+               features=features, explanation=explanation,
+               **passage_fields(snapshot, row, context))

@@ -98,12 +98,12 @@ class RequestPath:
 
     def search(self, live: Live, query: str, filters: Any, k: int | None,
                candidates: int | None, query_vector: np.ndarray | None,
-               deadline_ms: float | None, group_by: Any = None, context: Any = 0
-               ) -> SearchResult:
+               deadline_ms: float | None, group_by: Any = None, context: Any = 0,
+               explain: bool = False) -> SearchResult:
         deadline = Deadline(check_deadline(deadline_ms, self.config))
         with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
             begun = self._begin(live, query, filters, k, candidates, query_vector is None,
-                                deadline, group_by, context)
+                                deadline, group_by, context, explain)
             if isinstance(begun, SearchResult):
                 return begun
             return self._finish(live, begun, query_vector)
@@ -116,13 +116,14 @@ class RequestPath:
 
     def begin(self, live: Live, query: str, filters: Any, k: int | None, *,
               candidates: int | None = None, deadline_ms: float | None = None,
-              group_by: Any = None, context: Any = 0) -> SearchResult | Begun:
+              group_by: Any = None, context: Any = 0, explain: bool = False
+              ) -> SearchResult | Begun:
         """Validate and look up the caches (``reads_without_blocking`` caches only): a
         result-cache hit is the whole search; otherwise ``resume`` continues it."""
         deadline = Deadline(check_deadline(deadline_ms, self.config))
         with self.in_flight:
             return self._begin(live, query, filters, k, candidates, True, deadline, group_by,
-                               context)
+                               context, explain)
 
     def resume(self, live: Live, begun: Begun) -> SearchResult:
         """The rest of a search ``begin`` started, usually in a worker thread."""
@@ -132,10 +133,10 @@ class RequestPath:
 
     def _begin(self, live: Live, query: str, filters: Any, k: int | None,
                candidates: int | None, cacheable: bool, deadline: Deadline, group_by: Any,
-               context: Any) -> SearchResult | Begun:
+               context: Any, explain: bool = False) -> SearchResult | Begun:
         timer = StageTimer()
         request = validate(query, filters, k, candidates, self.config, live.filters,
-                           group_by, context)
+                           group_by, context, explain)
         timer.lap("validate")
         # A caller-supplied vector is not part of any key, so its results are not cached.
         lookup = (self._lookup(live.snapshot, request)
@@ -186,10 +187,11 @@ class RequestPath:
 
     def search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
                      candidates: int | None, query_vectors: np.ndarray | None,
-                     group_by: Any = None, context: Any = 0) -> list[SearchResult]:
+                     group_by: Any = None, context: Any = 0, explain: bool = False
+                     ) -> list[SearchResult]:
         check_batch_work(len(queries), k, candidates, self.config)
         requests = [validate(q, filters, k, candidates, self.config, live.filters, group_by,
-                             context) for q in queries]
+                             context, explain) for q in queries]
         with self.in_flight:
             if query_vectors is None and self.cache is not None:
                 return self._cached_batch(live.snapshot, requests)
@@ -239,7 +241,8 @@ class RequestPath:
         return self.cache.keys(
             build_id=snapshot.build_id,
             snapshot_id=self.features.snapshot_key() if self.features is not None else "",
-            config_key=f"{self._config_key}:{request.candidates}{grouping_key(request)}",
+            config_key=f"{self._config_key}:{request.candidates}{grouping_key(request)}"
+                       f"{':explain' if request.explain else ''}",
             query=request.query,
             filter_key=request.filter_key, k=request.k,
             encoder_id=self.encoder.encoder_id if self.encoder is not None else None,

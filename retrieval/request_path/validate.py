@@ -38,6 +38,7 @@ class SearchRequest:
     context: int = 0  # neighbouring passages returned with each hit
     named: NamedMask | None = None  # a registered filter ({"$named": ...}), ANDed with ``filter``
     warnings: tuple[str, ...] = ()  # filter values no document holds (``filters.hints``)
+    explain: bool = False  # each hit says why it ranked there (``request_path.explain``)
 
 
 # Up to this many values in all, a filter is validated in microseconds; a 100,000-value IN list
@@ -199,7 +200,7 @@ def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverCon
 
 def validate(
     query: Any, filters: Any, k: Any, candidates: Any, config: RetrieverConfig,
-    memo: FilterMemo, group_by: Any = None, context: Any = 0,
+    memo: FilterMemo, group_by: Any = None, context: Any = 0, explain: Any = False,
 ) -> SearchRequest:
     """Check every argument of a search against the config and the index's field kinds."""
     text = check_query_text(query, config)
@@ -213,5 +214,7 @@ def validate(
     named = memo.named.get(name) if name is not None else None
     if named is not None:
         key = named_key(named, key)
+    if not isinstance(explain, bool):
+        raise InvalidQueryError(f"explain must be true or false, got {explain!r}")
     return SearchRequest(text, parsed, key, k, max(c, k), group, around, named,
-                         memo.warnings(parsed, key))
+                         memo.warnings(parsed, key), explain)

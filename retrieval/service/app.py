@@ -144,6 +144,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                      group_by=body.group_by,
                                                      context=body.context or 0,
                                                      min_seq=body.min_seq,
+                                                     explain=body.explain,
                                                      abandoned=gone(request))
         metrics.observe_result(result)
         if settings.log_query_text:
@@ -166,6 +167,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                     group_by=body.group_by,
                                                     context=body.context or 0,
                                                     min_seq=body.min_seq,
+                                                    explain=body.explain,
                                                     abandoned=gone(request))
         for result in results:
             metrics.observe_result(result)

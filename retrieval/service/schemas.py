@@ -12,6 +12,8 @@ Filters = dict[str, Any] | str | None
 GROUP_BY_HELP = ('"document": at most one hit per document (its best passage) and k counts '
                  'documents; passage builds only change anything')
 CONTEXT_HELP = "neighbouring passages returned around each hit (passage builds), 0 to 5"
+EXPLAIN_HELP = ("every hit carries an explanation: BM25 score by query term, cosine, its rank "
+                "in each leg, the fusion's normalization, the features' part")
 MIN_SEQ_HELP = ("see at least the writes up to this sequence number (the seq a write "
                 "returned): read-your-writes on any worker")
 REQUEST_ID_HELP = ("a client id for this write: a retry with the same id and body is answered "
@@ -37,6 +39,7 @@ class SearchBody(BaseModel):
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
+    explain: bool = Field(False, description=EXPLAIN_HELP)
 
 
 class BatchBody(BaseModel):
@@ -51,6 +54,7 @@ class BatchBody(BaseModel):
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
+    explain: bool = Field(False, description=EXPLAIN_HELP)
 
 
 class WriteDocument(BaseModel):
