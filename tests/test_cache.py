@@ -6,13 +6,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from polling import wait_until
 from redis.cluster import key_slot
 from redis_servers import RedisClusterProcesses, RedisProcess, free_port
 
@@ -46,15 +47,6 @@ def relaxed(url: str, cluster: bool = False, **options: Any) -> RedisCache:
     return RedisCache(
         url, cluster=cluster, socket_timeout_ms=500.0, connect_timeout_ms=500.0, **options
     )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def req_keys(ns: str, text: str) -> tuple[str, str]:

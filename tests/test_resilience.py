@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import pytest
+from polling import wait_until
 from redis_servers import RedisProcess, free_port
 
 from retrieval.cache import CacheConfig, CacheConfigError, RedisCache, make_cache
@@ -58,15 +58,6 @@ def test_outages_log_what_each_component_serves(caplog: pytest.LogCaptureFixture
     assert cache_logs and all("serving cache misses" in m for m in cache_logs)
 
 
-def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 @pytest.mark.parametrize("section", ["cache", "feature_store"])
 def test_breaker_opening_logs_one_warning_per_outage_naming_the_setting(
         section: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -84,7 +75,7 @@ def test_breaker_opening_logs_one_warning_per_outage_naming_the_setting(
 
     caplog.set_level(logging.INFO)
     try:
-        assert _until(lambda: (call(), link.breaker.state == "closed")[1])
+        assert wait_until(lambda: (call(), link.breaker.state == "closed")[1], 10.0)
         for _ in range(2):
             server.pause()
             try:
@@ -96,7 +87,7 @@ def test_breaker_opening_logs_one_warning_per_outage_naming_the_setting(
                 assert link.breaker.state == "open"
             finally:
                 server.resume()
-            assert _until(lambda: (call(), link.breaker.state == "closed")[1])
+            assert wait_until(lambda: (call(), link.breaker.state == "closed")[1], 10.0)
     finally:
         cache.close()
         store.close()

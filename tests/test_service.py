@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import free_port
+from serving import Serving, free_port
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
@@ -55,10 +55,7 @@ MAX_BODY = 65_536  # set through RETRIEVAL_SERVER__MAX_BODY_BYTES, so overrides 
 
 
 @dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
+class Server(Serving):
     root: Path
     docs: list[Any]
     queries: list[str]
@@ -73,21 +70,6 @@ class Server:
         return {(s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(text) for s in family.samples}
 
-    def failure(self, message: str) -> str:
-        return f"{message}; server log:\n{self.log.read_text()[-4000:]}"
-
-
-def wait_until(check: Callable[[], bool], timeout: float, server: Server, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except httpx.HTTPError:
-            pass
-        assert server.process.poll() is None, server.failure("server exited")
-        time.sleep(0.2)
-    pytest.fail(server.failure(f"timed out waiting for {what}"))
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +96,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, dataset: Any, beir_index: A
                     list(queries.values()))
     try:
         ready = ("retrieval_ready_workers", ())
-        wait_until(lambda: server.metrics().get(ready) == 2.0, 300, server, "2 ready workers")
+        server.wait_until(lambda: server.metrics().get(ready) == 2.0, 300, "2 ready workers")
         yield server
     finally:
         if process.poll() is None:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_parser
-
-log = logging.getLogger(__name__)
 
 
 def register(subparsers: Subparsers) -> None:

@@ -120,37 +120,30 @@ class FilterMemo:
         self.limits = limits
         self.named = named  # this build's named filters (replaced whole when one registers)
         # Entries weigh their number of filter values: large IN lists are bounded in total.
-        self._entries: LRU[Any, tuple[Filter | None, str, int]] = LRU(
-            size, max_weight, lambda key, entry: entry[2])
+        self._entries: LRU[Any, tuple[Filter | None, str, tuple[str, ...], int]] = LRU(
+            size, max_weight, lambda key, entry: entry[3])
         self._lock = threading.Lock()
-        self._warnings: LRU[str, tuple[str, ...]] = LRU(size)
-
-    def warnings(self, parsed: Filter | None, key: str) -> tuple[str, ...]:
-        """What the filter compares against that no document holds, with the closest value;
-        once per filter and build (a typo would otherwise return no hits silently)."""
-        if parsed is None or self.metadata is None:
-            return ()
-        with self._lock:
-            found = self._warnings.get(key)
-        if found is None:
-            found = tuple(a.message() for a in absent_values(parsed, self.metadata))
-            with self._lock:
-                self._warnings.put(key, found)
-        return found
 
     def parse(self, filters: Any) -> tuple[Filter | None, str]:
         """(parsed filter or None, canonical key)."""
+        return self.parse_checked(filters)[:2]  # type: ignore[return-value]
+
+    def parse_checked(self, filters: Any) -> tuple[Filter | None, str, tuple[str, ...]]:
+        """``parse`` and the warnings on values no document holds, with the closest one (a
+        typo would otherwise return no hits silently): remembered together, per build."""
         if filters is None:
-            return None, ""
+            return None, "", ()
         keyed = spec_key(filters)
         if keyed is not None:
             with self._lock:
                 found = self._entries.get(keyed[0])
             if found is not None:
-                return found[0], found[1]
+                return found[:3]
         parsed = parse_filter(filters, self.kinds, max_clauses=self.limits.max_filter_clauses,
                               max_in_values=self.limits.max_in_values)
-        entry = (parsed, canonical(parsed) if parsed is not None else "")
+        warnings = tuple(a.message() for a in absent_values(parsed, self.metadata)) \
+            if parsed is not None and self.metadata is not None else ()
+        entry = (parsed, canonical(parsed) if parsed is not None else "", warnings)
         if keyed is not None:  # an entry heavier than max_weight alone is evicted at once
             with self._lock:
                 self._entries.put(keyed[0], (*entry, keyed[1]))
@@ -209,12 +202,12 @@ def validate(
     c = _check_int("candidates", config.candidates if candidates is None else candidates, 1,
                    limits.max_candidates)
     name, filters = split_named(filters)
-    parsed, key = memo.parse(filters)
+    parsed, key, warnings = memo.parse_checked(filters)
     group, around = check_grouping(group_by, context)
     named = memo.named.get(name) if name is not None else None
     if named is not None:
         key = named_key(named, key)
     if not isinstance(explain, bool):
         raise InvalidQueryError(f"explain must be true or false, got {explain!r}")
-    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named,
-                         memo.warnings(parsed, key), explain)
+    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named, warnings,
+                         explain)
