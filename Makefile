@@ -1,13 +1,13 @@
 # make demo: install, build an index of DATA (default: the shipped examples/data/cranfield, or
 # ../shared/data/scifact when present), print its nDCG@10 and per-stage p50/p95/p99 (no Redis needed)
-# make test: install everything (Python packages, redis-server) and run the whole test suite
+# make test: install everything (Python packages, redis-server, chromium) and run the whole suite
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DATA ?= $(if $(wildcard ../shared/data/scifact/corpus.jsonl),../shared/data/scifact,)
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install demo test redis-server lint bench
+.PHONY: install demo test system-packages lint bench
 
 install: $(VENV)/.installed
 
@@ -19,17 +19,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# The Redis server the tests start their own instances of, and wrk (the overload test's
-# load generator: a C client keeps its own queueing out of the measurement).
-redis-server:
-	@command -v redis-server >/dev/null && command -v wrk >/dev/null || { \
+# The Redis server the tests start their own instances of, wrk (the overload test's load
+# generator: a C client keeps its own queueing out of the measurement) and Debian's chromium
+# (the console's browser tests drive it with Playwright; no browser is downloaded).
+system-packages:
+	@command -v redis-server >/dev/null && command -v wrk >/dev/null && \
+	  command -v chromium >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server wrk; }
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q redis-server wrk chromium; }
 
 demo: install
 	$(BIN)/retrieval demo $(if $(DATA),--data $(DATA))
 
-test: install redis-server
+test: install system-packages
 	$(BIN)/python -m pytest -q
 
 lint: install

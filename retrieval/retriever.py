@@ -25,7 +25,7 @@ from indexes.wal.split import whole_documents
 from retrieval.abandon import Abandoned, unless_abandoned
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
-from retrieval.errors import SequenceNotReachedError
+from retrieval.errors import ConfigError, SequenceNotReachedError
 from retrieval.features import OnlineStore, make_store
 from retrieval.filters.named import NamedFilters, UnknownNamedFilterError
 from retrieval.live import LogFollower
@@ -39,6 +39,9 @@ from retrieval.request_path.validate import FilterMemo, is_light_filter
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
+# What ``with_ranking`` may change: how candidates are chosen and fused, nothing that loads.
+RANKING_SETTINGS = ("fusion", "vector_weight", "rrf_k", "candidate_policy", "candidates",
+                    "dense_candidates", "guardrail_min_keyword", "feature_candidates")
 
 
 def _config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverConfig:
@@ -318,6 +321,24 @@ class Retriever:
         ends = [e["swapped_at"][1] for e in loads[1:]] + [float("inf")]
         return {e["build_id"]: (e["swapped_at"][0] if i else float("-inf"), end)
                 for i, (e, end) in enumerate(zip(loads, ends, strict=True))}
+
+    def with_ranking(self, snapshot: LoadedBuild | None = None,
+                     encoder: Encoder | None = None, **ranking: Any) -> Retriever:
+        """A retriever over this one's current build (or ``snapshot``, with ``encoder`` when
+        its model differs) with ranking settings changed, e.g. ``fusion="rrf"``: the same
+        feature store, no cache, no reloader. Two configurations side by side (the console's
+        compare); close it when done. Only the settings in ``RANKING_SETTINGS`` may change.
+        """
+        unknown = sorted(set(ranking) - set(RANKING_SETTINGS))
+        if unknown:
+            raise ConfigError(f"{', '.join(unknown)} cannot change per comparison; ranking "
+                              f"settings are {', '.join(RANKING_SETTINGS)}")
+        config = _config({**self.config.model_dump(exclude={"cache"}), **ranking,
+                          "reload_interval_seconds": None, "cache": {"backend": "none"}})
+        store = self._features.store if self._features is not None else None
+        return Retriever(snapshot or self.snapshot, config,
+                         encoder if encoder is not None else self.encoder,
+                         feature_store=store)
 
     def close(self) -> None:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""

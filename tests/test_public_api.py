@@ -94,11 +94,13 @@ def test_every_error_class_is_exported_and_drawn_in_the_tree():
     assert not undrawn, f"the error tree in indexes/errors.py misses {undrawn}"
 
 
-def test_both_packages_ship_py_typed():
+def test_both_packages_ship_py_typed_and_the_console_its_assets():
     for package in (retrieval, indexes):
         assert (Path(package.__file__).parent / "py.typed").is_file()
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'retrieval = \["py.typed"\]', pyproject)
+    assert re.search(r'retrieval = \["py.typed", "console/assets/\*"\]', pyproject)
+    assets = {p.name for p in (Path(retrieval.__file__).parent / "console" / "assets").iterdir()}
+    assert assets == {"index.html", "console.js", "console.css"}
     assert re.search(r'indexes = \["py.typed"\]', pyproject)
 
 

@@ -63,15 +63,18 @@ LABELED = "labeled log nDCG"
 def compare_builds(
     live_dir: Path | None, candidate_dir: Path, gate: GateConfig | None = None, *,
     encoder: Encoder | None = None, config: RetrieverConfig | dict[str, Any] | None = None,
+    inputs: SearchInputs | None = None,
 ) -> GateReport:
     """Run every check of ``gate`` on ``candidate_dir`` against ``live_dir``.
 
     ``encoder`` is reused for a build made by the same (or a compatible) model, so the model is
-    loaded once; ``config`` is the serving config (cache and reloader are turned off here).
+    loaded once; ``config`` is the serving config (cache and reloader are turned off here);
+    ``inputs``: canaries and labeled queries given directly instead of the gate's files.
     """
     started = time.perf_counter()
     gate = gate or GateConfig()
-    inputs = SearchInputs.read(gate)  # bad files fail before any build is loaded
+    if inputs is None:
+        inputs = SearchInputs.read(gate)  # bad files fail before any build is loaded
     candidate = build_contents(candidate_dir)
     if live_dir is None:
         checks = [Check(name="live build", outcome="skipped",

@@ -28,6 +28,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from indexes.errors import LimitExceededError, RetrievalError
+from retrieval.console.routes import console_routes
+from retrieval.console.sides import Sides
 from retrieval.quiet import quiet_third_party
 from retrieval.request_path.validate import check_batch_work
 from retrieval.result_json import result_json
@@ -64,6 +66,7 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                          settings.load_retry_seconds)
     metrics = ServiceMetrics()
     writes = Writes(Path(index_root))
+    sides = Sides(Path(index_root)) if settings.console_enabled else None
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -78,10 +81,13 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                 await syncing
             await asyncio.to_thread(state.close)
             await asyncio.to_thread(writes.close)
+            if sides is not None:
+                await asyncio.to_thread(sides.close)
             metrics.process_exited()
 
     routes = (_search_routes(state, metrics, config) + _operator_routes(state, metrics)
-              + write_routes(state, writes, settings))
+              + write_routes(state, writes, settings)
+              + (console_routes(state, sides) if sides is not None else []))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RetrievalError: _retrieval_error, HTTPException: _http_error, Exception: _unexpected})
     app.state.service = state
@@ -90,7 +96,7 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                        metrics_auth=settings.metrics_auth,
                        body_timeout_seconds=settings.body_timeout_seconds,
                        max_write_body_bytes=settings.max_write_body_bytes,
-                       open_writes=settings.open_writes)
+                       open_writes=settings.open_writes, console=sides is not None)
     return app
 
 

@@ -22,6 +22,7 @@ the same classes an in-process caller does::
 
 from __future__ import annotations
 
+from indexes.publish import UnknownBuildError
 from retrieval.errors import (
     ArtifactError,
     ConfigError,
@@ -98,6 +99,7 @@ STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
     (SequenceNotReachedError, 409),
     (InvalidWriteError, 422),
     (NotFoundError, 404),
+    (UnknownBuildError, 404),
     (ServerError, 500),
     (ArtifactError, 503),
     (EncoderMismatchError, 503),

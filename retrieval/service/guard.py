@@ -33,13 +33,19 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger("retrieval.service")
 
+# The console's page and assets hold no data (a browser cannot send a key to load them); its
+# API compares builds, so it needs an admin key (``retrieval.console``).
+CONSOLE_PAGES = frozenset({"/console", "/console/console.js", "/console/console.css"})
+CONSOLE_API = frozenset({"/v1/console/schema", "/v1/console/search", "/v1/console/compare",
+                         "/v1/console/gate"})
 ROUTES = frozenset({"/v1/search", "/v1/search/batch", "/v1/index", "/healthz", "/readyz",
                     "/metrics", "/openapi.json", "/v1/documents", "/v1/documents/delete",
-                    "/v1/documents/get", "/v1/snapshot"})
+                    "/v1/documents/get", "/v1/snapshot"}) | CONSOLE_PAGES | CONSOLE_API
 OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
 # The scope a route needs beyond read (``retrieval.service.auth``).
 ROUTE_SCOPES: dict[str, KeyScope] = {"/v1/documents": "write", "/v1/documents/delete": "write",
                                   "/v1/snapshot": "admin"}
+ROUTE_SCOPES.update(dict.fromkeys(CONSOLE_API, "admin"))
 
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
@@ -57,7 +63,7 @@ class Guard:
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, metrics: ServiceMetrics,
                  max_body_bytes: int, metrics_auth: bool,
                  body_timeout_seconds: float = 10.0, max_write_body_bytes: int | None = None,
-                 open_writes: bool = False) -> None:
+                 open_writes: bool = False, console: bool = False) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
@@ -66,6 +72,11 @@ class Guard:
         self.open_writes = open_writes
         self.body_timeout_seconds = body_timeout_seconds
         self.open_routes = OPEN_ROUTES if metrics_auth else OPEN_ROUTES | {"/metrics"}
+        self.console = console  # keyless, a console on (loopback) may use its API
+        # Without the console its paths are unknown ones (404), not routes needing a key.
+        self.routes = ROUTES if console else ROUTES - CONSOLE_PAGES - CONSOLE_API
+        if console:
+            self.open_routes |= CONSOLE_PAGES
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,7 +84,7 @@ class Guard:
             return
         started = time.perf_counter()
         path = scope["path"]
-        route = path if path in ROUTES else "other"
+        route = path if path in self.routes else "other"
         status = [500]
 
         async def send_recording(message: Message) -> None:
@@ -117,7 +128,7 @@ class Guard:
         """Whether the request's key may use ``route``; else 401 / 403 is sent."""
         needed = ROUTE_SCOPES.get(route, "read")
         if not self.keys.enabled:
-            if needed == "read" or self.open_writes:
+            if needed == "read" or self.open_writes or (self.console and route in CONSOLE_API):
                 return True
             denied = ForbiddenError(
                 f"{route} needs an API key of {needed} scope and this server has no keys: "

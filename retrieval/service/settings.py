@@ -9,12 +9,13 @@ in the file or in an override, stops start-up with a message naming it.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -25,6 +26,16 @@ from retrieval.service.errors import ServiceConfigError
 ENV_PREFIX = "RETRIEVAL_"
 ENV_SEPARATOR = "__"
 SPEC_ENV = "RETRIEVAL_SERVE_SPEC"  # the resolved config, handed to the worker processes
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: not known to be loopback
+        return False
 
 
 class ServerSettings(BaseModel):
@@ -88,9 +99,21 @@ class ServerSettings(BaseModel):
     ssl_keyfile: str | None = None
     ssl_keyfile_password: str | None = None
     ssl_ca_certs: str | None = Field(None, description="CA bundle to verify client certs")
+    console: Literal["auto", "on", "off"] = Field(
+        "auto", description="the search console at /console: auto = on for a loopback host, "
+        "off otherwise; on a non-loopback host it needs API keys, and its API an admin key")
+
+    @property
+    def console_enabled(self) -> bool:
+        return self.console == "on" or (self.console == "auto" and is_loopback(self.host))
 
     @model_validator(mode="after")
     def _consistent(self) -> ServerSettings:
+        if (self.console == "on" and not is_loopback(self.host)
+                and self.api_keys_file is None and self.api_keys_env is None):
+            raise ValueError(f"console=on with host={self.host} would let anyone who reaches "
+                             "the port compare builds: set api_keys_file or api_keys_env (the "
+                             "console's API needs an admin key) or bind a loopback host")
         if self.drain_seconds >= self.grace_period_seconds:
             raise ValueError(f"drain_seconds={self.drain_seconds} must be less than "
                              f"grace_period_seconds={self.grace_period_seconds}")

@@ -1,0 +1,141 @@
+"""The console's page and its API: the serving build's schema and builds, a search on one
+side, a comparison of two sides, and the publish gate over a query file.
+
+No ranking happens here: a side is a ``Retriever`` (``retrieval.console.sides``), a comparison
+is ``retrieval.compare`` on their results and the gate is ``compare_builds``, the same call
+``retrieval publish`` makes. The page itself is static files shipped in the package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from importlib.resources import files
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from indexes.errors import RetrievalError
+from indexes.field_summary import summarize_fields
+from indexes.publish import list_builds
+from retrieval.compare import compare_results
+from retrieval.console.schemas import (
+    CompareBody,
+    CompareResult,
+    ConsoleBuild,
+    ConsoleSchema,
+    GateBody,
+    SideSearchBody,
+)
+from retrieval.console.sides import Sides
+from retrieval.models import SearchResult
+from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
+from retrieval.publishing.gate import SearchInputs, compare_builds
+from retrieval.result_json import result_json
+from retrieval.retriever import RANKING_SETTINGS, Retriever
+from retrieval.service.bodies import JSON, json_response, parse_body
+from retrieval.service.errors import RequestFieldError
+from retrieval.service.schemas import SearchBody
+from retrieval.service.state import ServiceState
+
+ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
+TOP_VALUES = 20  # common values offered per keyword field
+# The page loads nothing but its own files and talks to this origin only.
+PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' data:",
+                "x-content-type-options": "nosniff", "cache-control": "no-cache"}
+
+
+def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
+    page = _asset("index.html")
+
+    async def console(_: Request) -> Response:
+        return Response(page, media_type="text/html", headers=PAGE_HEADERS)
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in ASSETS:
+            return Response(status_code=404)
+        return Response(_asset(name), media_type=ASSETS[name], headers=PAGE_HEADERS)
+
+    async def schema(_: Request) -> Response:
+        return json_response(describe_console(state.retriever(), sides.root))
+
+    async def side_search(request: Request) -> Response:
+        body = await parse_body(request, SideSearchBody)
+        retriever = await asyncio.to_thread(sides.retriever, state.retriever(), body.side)
+        return Response(result_json(await _search(retriever, body)), media_type=JSON)
+
+    async def compare(request: Request) -> Response:
+        body = await parse_body(request, CompareBody)
+        serving = state.retriever()
+        left, right = [await asyncio.to_thread(sides.retriever, serving, side)
+                       for side in (body.left, body.right)]
+        results = await asyncio.gather(_search(left, body), _search(right, body))
+        k = body.k or serving.config.default_k
+        return json_response(CompareResult(left=results[0], right=results[1],
+                                           comparison=compare_results(*results, k)))
+
+    async def gate(request: Request) -> Response:
+        body = await parse_body(request, GateBody)
+        gate, inputs = _gate_config(body), _gate_inputs(body)
+        serving = state.retriever()
+        report = await asyncio.to_thread(
+            compare_builds, sides.build_path(body.left), sides.build_path(body.right), gate,
+            encoder=serving.encoder, config=serving.config, inputs=inputs)
+        return Response(report.model_dump_json(), media_type=JSON)
+
+    return [Route("/console", console), Route("/console/{name}", asset),
+            Route("/v1/console/schema", schema),
+            Route("/v1/console/search", side_search, methods=["POST"]),
+            Route("/v1/console/compare", compare, methods=["POST"]),
+            Route("/v1/console/gate", gate, methods=["POST"])]
+
+
+def describe_console(serving: Retriever, root: Path) -> ConsoleSchema:
+    snapshot = serving.snapshot
+    builds = [ConsoleBuild(build_id=b.build_id, created_at=b.created_at, documents=b.n_docs,
+                           encoder_id=b.encoder_id, status=b.status,
+                           serving=b.build_id == serving.build_id)
+              for b in list_builds(root)]
+    config = serving.config
+    return ConsoleSchema(
+        build_id=serving.build_id, rows=len(snapshot.docs),
+        passages=snapshot.manifest.passages is not None,
+        fields={f.name: f.as_dict() for f in summarize_fields(snapshot.metadata, TOP_VALUES)},
+        ranking={name: getattr(config, name) for name in RANKING_SETTINGS}
+        | {"default_k": config.default_k},
+        builds=builds)
+
+
+async def _search(retriever: Retriever, body: SearchBody) -> SearchResult:
+    return await retriever.asearch(body.query, body.filters, body.k, candidates=body.candidates,
+                                   deadline_ms=body.deadline_ms, group_by=body.group_by,
+                                   context=body.context or 0, min_seq=body.min_seq,
+                                   explain=body.explain)
+
+
+def _gate_config(body: GateBody) -> GateConfig:
+    files_named = sorted({"canaries", "labeled_log"} & set(body.thresholds))
+    if files_named:
+        raise RequestFieldError(f"thresholds cannot name {', '.join(files_named)}: the "
+                                "queries come in the body")
+    try:
+        return GateConfig.model_validate(body.thresholds)
+    except ValueError as exc:
+        raise RequestFieldError(f"invalid gate thresholds: {exc}") from None
+
+
+def _gate_inputs(body: GateBody) -> SearchInputs:
+    return SearchInputs(
+        canaries=[Canary(query=q.query, expected=q.expected) for q in body.queries],
+        labeled=[LabeledQuery(query=q.query, relevant=q.relevant) for q in body.queries
+                 if q.relevant])
+
+
+def _asset(name: str) -> bytes:
+    try:
+        return (files("retrieval.console") / "assets" / name).read_bytes()
+    except FileNotFoundError:
+        raise RetrievalError(f"the console's {name} is missing from the installed package; "
+                             "reinstall retrieval") from None
