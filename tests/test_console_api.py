@@ -213,3 +213,27 @@ def test_with_ranking_refuses_what_it_cannot_change(serving):
         serving.with_ranking(cache={"backend": "redis"})
     with pytest.raises(ConfigError):
         serving.with_ranking(vector_weight=7.0)
+
+
+def test_a_passage_build_offers_grouping_and_compares_by_document(passage_roots, query_encoder):
+    root = passage_roots("passages")
+    with Retriever.load(root, RetrieverConfig(), encoder=query_encoder) as passages, \
+            app_client(root, passages) as client:
+        wait_ready(client)
+        assert client.get("/v1/console/schema").json()["passages"] is True
+        body = {"query": "cancer cells", "k": 5, "group_by": "document", "context": 1,
+                "left": {}, "right": {"ranking": {"fusion": "rrf"}}}
+        answer = client.post("/v1/console/compare", json=body)
+        assert answer.status_code == 200, answer.text
+        right = answer.json()["right"]["hits"]
+        assert len({h["doc_id"] for h in right}) == len(right) == 5  # one hit per document
+        assert all(h["context"] is not None for h in right)
+        with passages.with_ranking(fusion="rrf") as variant:
+            expected = variant.search("cancer cells", k=5, group_by="document", context=1)
+        assert [h["doc_id"] for h in right] == [h.doc_id for h in expected.hits]
+        keys = [m["key"] for m in answer.json()["comparison"]["moves"]]
+        assert keys and all("#" not in key for key in keys)  # grouped: documents compared
+        ungrouped = client.post("/v1/console/compare", json={**body, "group_by": None,
+                                                             "context": None}).json()
+        assert ungrouped["comparison"]["by"] == "passage"
+        assert all("#" in m["key"] for m in ungrouped["comparison"]["moves"])

@@ -116,6 +116,7 @@ def test_search_with_a_filter_shows_the_services_hits_and_the_librarys_explanati
     watched.check("search")
 
     page.click("#hits > li:first-child details.why summary")
+    page.wait_for_selector("#hits > li:first-child details.why td[data-field]")
     why = page.locator("#hits > li:first-child details.why")
     shown = {cell.get_attribute("data-field"): float(cell.get_attribute("data-value") or "nan")
              for cell in why.locator("td[data-field]").all()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from importlib.resources import files
 from pathlib import Path
+from typing import Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -73,8 +74,11 @@ def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
                        for side in (body.left, body.right)]
         results = await asyncio.gather(_search(left, body), _search(right, body))
         k = body.k or serving.config.default_k
+        passages = any(r.hits and r.hits[0].passage is not None for r in results)
+        by: Literal["document", "passage"] = (
+            "passage" if passages and body.group_by != "document" else "document")
         return json_response(CompareResult(left=results[0], right=results[1],
-                                           comparison=compare_results(*results, k)))
+                                           comparison=compare_results(*results, k, by)))
 
     async def gate(request: Request) -> Response:
         body = await parse_body(request, GateBody)

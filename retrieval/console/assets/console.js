@@ -182,6 +182,7 @@ function searchBody() {
 }
 
 async function runSearch() {
+  performance.mark("search-start"); // User Timing: devtools and benchmarks.console read these
   const body = searchBody();
   const side = readSide("search");
   const result = isDefault(side)
@@ -189,7 +190,8 @@ async function runSearch() {
     : await api("/v1/console/search", { ...body, side });
   renderSummary($("search-summary"), result);
   renderTimings($("timings"), result.timings);
-  $("hits").replaceChildren(...result.hits.map((hit, i) => hitItem(hit, i + 1, result)));
+  $("hits").replaceChildren(...result.hits.map((hit, i) => hitItem(hit, i + 1)));
+  performance.measure("search", "search-start");
 }
 
 function renderSummary(box, result) {
@@ -217,7 +219,7 @@ function renderTimings(box, timings) {
   box.replaceChildren(bar, legend);
 }
 
-function hitItem(hit, rank, result) {
+function hitItem(hit, rank) {
   const meta = Object.entries(hit.metadata).map(([k, v]) =>
     el("span", { class: "chip", text: `${k}: ${Array.isArray(v) ? v.join(", ") : v}` }));
   const head = el("div", { class: "hit-head" },
@@ -229,10 +231,19 @@ function hitItem(hit, rank, result) {
   return el("li", { class: "hit", "data-doc-id": hit.doc_id },
     head, el("p", { class: "text", text: text.length > 400 ? `${text.slice(0, 400)}…` : text }),
     el("div", { class: "meta" }, meta),
-    hit.explanation ? explanationDetails(hit, rank, result) : null);
+    hit.explanation ? explanationDetails(hit, rank) : null);
 }
 
-function explanationDetails(hit, rank, result) {
+function explanationDetails(hit, rank) {
+  // The tables are built when first opened: a result renders its hits only.
+  const details = el("details", { class: "why" }, el("summary", { text: `why #${rank}` }));
+  details.addEventListener("toggle", () => {
+    if (details.open && details.childElementCount === 1) details.append(...explanationTables(hit));
+  });
+  return details;
+}
+
+function explanationTables(hit) {
   const why = hit.explanation;
   const row = (label, field, value, note = "") =>
     el("tr", {}, el("th", { scope: "row", text: label }),
@@ -242,8 +253,7 @@ function explanationDetails(hit, rank, result) {
     el("tr", {}, el("th", { scope: "row", text: term }), el("td", { "data-term": term, "data-value": part, text: fmt(part) })));
   const bounds = Object.entries(why.normalization).map(([name, value]) =>
     el("tr", {}, el("th", { scope: "row", text: name }), el("td", { "data-bound": name, "data-value": value, text: fmt(value) })));
-  return el("details", { class: "why" },
-    el("summary", { text: `why #${rank}` }),
+  return [
     el("table", { class: "explain" },
       el("tbody", {},
         row("final score", "score", hit.score, `fused + features (${fmt(why.features)})`),
@@ -253,7 +263,7 @@ function explanationDetails(hit, rank, result) {
         row("features", "features", why.features))),
     el("div", { class: "explain-parts" },
       el("table", { class: "terms" }, el("caption", { text: "BM25 by query term" }), el("tbody", {}, termRows)),
-      el("table", { class: "bounds" }, el("caption", { text: `${why.fusion} normalization` }), el("tbody", {}, bounds))));
+      el("table", { class: "bounds" }, el("caption", { text: `${why.fusion} normalization` }), el("tbody", {}, bounds)))];
 }
 
 // -- compare ----------------------------------------------------------------------------------
@@ -268,7 +278,8 @@ async function runCompare() {
     c.entered.length ? el("div", { text: `entered: ${c.entered.join(", ")}` }) : null,
     c.left_out.length ? el("div", { text: `left out: ${c.left_out.join(", ")}` }) : null);
   const moves = new Map(c.moves.map((m) => [m.key, m]));
-  const keyOf = (hit) => (hit.passage === null || hit.passage === undefined ? hit.doc_id : `${hit.doc_id}#${hit.passage}`);
+  const keyOf = (hit) => (c.by === "document" || hit.passage === null || hit.passage === undefined
+    ? hit.doc_id : `${hit.doc_id}#${hit.passage}`);
   const mark = (rank, other, side) => {
     if (!other) return side === "right" ? "new" : "out";
     if (other === rank) return "=";
@@ -373,6 +384,7 @@ function wire() {
 
 async function load() {
   renderSchema(await api("/v1/console/schema"));
+  performance.mark("console-ready"); // since navigation start
   document.body.dataset.ready = "true";
 }
 
