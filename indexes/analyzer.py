@@ -57,10 +57,15 @@ class Analyzer:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def __call__(self, text: str) -> list[str]:
+        return self.stem(self.words(text))
+
+    def words(self, text: str) -> list[str]:
+        """The text's words before stemming: normalized, case-folded, stop words out."""
         text = unicodedata.normalize(self.config.normalization, text)
         if self.config.lowercase:
             text = text.lower()
-        tokens = [t for t in self._pattern.findall(text) if t not in self._stop]
-        if self._stemmer is not None:
-            tokens = self._stemmer.stemWords(tokens)
-        return tokens
+        return [t for t in self._pattern.findall(text) if t not in self._stop]
+
+    def stem(self, words: list[str]) -> list[str]:
+        """The index terms of ``words`` (the words themselves without a stemmer)."""
+        return self._stemmer.stemWords(words) if self._stemmer is not None else words

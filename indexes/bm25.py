@@ -34,6 +34,7 @@ from indexes.bm25_restricted import RestrictedPostings
 from indexes.bm25_strategy import Kernel, MaskFacts, Plan, choose, forced
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
+from indexes.typos import LiveTypos, TypoIndex
 
 Variant = Literal["okapi", "lucene"]
 _NO_MASK = np.zeros(1, dtype=np.bool_)  # placeholder: numba needs an array even when unused
@@ -92,8 +93,24 @@ def impacts_for(
     return idf * numerator / (tf + norm)
 
 
+class Corrected(str):
+    """A query term matched to the index's vocabulary by typo tolerance (``indexes.typos``):
+    it scores as the vocabulary term, times ``weight``."""
+
+    weight: float
+
+    def __new__(cls, term: str, weight: float) -> Corrected:
+        corrected = super().__new__(cls, term)
+        corrected.weight = weight
+        return corrected
+
+    def __reduce__(self) -> tuple[type[Corrected], tuple[str, float]]:  # to Ray shards intact
+        return Corrected, (str(self), self.weight)
+
+
 class BM25Index:
-    """Impact matrix plus vocabulary; ``top_candidates`` is the query verb."""
+    """Impact matrix plus vocabulary; ``top_candidates`` is the query verb. ``typos``: the
+    corpus words' deletion dictionary (None in builds made before it)."""
 
     def __init__(
         self,
@@ -103,7 +120,9 @@ class BM25Index:
         impacts: np.ndarray,
         n_docs: int,
         params: BM25Params,
+        typos: TypoIndex | LiveTypos | None = None,
     ) -> None:
+        self.typos = typos
         self.vocab_list = vocab
         self.vocab = {term: i for i, term in enumerate(vocab)}
         # Plain ndarray views of the (often memory-mapped) postings: numba types an np.memmap
@@ -147,6 +166,8 @@ class BM25Index:
         save_array(directory / "impacts.npy", self.impacts)
         write_json(directory / "vocab.json", self.vocab_list)
         write_json(directory / "params.json", {"n_docs": self.n_docs, **self.params.model_dump()})
+        if isinstance(self.typos, TypoIndex):  # a live view's is never saved: builds are
+            self.typos.save(directory / "typos")
 
     @classmethod
     def load(cls, directory: Path, mmap: bool = True, prefault: bool = True) -> BM25Index:
@@ -166,17 +187,24 @@ class BM25Index:
             impacts=impacts,
             n_docs=n_docs,
             params=BM25Params(**meta),
+            typos=TypoIndex.load(directory / "typos", mmap),
         )
+
+    def doc_freq(self, term: str) -> int:
+        """Rows holding ``term`` (0 when no row does)."""
+        i = self.vocab.get(term)
+        return 0 if i is None else int(self.indptr[i + 1] - self.indptr[i])
 
     def query_terms(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Known term ids int64 (q,) in first-occurrence order and their query counts float64
-        (q,): a repeated query word counts twice, as in rank-bm25."""
-        counts: dict[int, int] = {}
+        (q,): a repeated query word counts twice, as in rank-bm25; a ``Corrected`` term
+        counts its weight."""
+        counts: dict[int, float] = {}
         lookup = self.vocab.get
         for token in tokens:
             term = lookup(token)
             if term is not None:
-                counts[term] = counts.get(term, 0) + 1
+                counts[term] = counts.get(term, 0.0) + getattr(token, "weight", 1.0)
         ids = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
         weights = np.fromiter(counts.values(), dtype=np.float64, count=len(counts))
         return ids, weights

@@ -40,6 +40,7 @@ from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
+from indexes.typos import TypoIndex
 from indexes.vectors import VectorDtype, VectorStore, content_hashes
 from indexes.wal.seal import retire
 
@@ -52,6 +53,8 @@ class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     analyzer: AnalyzerConfig = Field(default_factory=AnalyzerConfig)
+    typo_tolerance: bool = Field(True, description="write the corpus words' deletion "
+                                 "dictionary (indexes.typos) the keyword leg corrects with")
     bm25: BM25Params = Field(default_factory=BM25Params)
     vector_dtype: VectorDtype = "float32"
     batch_size: int = Field(64, ge=1)
@@ -205,10 +208,20 @@ def build_index(
     texts = [d.content for d in docs]
     from tqdm.auto import tqdm  # here, not at the top: serving imports this package, not tqdm
 
-    tokens = [analyzer(t) for t in tqdm(texts, desc="analyze", disable=not progress)]
+    words: set[str] = set()  # the corpus's words before stemming: the typo dictionary's
+
+    def analyzed(text: str) -> list[str]:
+        found = analyzer.words(text)
+        words.update(found)
+        return analyzer.stem(found)
+
+    tokens = [analyzed(t) for t in tqdm(texts, desc="analyze", disable=not progress)]
     bm25 = BM25Index.build(tokens, config.bm25)
+    timer.lap("bm25")
+    if config.typo_tolerance:
+        bm25.typos = TypoIndex.build(words, analyzer.stem, bm25.doc_freq)
     metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
-    timer.lap("bm25+metadata")
+    timer.lap("typos+metadata")
     hashes = content_hashes(texts)
     matrix, info, reused = _vectors_for(texts, hashes, root, encoder, vectors, encoder_info,
                                         config, progress)

@@ -71,6 +71,12 @@ class RetrieverConfig(StrictConfig):
     vector_weight: float = Field(0.6, ge=0.0, le=1.0,
                                  description="minmax/zscore: weight of the cosine")
     rrf_k: int = Field(60, ge=1)
+    typo_tolerance: bool = Field(
+        True, description="a query word whose term no document holds is searched as the "
+        "closest corpus word within 1 edit (5+ letters) or 2 (9+), weighted typo_weight; "
+        "results list them in corrections (builds made with typo_tolerance only)")
+    typo_weight: float = Field(0.7, gt=0.0, le=1.0,
+                               description="a corrected term's weight against an exact one")
     default_k: int = Field(10, ge=1)
     parallel_stages: bool | None = Field(
         None, description="encode the query while filter+BM25 run; None = auto: when the "

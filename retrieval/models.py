@@ -103,6 +103,9 @@ class SearchResult(BaseModel):
     warnings: list[str] = Field(
         default_factory=list, description="filter values no document holds, each with the "
         "closest value the index has (a misspelt value otherwise just returns no hits)")
+    corrections: dict[str, str] = Field(
+        default_factory=dict, description="query words no document holds, each with the index "
+        "term it was searched as (typo tolerance)")
     degraded: list[str] = Field(
         default_factory=list, description="stages skipped to meet the deadline: 'embed' "
         "(ranked by BM25 alone, vector_score 0), 'features' (no feature adjustment)")

@@ -41,7 +41,8 @@ from retrieval.sharding.whole import open_build, warm_up_build
 log = logging.getLogger(__name__)
 # What ``with_ranking`` may change: how candidates are chosen and fused, nothing that loads.
 RANKING_SETTINGS = ("fusion", "vector_weight", "rrf_k", "candidate_policy", "candidates",
-                    "dense_candidates", "guardrail_min_keyword", "feature_candidates")
+                    "dense_candidates", "guardrail_min_keyword", "feature_candidates",
+                    "typo_tolerance", "typo_weight")
 
 
 def _config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverConfig:

@@ -27,7 +27,8 @@ def slice_bm25(index: BM25Index, start: int, stop: int) -> BM25Index:
     np.cumsum(counts, out=new_indptr[1:])
     return BM25Index(list(index.vocab_list), new_indptr,
                      (rows[keep] - start).astype(np.int32),
-                     np.asarray(index.impacts)[keep].copy(), stop - start, index.params)
+                     np.asarray(index.impacts)[keep].copy(), stop - start, index.params,
+                     index.typos)  # the vocabulary is global, so are its words
 
 
 def slice_metadata(metadata: MetadataIndex, start: int, stop: int) -> MetadataIndex:

@@ -37,6 +37,9 @@ def run_search(args: argparse.Namespace) -> int:
                               context=args.context, explain=args.explain)
     for warning in result.warnings:  # stderr: --json output stays parseable
         print(f"note: {warning}", file=sys.stderr)
+    for word, term in result.corrections.items():
+        print(f"note: no document holds {word!r}; searched as {term!r} (typo tolerance)",
+              file=sys.stderr)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:

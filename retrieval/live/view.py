@@ -18,6 +18,7 @@ from indexes.docstore import Document
 from indexes.metadata import value_kind
 from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
+from indexes.typos import LiveTypos, TypoIndex
 from indexes.vectors import content_hashes
 from indexes.wal import Changes
 from indexes.wal.checks import check_records_fit
@@ -31,18 +32,26 @@ from retrieval.loaded_build import LoadedBuild
 class TokenMemo:
     """Analyzed delta texts, so a batch re-analyzes only documents it changed."""
 
-    tokens: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    analyzed: dict[tuple[str, str], tuple[list[str], list[str]]] = field(default_factory=dict)
 
     def of(self, base: LoadedBuild, docs: list[Document]) -> list[list[str]]:
-        fresh: dict[tuple[str, str], list[str]] = {}
+        """The delta rows' terms (their words before stemming are in ``words``)."""
+        fresh: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
         out = []
         for doc in docs:  # passages of one document share its id: one entry per row
             key = (doc.id, doc.content)
-            tokens = fresh.get(key) or self.tokens.get(key) or base.analyzer(doc.content)
-            fresh[key] = tokens
-            out.append(tokens)
-        self.tokens = fresh
+            pair = fresh.get(key) or self.analyzed.get(key)
+            if pair is None:
+                words = base.analyzer.words(doc.content)
+                pair = (words, base.analyzer.stem(words))
+            fresh[key] = pair
+            out.append(pair[1])
+        self.analyzed = fresh
         return out
+
+    def words(self) -> set[str]:
+        """The words of the delta rows last analyzed."""
+        return {w for words, _ in self.analyzed.values() for w in words}
 
 
 def alive_rows(base: LoadedBuild, changes: Changes) -> np.ndarray:
@@ -83,6 +92,9 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
         "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live,
         **({"passages": passages[1]} if passages is not None else {})})
     bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
+    typos = base.bm25.typos
+    if isinstance(typos, TypoIndex):  # the base's words and the live documents'
+        bm25.typos = LiveTypos(typos, memo.words(), base.analyzer.stem)
     hashes = np.concatenate([content_hashes_of(base)[alive],
                              content_hashes([d.content for d in docs])])
     metadata = live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds)

@@ -9,7 +9,8 @@ score and what features added.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,16 +20,20 @@ from retrieval.models import Explanation
 from retrieval.request_path.fusion import ranks_desc, zscore
 
 
-def explain_hits(snapshot: LoadedBuild, query: str, rows: np.ndarray, bm25: np.ndarray,
+def explain_hits(snapshot: LoadedBuild, tokens: Sequence[str], rows: np.ndarray,
+                 bm25: np.ndarray,
                  cosine: np.ndarray, final: np.ndarray, order: np.ndarray,
                  adjustment: np.ndarray | None, config: RetrieverConfig) -> list[Explanation]:
     """One ``Explanation`` per index of ``order`` (the hits, best first); ``final``: the
     scores hits carry (fused plus ``adjustment``, the features' part, aligned with ``order``);
-    ``config``: as fused (a search without its query vector fused BM25 alone: minmax, 0)."""
-    counts = Counter(snapshot.analyzer(query))
+    ``config``: as fused (a search without its query vector fused BM25 alone: minmax, 0);
+    ``tokens``: the BM25 terms searched (a typo-corrected term carries its weight)."""
+    weights: dict[str, float] = defaultdict(float)
+    for token in tokens:
+        weights[str(token)] += getattr(token, "weight", 1.0)
     top_rows = rows[order]
-    parts = {term: count * snapshot.bm25.score_rows([term], top_rows)
-             for term, count in counts.items()}
+    parts = {term: weight * snapshot.bm25.score_rows([term], top_rows)
+             for term, weight in weights.items()}
     bm25_ranks, vector_ranks = ranks_desc(bm25), ranks_desc(cosine)
     bounds = normalization(bm25, cosine, config)
     return [Explanation(

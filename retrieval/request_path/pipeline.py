@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from indexes.analyzer import Analyzer
+from indexes.bm25 import Corrected
 from indexes.docstore import Document
 from indexes.errors import LimitExceededError
 from retrieval.config import RetrieverConfig
@@ -94,7 +94,8 @@ def run_pipeline(
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
     timer.lap("filter")
-    rows, bm25 = bm25_candidates(snapshot, request, mask, config)
+    terms = keyword_terms(snapshot, request.query, config)
+    rows, bm25 = snapshot.bm25.top_candidates(terms.tokens, request.candidates, mask)
     timer.lap("bm25")
     query_vector, embed_ms = pending.get(deadline.remaining())
     timer.lap("embed_wait")  # how long the caller waited for the encoder after BM25 finished
@@ -107,7 +108,8 @@ def run_pipeline(
         if embed_ms is not None and not pending.encoded_before:
             timer.record("embed", embed_ms)
         if wants_dense(config, request, bm25, snapshot):
-            rows, bm25 = add_dense(snapshot, request, query_vector, mask, rows, bm25, config)
+            rows, bm25 = add_dense(snapshot, request, terms.tokens, query_vector, mask, rows,
+                                   bm25, config)
             timer.lap("dense")
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
@@ -115,7 +117,8 @@ def run_pipeline(
     reranked = int(rows.size)
     rows, bm25, cosine, fused = group_candidates(
         snapshot, request, (rows, bm25, cosine, fused),
-        lambda n: widened(snapshot, request, query_vector, mask, rows, bm25, n, config))
+        lambda n: widened(snapshot, request, terms.tokens, query_vector, mask, rows, bm25, n,
+                          config))
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
@@ -130,7 +133,7 @@ def run_pipeline(
     if request.explain:
         fused_as = config if query_vector is not None else \
             config.model_copy(update={"fusion": "minmax", "vector_weight": 0.0})
-        whys = list(explain_hits(snapshot, request.query, rows, bm25, cosine, fused, order,
+        whys = list(explain_hits(snapshot, terms.tokens, rows, bm25, cosine, fused, order,
                                  outcome.adjustment if outcome is not None else None,
                                  fused_as))
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
@@ -145,7 +148,7 @@ def run_pipeline(
         candidates=reranked, allowed=allowed, cache=CacheInfo(embedding=status),
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
         features_available=outcome.available if outcome else None, degraded=degraded,
-        warnings=list(request.warnings),
+        warnings=list(request.warnings), corrections=terms.corrections,
     )
     return result, query_vector
 
@@ -177,22 +180,37 @@ def filter_mask(snapshot: LoadedBuild, request: SearchRequest) -> tuple[np.ndarr
     return evaluate_counted(request.filter, snapshot.metadata)
 
 
-def bm25_candidates(
-    snapshot: LoadedBuild, request: SearchRequest, mask: np.ndarray | None,
-    config: RetrieverConfig,
-) -> tuple[np.ndarray, np.ndarray]:
-    tokens = query_tokens(snapshot.analyzer, request.query, config)
-    return snapshot.bm25.top_candidates(tokens, request.candidates, mask)
+@dataclass(frozen=True)
+class KeywordTerms:
+    """A query's BM25 terms, typos corrected, and what was corrected (word -> term)."""
+
+    tokens: list[str]
+    corrections: dict[str, str]
 
 
-def query_tokens(analyzer: Analyzer, query: str, config: RetrieverConfig) -> list[str]:
-    """The query's BM25 terms, at most ``limits.max_query_tokens`` of them."""
-    tokens = analyzer(query)
+def keyword_terms(snapshot: LoadedBuild, query: str, config: RetrieverConfig) -> KeywordTerms:
+    """The query's BM25 terms, at most ``limits.max_query_tokens`` of them. With
+    ``typo_tolerance`` a word whose term no row holds is searched as the closest corpus
+    word's term (``indexes.typos``), weighted ``typo_weight``; known terms never change."""
+    words = snapshot.analyzer.words(query)
     limit = config.limits.max_query_tokens
-    if len(tokens) > limit:
-        raise LimitExceededError(f"query has {len(tokens)} terms, more than the limit {limit}; "
+    if len(words) > limit:
+        raise LimitExceededError(f"query has {len(words)} terms, more than the limit {limit}; "
                                  "shorten it or raise limits.max_query_tokens")
-    return tokens
+    stems = snapshot.analyzer.stem(words)
+    typos, vocab = snapshot.bm25.typos, snapshot.bm25.vocab
+    if not config.typo_tolerance or typos is None:
+        return KeywordTerms(stems, {})
+    tokens: list[str] = []
+    corrections: dict[str, str] = {}
+    for word, stem in zip(words, stems, strict=True):
+        fix = None if stem in vocab else typos.closest(word, snapshot.bm25.doc_freq)
+        if fix is None or fix not in vocab:  # live deletes may have emptied its term
+            tokens.append(stem)
+            continue
+        tokens.append(Corrected(fix, config.typo_weight))
+        corrections[word] = fix
+    return KeywordTerms(tokens, corrections)
 
 
 def wants_dense(config: RetrieverConfig, request: SearchRequest, bm25: np.ndarray,
@@ -221,7 +239,7 @@ def has_unknown_term(snapshot: LoadedBuild, query: str) -> bool:
 
 
 def add_dense(
-    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray,
+    snapshot: LoadedBuild, request: SearchRequest, tokens: list[str], query_vector: np.ndarray,
     mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, config: RetrieverConfig,
 ) -> tuple[np.ndarray, np.ndarray]:
     """BM25 candidates plus the dense leg's top rows within ``mask``, with their BM25 scores.
@@ -237,13 +255,14 @@ def add_dense(
         return rows, bm25
     new_scores = np.zeros(new.size, dtype=np.float64)
     if rows.size >= request.candidates:  # BM25 was cut at C: a new row may still match a term
-        new_scores = touched_scores(snapshot, request, new)
+        new_scores = snapshot.bm25.score_rows(tokens, new)
     return (np.concatenate([rows.astype(np.int64), new]),
             np.concatenate([np.asarray(bm25, dtype=np.float64), new_scores]))
 
 
 def widened(
-    snapshot: LoadedBuild, request: SearchRequest, query_vector: np.ndarray | None,
+    snapshot: LoadedBuild, request: SearchRequest, tokens: list[str],
+    query_vector: np.ndarray | None,
     mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, n: int,
     config: RetrieverConfig,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -251,22 +270,15 @@ def widened(
     needs more rows when its candidates span fewer than k documents). Without the dense leg
     (keyword policy, or no query vector in time) BM25's top ``n`` instead."""
     if query_vector is None or config.candidate_policy == "keyword":
-        wider = replace(request, candidates=max(n, request.candidates))
-        rows, bm25 = bm25_candidates(snapshot, wider, mask, config)
+        rows, bm25 = snapshot.bm25.top_candidates(tokens, max(n, request.candidates), mask)
         if query_vector is None:
             cosine = np.zeros(rows.size, dtype=np.float32)
             return rows, bm25, cosine, linear_fusion(bm25, cosine, 0.0)
     else:
-        rows, bm25 = add_dense(snapshot, replace(request, k=n), query_vector, mask, rows, bm25,
-                               config)
+        rows, bm25 = add_dense(snapshot, replace(request, k=n), tokens, query_vector, mask, rows,
+                               bm25, config)
     cosine = snapshot.vectors.scores(query_vector, rows)
     return rows, bm25, cosine, fuse(bm25, cosine, config)
-
-
-def touched_scores(snapshot: LoadedBuild, request: SearchRequest, rows: np.ndarray
-                   ) -> np.ndarray:
-    """BM25 score float64 of each of ``rows`` (0 where it holds no query term)."""
-    return snapshot.bm25.score_rows(snapshot.analyzer(request.query), rows)
 
 
 def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.ndarray:

@@ -24,6 +24,7 @@ from indexes.ann import ExactDense
 from indexes.bm25 import BM25Index
 from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
+from indexes.typos import LiveTypos, TypoIndex
 from indexes.vectors import VectorStore
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.whole import MaskSlices, RowOwners, merged_top
@@ -133,10 +134,17 @@ class RemoteParts:
 class RemoteBM25(BM25Index):
     """BM25 over the shard deployments (every shard holds the global vocabulary)."""
 
-    def __init__(self, parts: RemoteParts, vocab: list[str], n_docs: int) -> None:
+    def __init__(self, parts: RemoteParts, vocab: list[str], n_docs: int,
+                 typos: TypoIndex | LiveTypos | None = None) -> None:
         self.parts = parts
+        self.typos = typos
         self.vocab_list, self.vocab = vocab, {t: i for i, t in enumerate(vocab)}
         self.n_docs = n_docs
+
+    def doc_freq(self, term: str) -> int:
+        """The count the build recorded with its typo dictionary (the postings are remote;
+        live writes are applied over this layout as over any other)."""
+        return self.typos.rows_of(term) if self.typos is not None else 0
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -169,11 +169,12 @@ class RayShardedBuild(LoadedBuild):
         parts = RemoteParts(calls, owners, allow_partial)
         metadata = joined_metadata([MetadataIndex.load(d / "metadata") for d in shard_dirs],
                                    owners.bounds[:-1], manifest.n_docs)
-        vocab = BM25Index.load(shard_dirs[0] / "bm25").vocab_list  # the global vocabulary
+        first_bm25 = BM25Index.load(shard_dirs[0] / "bm25")  # the global vocabulary
         vectors = RemoteVectors(parts, manifest.encoder.dim, manifest.n_docs)
         first = LoadedBuild.load(shard_dirs[0], verify=False)
         return cls(path=directory, manifest=manifest, analyzer=first.analyzer,
-                   bm25=RemoteBM25(parts, vocab, manifest.n_docs), metadata=metadata,
+                   bm25=RemoteBM25(parts, first_bm25.vocab_list, manifest.n_docs,
+                                   first_bm25.typos), metadata=metadata,
                    vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs),
                    dense=RemoteDense(parts, vectors),
                    passages=joined_passages(directory, layout), remote=parts)

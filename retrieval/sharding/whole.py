@@ -144,8 +144,12 @@ class ShardedBM25(BM25Index):
         self.owners = owners
         self.slices = slices
         self.vocab_list, self.vocab = first.vocab_list, first.vocab
+        self.typos = first.typos
         self.n_docs = n_docs
         self.params = first.params
+
+    def doc_freq(self, term: str) -> int:
+        return sum(part.doc_freq(term) for part in self.parts)
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,196 @@
+"""Typo tolerance for the keyword leg: a deletion dictionary of the corpus's words (SymSpell).
+
+A query word whose stem no document holds is matched to a corpus word within a small edit
+distance, by the word's length as Meilisearch does (``max_edits``: 1 edit from 5 letters, 2
+from 9), and searched as that word's stem, weighted below exact terms. Words are matched before
+stemming: a typo often breaks the suffix the stemmer would strip ("transcritpion"), so stems
+of misspelt words are far from the right stem while the words are one swap apart.
+
+The dictionary maps a 64-bit hash of every string made by deleting up to ``max_edits``
+letters of a corpus word to that word; a query word's own deletions find every corpus word
+within that many edits (insertions, deletions, substitutions, adjacent swaps), each then
+checked by its optimal-string-alignment distance. Only alphabetic words of at least
+``MIN_LETTERS`` whose stem two or more rows hold are corrected to (checked again against the
+serving build's counts, live writes included): a word once in the corpus is as likely a typo
+as the query's. A live view adds the words of its live documents (``LiveTypos``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Sequence
+from functools import cached_property, lru_cache
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+from indexes.storage import load_array, read_json, save_array, write_json
+
+MIN_LETTERS = 5
+TWO_EDITS_FROM = 9
+MIN_ROWS = 2  # a stem fewer rows hold is not a correction target
+MEMO_WORDS = 65_536
+
+
+def max_edits(word: str) -> int:
+    """Edits allowed for a word of this length: 0 under 5 letters, 1 from 5, 2 from 9."""
+    return 0 if len(word) < MIN_LETTERS else (1 if len(word) < TWO_EDITS_FROM else 2)
+
+
+def deletions(word: str, edits: int) -> set[str]:
+    """``word`` and every string made by deleting up to ``edits`` of its letters."""
+    out = {word}
+    for n in range(1, edits + 1):
+        for cut in combinations(range(len(word)), n):
+            drop = set(cut)
+            out.add("".join(c for i, c in enumerate(word) if i not in drop))
+    return out
+
+
+def key(text: str) -> int:
+    """A stable 64-bit hash (Python's own is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def osa_distance(a: str, b: str, limit: int) -> int:
+    """Optimal string alignment distance (an adjacent swap is one edit), ``limit + 1`` once
+    it is known to exceed ``limit``."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cost = 0 if ca == cb else 1
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost)
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        previous2, previous = previous, current
+    return previous[-1]
+
+
+class TypoIndex:
+    """Corpus words, the stem each is searched as, and the deletion dictionary over them."""
+
+    def __init__(self, words: list[str], stems: list[str], rows: list[int], keys: np.ndarray,
+                 word_ids: np.ndarray) -> None:
+        self.words = words
+        self.stems = stems
+        self.rows = rows  # rows holding each word's stem: ties go to the commoner stem
+        self.keys = np.asarray(keys)  # uint64, sorted
+        self.word_ids = np.asarray(word_ids)  # int32, aligned with keys
+        self._memo = lru_cache(maxsize=MEMO_WORDS)(self._lookup)
+
+    @classmethod
+    def build(cls, words: Iterable[str], stem: Callable[[list[str]], list[str]],
+              rows_of_stem: Callable[[str], int]) -> TypoIndex:
+        """Over ``words`` (the corpus's, before stemming); ``rows_of_stem``: how many rows
+        hold a stem (the BM25 document frequency)."""
+        candidates = sorted(w for w in set(words) if len(w) >= MIN_LETTERS and w.isalpha())
+        stems = stem(candidates)
+        kept = [(w, s, rows_of_stem(s)) for w, s in zip(candidates, stems, strict=True)]
+        kept = [entry for entry in kept if entry[2] >= MIN_ROWS]
+        pairs = [(key(variant), i) for i, (word, _, _) in enumerate(kept)
+                 for variant in deletions(word, max_edits(word))]
+        keys = np.fromiter((k for k, _ in pairs), dtype=np.uint64, count=len(pairs))
+        ids = np.fromiter((i for _, i in pairs), dtype=np.int32, count=len(pairs))
+        order = np.argsort(keys, kind="stable")
+        return cls([w for w, _, _ in kept], [s for _, s, _ in kept], [n for _, _, n in kept],
+                   keys[order], ids[order])
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        write_json(directory / "words.json", {"words": self.words, "stems": self.stems,
+                                              "rows": self.rows})
+        save_array(directory / "keys.npy", self.keys)
+        save_array(directory / "word_ids.npy", self.word_ids)
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool = True) -> TypoIndex | None:
+        """The saved index, or None for a build made before typo tolerance."""
+        if not (directory / "keys.npy").is_file():
+            return None
+        vocab = read_json(directory / "words.json")
+        return cls(vocab["words"], vocab["stems"], vocab["rows"],
+                   load_array(directory / "keys.npy", mmap),
+                   load_array(directory / "word_ids.npy", mmap))
+
+    def rows_of(self, stem: str) -> int:
+        """Rows holding ``stem`` when the build was made (0 for a stem not entered)."""
+        return self._rows_by_stem.get(stem, 0)
+
+    @cached_property
+    def _rows_by_stem(self) -> dict[str, int]:
+        return dict(zip(self.stems, self.rows, strict=True))
+
+    def forget(self) -> None:
+        """Drop the remembered lookups (each query word is looked up once, then remembered)."""
+        self._memo.cache_clear()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.word_ids.nbytes)
+
+    def closest(self, word: str, rows_of_stem: Callable[[str], int]) -> str | None:
+        """The stem of the corpus word nearest ``word``: see ``nearest``."""
+        return nearest((self,), word, rows_of_stem)
+
+    def candidates(self, word: str) -> tuple[tuple[int, str], ...]:
+        """(distance, stem) of every entered word within ``max_edits`` of ``word``."""
+        return self._memo(word)
+
+    @cached_property
+    def word_set(self) -> frozenset[str]:
+        return frozenset(self.words)
+
+    def _lookup(self, word: str) -> tuple[tuple[int, str], ...]:
+        edits = max_edits(word)
+        if edits == 0 or not self.keys.size:
+            return ()
+        probes = np.array([key(v) for v in deletions(word, edits)], dtype=np.uint64)
+        starts = np.searchsorted(self.keys, probes, side="left")
+        ends = np.searchsorted(self.keys, probes, side="right")
+        ids = {int(i) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+               for i in self.word_ids[s:e]}
+        found = []
+        for i in ids:
+            distance = osa_distance(word, self.words[i], edits)
+            if distance <= edits:
+                found.append((distance, self.stems[i]))
+        return tuple(found)
+
+
+def nearest(parts: Sequence[TypoIndex], word: str, rows_of_stem: Callable[[str], int]
+            ) -> str | None:
+    """The stem of the word nearest ``word`` in any of ``parts`` whose stem ``MIN_ROWS`` rows
+    hold now (``rows_of_stem``: the serving build's document frequency, live writes
+    included); ties go to the stem more rows hold, then the first in order. None if none."""
+    found = {hit for part in parts for hit in part.candidates(word)}
+    scored = [(distance, -rows, stem) for distance, stem in found
+              if (rows := rows_of_stem(stem)) >= MIN_ROWS]
+    return min(scored)[2] if scored else None
+
+
+class LiveTypos:
+    """A live view's dictionary: the base build's, plus the words only its live documents
+    hold (usually few: it is built at each compose over those alone)."""
+
+    def __init__(self, base: TypoIndex, live_words: Iterable[str],
+                 stem: Callable[[list[str]], list[str]]) -> None:
+        self.base = base
+        new = [w for w in set(live_words) if w not in base.word_set]
+        self.delta = TypoIndex.build(new, stem, lambda _: MIN_ROWS)  # rows checked when used
+
+    def closest(self, word: str, rows_of_stem: Callable[[str], int]) -> str | None:
+        return nearest((self.base, self.delta), word, rows_of_stem)
+
+    def rows_of(self, stem: str) -> int:
+        return self.base.rows_of(stem)
+
+    def forget(self) -> None:
+        self.base.forget()
+        self.delta.forget()
