@@ -44,6 +44,9 @@ class Explanation(BaseModel):
         "minmax: each leg's min and max; rrf: its k")
     fused: float = Field(description="the fused score, before features")
     features: float = Field(0.0, description="what feature weights added to the fused score")
+    coverage: float = Field(0.0, description="the BM25 score as a share of the most any "
+                            "document could score for these terms (the relevance score's "
+                            "keyword evidence, with the cosine)")
 
 
 class Hit(BaseModel):
@@ -59,6 +62,11 @@ class Hit(BaseModel):
     score: float = Field(description="final score (fused, plus weighted features)")
     bm25_score: float = Field(description="raw BM25 score")
     vector_score: float = Field(description="cosine between query and document vectors")
+    relevance: float | None = Field(
+        None, description="estimated probability that the hit is relevant, comparable across "
+        "queries (calibrated on judged queries: retrieval.relevance); threshold it with "
+        "min_score. None when the build's model has no calibration or the search ran without "
+        "its query vector")
     title: str = ""
     text: str = ""
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -18,7 +18,7 @@ import numpy as np
 
 from indexes.docstore import Document
 from indexes.encoders import Encoder
-from indexes.errors import RetrievalError
+from indexes.errors import InvalidQueryError, RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
 from indexes.wal.split import whole_documents
@@ -32,6 +32,7 @@ from retrieval.live import LogFollower
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.query_encoder import check_encoder, default_encoder
+from retrieval.relevance import above, calibration_for, check_min_score
 from retrieval.request_path.cache_lookup import RequestCache
 from retrieval.request_path.feature_stage import FeatureStage
 from retrieval.request_path.run import Live, RequestPath
@@ -187,7 +188,8 @@ class Retriever:
         """``snapshot`` with its filter memo and every named filter's mask computed for it."""
         named = self._named.bind(snapshot.metadata)  # a spec the build rejects raises here
         return Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits,
-                                         named=named, metadata=snapshot.metadata))
+                                         named=named, metadata=snapshot.metadata),
+                    calibration_for(self.root, snapshot.manifest))
 
     def _check_dependencies(self) -> None:
         """Configuration against reality, once at load: Redis credentials and certificates
@@ -412,6 +414,7 @@ class Retriever:
         context: int = 0,
         min_seq: int | None = None,
         explain: bool = False,
+        min_score: float | None = None,
     ) -> SearchResult:
         """Best ``k`` passages for ``query`` among documents allowed by ``filters``.
 
@@ -423,10 +426,24 @@ class Retriever:
         (``retrieval.request_path.grouping``). ``min_seq``: see at least the writes up to
         that sequence number (``wait_for_seq``). ``explain=True``: every hit carries an
         ``Explanation`` of its score (``retrieval.request_path.explain``); free when off.
+        ``min_score``: keep only hits whose ``relevance`` (the calibrated probability that a
+        hit is relevant, ``retrieval.relevance``) is at least this; the top ``k`` are
+        computed first, so fewer (or no) hits come back when the corpus has no good answer.
         """
+        threshold = self._threshold(min_score)
         self.wait_for_seq(min_seq)
-        return self._path.search(self._live, query, filters, k, candidates, query_vector,
-                                 deadline_ms, group_by, context, explain)
+        return above(self._path.search(self._live, query, filters, k, candidates, query_vector,
+                                       deadline_ms, group_by, context, explain), threshold)
+
+    def _threshold(self, min_score: Any) -> float | None:
+        """A valid ``min_score``, on a build whose model has a relevance calibration."""
+        threshold = check_min_score(min_score)
+        if threshold is not None and self._live.relevance is None:
+            raise InvalidQueryError(
+                f"min_score needs a relevance calibration for the model "
+                f"{self.snapshot.manifest.encoder.model!r}, and this index has none: fit one "
+                "on judged queries with `retrieval calibrate ROOT --data FOLDER`")
+        return threshold
 
     def search_batch(
         self,
@@ -440,11 +457,14 @@ class Retriever:
         context: int = 0,
         min_seq: int | None = None,
         explain: bool = False,
+        min_score: float | None = None,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
+        threshold = self._threshold(min_score)
         self.wait_for_seq(min_seq)
-        return self._path.search_batch(self._live, queries, filters, k, candidates,
-                                       query_vectors, group_by, context, explain)
+        return [above(r, threshold) for r in self._path.search_batch(
+            self._live, queries, filters, k, candidates, query_vectors, group_by, context,
+            explain)]
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, *, abandoned: Abandoned | None = None,
@@ -461,6 +481,11 @@ class Retriever:
         wait forever. ``abandoned``: an awaitable factory that completes when the caller no
         longer wants the answer (``retrieval.abandon``)."""
         loop = asyncio.get_running_loop()
+        if options.get("min_score") is not None:
+            threshold = self._threshold(options.pop("min_score"))
+            return above(await self.asearch(query, filters, k, abandoned=abandoned, **options),
+                         threshold)
+        options.pop("min_score", None)
         if options.get("min_seq") is not None and self.applied_seq < options["min_seq"]:
             call = functools.partial(self.search, query, filters, k, **options)
             return await unless_abandoned(loop.run_in_executor(None, call), abandoned)

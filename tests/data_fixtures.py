@@ -117,13 +117,12 @@ def scifact_exact(beir_index, encoder):
 
     from indexes.ann import ExactDense
     from retrieval import Retriever
-    from retrieval.request_path.run import Live
 
     root, queries, _ = beir_index("scifact")
     retriever = Retriever.load(root, {"cache": {"backend": "none"}}, encoder=encoder)
     snapshot = retriever.snapshot
-    retriever._live = Live(dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors)),
-                           retriever._live.filters)
+    retriever._live = dataclasses.replace(
+        retriever._live, snapshot=dataclasses.replace(snapshot, dense=ExactDense(snapshot.vectors)))
     texts = list(queries.values())
     yield retriever, texts, encoder.encode(texts, batch_size=64)
     retriever.close()

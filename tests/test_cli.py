@@ -111,6 +111,31 @@ def test_search_explain_prints_why_each_hit_ranked(small_index, capsys):
     assert hits and all(h["explanation"]["candidates"] >= len(hits) for h in hits)
 
 
+def test_search_min_score_and_calibrate(small_index, tmp_path, capsys):
+    assert main(["search", str(small_index), "wing flutter", "--k", "3"]) == 0
+    assert "relevance=0." in capsys.readouterr().out
+    assert main(["search", str(small_index), "wing flutter", "--min-score", "1"]) == 0
+    assert "no hits" in capsys.readouterr().out
+    judged = tmp_path / "judged"
+    (judged / "qrels").mkdir(parents=True)
+    queries = {"q1": "swept wing flutter", "q2": "heat transfer in laminar flow",
+               "q3": "shell buckling", "q4": "subsonic wing", "q5": "thin shells under load"}
+    relevant = {"q1": "a1", "q2": "a2", "q3": "s1", "q4": "a1", "q5": "s1"}
+    (judged / "queries.jsonl").write_text("".join(
+        json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (judged / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, d in relevant.items()))
+    assert main(["calibrate", str(small_index), "--data", str(judged), "--k", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "fitted on 5 judged queries" in out and "relevance.json" in out
+    calibration = json.loads((small_index / "relevance.json").read_text())
+    assert calibration["fitted_on"] == {"judged": 5}
+    assert main(["search", str(small_index), "wing flutter", "--k", "3", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)["hits"]
+    assert hits[0]["relevance"] > hits[-1]["relevance"]
+    (small_index / "relevance.json").unlink()  # the module's other tests use the shipped one
+
+
 def test_invalid_json_filter_is_reported_as_the_filter(small_index, capsys):
     assert main(["search", str(small_index), "wing", "--filter", "{'year': 1962}"]) == 2
     err = capsys.readouterr().err
@@ -175,4 +200,4 @@ def test_every_registered_module_adds_its_subcommand():
         names |= added
     assert names == {"build", "verify", "gc", "describe", "search", "features", "demo",
                      "publish", "rollback", "builds", "diff", "serve", "upsert", "delete",
-                     "compact", "snapshot", "restore"}
+                     "compact", "snapshot", "restore", "calibrate"}

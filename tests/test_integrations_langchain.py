@@ -56,7 +56,8 @@ def expected_documents(result: SearchResult) -> list[Document]:
     return [Document(id=h.doc_id,
                      page_content=f"{h.title}\n\n{h.text}" if h.title else h.text,
                      metadata={**h.metadata, "score": h.score, "bm25_score": h.bm25_score,
-                               "vector_score": h.vector_score, "build_id": result.build_id})
+                               "vector_score": h.vector_score, "relevance": h.relevance,
+                               "build_id": result.build_id})
             for h in result.hits]
 
 
@@ -157,6 +158,19 @@ def test_works_inside_an_lcel_chain_with_a_fake_chat_model(uncached_scifact):
     for hit in uncached_scifact.search(QUERIES[0], k=2).hits:
         assert hit.text in answer
     assert answer.endswith(f"Question: {QUERIES[0]}")
+
+
+def test_min_score_at_construction_and_per_call(uncached_scifact):
+    every = uncached_scifact.search(QUERIES[0], k=5).hits
+    threshold = sorted(h.relevance for h in every)[2]
+    kept = [h.doc_id for h in every if h.relevance >= threshold]
+    configured = LangChainRetriever(uncached_scifact, k=5, min_score=threshold)
+    assert [d.id for d in configured.invoke(QUERIES[0])] == kept
+    assert [d.id for d in configured.batch([QUERIES[0]])[0]] == kept
+    assert len(configured.invoke(QUERIES[0], min_score=0.0)) == 5
+    assert LangChainRetriever(uncached_scifact, k=5).invoke(QUERIES[0], min_score=1.0) == []
+    with pytest.raises(InvalidQueryError, match="min_score must be a number"):
+        LangChainRetriever(uncached_scifact, min_score="high")
 
 
 def test_bad_input_raises_typed_errors(uncached_scifact):

@@ -52,7 +52,7 @@ def test_nodes_carry_text_metadata_and_scores(uncached_scifact):
     assert node.node_id == hit.doc_id and node.text == f"{hit.title}\n\n{hit.text}"
     assert node.metadata == {**hit.metadata, "doc_id": hit.doc_id, "score": hit.score,
                              "bm25_score": hit.bm25_score, "vector_score": hit.vector_score,
-                             "build_id": uncached_scifact.build_id}
+                             "relevance": hit.relevance, "build_id": uncached_scifact.build_id}
     prompt_metadata = node.get_metadata_str(MetadataMode.LLM)
     assert "department" in prompt_metadata
     assert "bm25_score" not in prompt_metadata and "doc_id" not in prompt_metadata
@@ -111,6 +111,17 @@ CASES = {
          "$or": [{"department": "genetics"},
                  {"department": "neurology", "year": {"lte": 2012}}]}),
 }
+
+
+def test_min_score_leaves_out_hits_below_it(uncached_scifact):
+    every = uncached_scifact.search(QUERIES[0], k=5).hits
+    threshold = sorted(h.relevance for h in every)[2]
+    nodes = LlamaIndexRetriever(uncached_scifact, k=5, min_score=threshold).retrieve(QUERIES[0])
+    assert [n.node.node_id for n in nodes] == \
+        [h.doc_id for h in every if h.relevance >= threshold]
+    assert all(n.node.metadata["relevance"] >= threshold for n in nodes)
+    with pytest.raises(InvalidQueryError, match="min_score"):
+        LlamaIndexRetriever(uncached_scifact, min_score=2)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -76,6 +76,9 @@ def same(got: SearchResult, want: SearchResult) -> None:
         assert a.score == pytest.approx(b.score, abs=1e-6)
         assert a.bm25_score == pytest.approx(b.bm25_score, abs=1e-6)
         assert a.vector_score == pytest.approx(b.vector_score, abs=1e-6)
+        assert (a.relevance is None) == (b.relevance is None)
+        if b.relevance is not None:
+            assert a.relevance == pytest.approx(b.relevance, abs=1e-6)
     assert (got.candidates, got.allowed, got.degraded) == (want.candidates, want.allowed,
                                                           want.degraded)
 
@@ -88,6 +91,7 @@ def test_search_batch_and_asearch_equal_the_reference_on_every_test_query(layout
     reference, retriever = retrievers["whole"], retrievers[layout]
     wanted = [reference.search(t, filters, 10, query_vector=v)
               for t, v in zip(texts, vectors, strict=True)]
+    assert all(h.relevance is not None for w in wanted for h in w.hits)  # MiniLM: calibrated
     batch = retriever.search_batch(texts, filters, 10, query_vectors=vectors)
 
     async def concurrently() -> list[SearchResult]:

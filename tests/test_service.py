@@ -209,6 +209,26 @@ def test_explain_over_http_and_the_remote_client(served: Server) -> None:
         assert all(h.explanation is None for h in remote.search("cells", k=2).hits)
 
 
+def test_min_score_over_http_and_the_remote_client(served: Server) -> None:
+    with served.client() as client:
+        every = client.post("/v1/search", json={"query": "cells", "k": 5}).json()["hits"]
+        assert all(0 < hit["relevance"] < 1 for hit in every)
+        threshold = sorted(hit["relevance"] for hit in every)[2]
+        kept = client.post("/v1/search", json={"query": "cells", "k": 5,
+                                               "min_score": threshold}).json()["hits"]
+        assert [h["doc_id"] for h in kept] == \
+            [h["doc_id"] for h in every if h["relevance"] >= threshold]
+        batch = client.post("/v1/search/batch", json={"queries": ["cells"], "k": 5,
+                                                      "min_score": threshold}).json()
+        assert batch["results"][0]["hits"] == kept
+        bad = client.post("/v1/search", json={"query": "cells", "min_score": 1.5})
+        assert bad.status_code == 400 and "min_score" in bad.json()["error"]["message"]
+    with RemoteRetriever(served.url, KEY) as remote:
+        assert [h.doc_id for h in remote.search("cells", k=5, min_score=threshold).hits] == \
+            [h["doc_id"] for h in kept]
+        assert remote.search_batch(["cells"], k=5, min_score=1.0)[0].hits == []
+
+
 def nested_filter(depth: int) -> dict[str, Any]:
     spec: dict[str, Any] = {"year": {"gte": 2000}}
     for _ in range(depth):

@@ -11,6 +11,7 @@ from indexes.errors import RetrievalError
 from retrieval.cli import (
     admin,
     build,
+    calibrate,
     compact,
     delete,
     demo,
@@ -32,6 +33,7 @@ COMMANDS: tuple[Callable[[Subparsers], object], ...] = (
     admin.register_gc,
     describe.register,
     search.register,
+    calibrate.register,
     upsert.register,
     delete.register,
     compact.register,

@@ -27,6 +27,9 @@ def register(subparsers: Subparsers) -> None:
     search.add_argument("--explain", action="store_true",
                         help="why each hit ranked there: BM25 by term, cosine, its rank in "
                         "each leg, the fusion's normalization")
+    search.add_argument("--min-score", type=float, default=None,
+                        help="keep only hits whose relevance (calibrated probability that a "
+                        "hit is relevant, 0 to 1) is at least this")
     search.set_defaults(func=run_search)
 
 
@@ -34,7 +37,8 @@ def run_search(args: argparse.Namespace) -> int:
     retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates))
     filters = parse_filter_arg(args.filter)
     result = retriever.search(args.query, filters=filters, k=args.k, group_by=args.group_by,
-                              context=args.context, explain=args.explain)
+                              context=args.context, explain=args.explain,
+                              min_score=args.min_score)
     for warning in result.warnings:  # stderr: --json output stays parseable
         print(f"note: {warning}", file=sys.stderr)
     for word, term in result.corrections.items():
@@ -55,16 +59,20 @@ def describe(why: Explanation) -> str:
     return (f"bm25 {why.bm25:.3f} (#{why.bm25_rank}; {terms or 'no term matched'}), "
             f"cos {why.vector:.3f} (#{why.vector_rank}) of {why.candidates} candidates; "
             f"{why.fusion} fusion, vector weight {why.vector_weight} ({bounds}); fused "
-            f"{why.fused:.4f}, features {why.features:+.4f}")
+            f"{why.fused:.4f}, features {why.features:+.4f}; keyword coverage "
+            f"{why.coverage:.3f}")
 
 
 def _print_hits(result: SearchResult) -> None:
     for rank, hit in enumerate(result.hits, start=1):
         where = f"#{hit.passage}[{hit.start}:{hit.end}]" if hit.passage is not None else ""
+        relevance = f"  relevance={hit.relevance:.2f}" if hit.relevance is not None else ""
         print(f"{rank:>3}. {hit.doc_id}{where}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
-              f"cos={hit.vector_score:.3f}  {hit.title[:70] or hit.text[:70]}")
+              f"cos={hit.vector_score:.3f}{relevance}  {hit.title[:70] or hit.text[:70]}")
         if hit.explanation is not None:
             print("     " + describe(hit.explanation))
+    if not result.hits:
+        print("no hits")
     timings = "  ".join(f"{k}={v:.3f}" for k, v in result.timings.items())
     print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}")
     print(f"timings ms: {timings}")

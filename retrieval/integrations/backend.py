@@ -12,10 +12,11 @@ from typing import Any, Protocol, runtime_checkable
 from retrieval.errors import InvalidQueryError, MalformedFilterError
 from retrieval.integrations.errors import NotASearchBackendError
 from retrieval.models import Hit, SearchResult
+from retrieval.relevance import check_min_score
 
 FilterSpec = dict[str, Any] | str | None
 # Keys the adapters add to a document's own metadata; they win over a same-named field.
-SCORE_KEYS = ("score", "bm25_score", "vector_score", "build_id")
+SCORE_KEYS = ("score", "bm25_score", "vector_score", "relevance", "build_id")
 # Keys locating a passage in its document (passage builds only).
 PASSAGE_KEYS = ("parent_id", "passage", "start", "end")
 _METHODS = ("search", "search_batch", "asearch", "asearch_batch")
@@ -71,10 +72,13 @@ def check_filters(filters: object, accepted: str = "a dict, a DSL string or None
                                "'year >= 2010'")
 
 
-def grouping_options(group_by: object, context: object) -> dict[str, Any]:
-    """``group_by`` / ``context`` for the engine, only when set (backends without passages
-    keep the plain signature)."""
+def grouping_options(group_by: object, context: object, min_score: object = None
+                     ) -> dict[str, Any]:
+    """``group_by`` / ``context`` / ``min_score`` for the engine, only when set (backends
+    without them keep the plain signature)."""
     options: dict[str, Any] = {}
+    if min_score is not None:
+        options["min_score"] = check_min_score(min_score)
     if group_by is not None:
         options["group_by"] = group_by
     if context:
@@ -99,7 +103,8 @@ def hit_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
     and in passage builds where the passage sits in its document. A new dict per call: the
     caller may add to it, and the framework object it goes into owns it."""
     metadata = {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
-                "vector_score": hit.vector_score, "build_id": build_id}
+                "vector_score": hit.vector_score, "relevance": hit.relevance,
+                "build_id": build_id}
     if hit.parent_id is not None:
         metadata.update(parent_id=hit.parent_id, passage=hit.passage, start=hit.start,
                         end=hit.end)

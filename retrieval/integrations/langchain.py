@@ -27,6 +27,7 @@ from retrieval.integrations.backend import (
 from retrieval.integrations.errors import MissingExtraError
 from retrieval.integrations.trusted import TrustedModel
 from retrieval.models import SearchResult
+from retrieval.relevance import check_min_score
 from retrieval.request_path.grouping import check_grouping
 
 try:
@@ -51,7 +52,7 @@ __all__ = ["LangChainRetriever", "to_documents"]
 
 # Options ``invoke`` forwards that are the framework's own, not search options.
 _FRAMEWORK_KWARGS = frozenset({"verbose"})
-_SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context")
+_SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context", "min_score")
 _ALLOWED_KWARGS = _FRAMEWORK_KWARGS | frozenset(_SEARCH_OPTIONS)
 _DOCUMENT = TrustedModel(Document, id="", page_content="", metadata={})
 
@@ -77,10 +78,12 @@ class LangChainRetriever(BaseRetriever):
     candidates: int | None = None
     group_by: str | None = None
     context: int = 0
+    min_score: float | None = None  # hits below this relevance are left out
 
     def __init__(self, retriever: SearchBackend, *, k: int | None = None,
                  filters: FilterSpec = None, candidates: int | None = None,
-                 group_by: str | None = None, context: int = 0, **fields: Any) -> None:
+                 group_by: str | None = None, context: int = 0,
+                 min_score: float | None = None, **fields: Any) -> None:
         # Checked here so bad arguments raise the library's typed errors, not pydantic's.
         unknown = sorted(set(fields) - set(BaseRetriever.model_fields))
         if unknown:
@@ -89,12 +92,12 @@ class LangChainRetriever(BaseRetriever):
                     "(retrieval.integrations.langchain_store)" if "search_type" in unknown
                     else "")
             raise InvalidQueryError(f"LangChainRetriever takes no {', '.join(unknown)}; it "
-                                    f"takes k, filters, candidates, group_by, context{hint}")
+                                    f"takes {', '.join(_SEARCH_OPTIONS)}{hint}")
         group_by, context = check_grouping(group_by, context)
         super().__init__(retriever=check_backend(retriever), k=check_count("k", k),
                          filters=check_filters(filters),
                          candidates=check_count("candidates", candidates), group_by=group_by,
-                         context=context, **fields)
+                         context=context, min_score=check_min_score(min_score), **fields)
 
     # -- one query ----------------------------------------------------------------------------
 
@@ -174,7 +177,8 @@ class LangChainRetriever(BaseRetriever):
         filters = overrides.get("filters", self.filters)
         search = {"candidates": overrides.get("candidates", self.candidates),
                   **grouping_options(overrides.get("group_by", self.group_by),
-                                     overrides.get("context", self.context))}
+                                     overrides.get("context", self.context),
+                                     overrides.get("min_score", self.min_score))}
         return filters, k, search
 
     def _run_name(self, config: RunnableConfig) -> str:

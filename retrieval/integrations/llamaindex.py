@@ -73,10 +73,12 @@ class LlamaIndexRetriever(BaseRetriever):
     def __init__(self, retriever: SearchBackend, *, k: int | None = None,
                  filters: MetadataFilters | FilterSpec = None, candidates: int | None = None,
                  group_by: str | None = None, context: int = 0,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False) -> None:
+                 callback_manager: CallbackManager | None = None, verbose: bool = False,
+                 min_score: float | None = None) -> None:
         self.retriever = check_backend(retriever)
         self.search_options = {"candidates": check_count("candidates", candidates),
-                               **grouping_options(*check_grouping(group_by, context))}
+                               **grouping_options(*check_grouping(group_by, context),
+                                                  min_score)}
         self.k = check_count("k", k)
         self.candidates = check_count("candidates", candidates)
         self.filters = (translate_filters(filters) if isinstance(filters, MetadataFilters)

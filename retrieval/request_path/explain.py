@@ -23,11 +23,14 @@ from retrieval.request_path.fusion import ranks_desc, zscore
 def explain_hits(snapshot: LoadedBuild, tokens: Sequence[str], rows: np.ndarray,
                  bm25: np.ndarray,
                  cosine: np.ndarray, final: np.ndarray, order: np.ndarray,
-                 adjustment: np.ndarray | None, config: RetrieverConfig) -> list[Explanation]:
+                 adjustment: np.ndarray | None, config: RetrieverConfig,
+                 coverage: np.ndarray | None = None) -> list[Explanation]:
     """One ``Explanation`` per index of ``order`` (the hits, best first); ``final``: the
     scores hits carry (fused plus ``adjustment``, the features' part, aligned with ``order``);
     ``config``: as fused (a search without its query vector fused BM25 alone: minmax, 0);
-    ``tokens``: the BM25 terms searched (a typo-corrected term carries its weight)."""
+    ``tokens``: the BM25 terms searched (a typo-corrected term carries its weight);
+    ``coverage``: each hit's BM25 share of the most these terms can score, aligned with
+    ``order`` (``retrieval.relevance``)."""
     weights: dict[str, float] = defaultdict(float)
     for token in tokens:
         weights[str(token)] += getattr(token, "weight", 1.0)
@@ -41,12 +44,12 @@ def explain_hits(snapshot: LoadedBuild, tokens: Sequence[str], rows: np.ndarray,
         bm25_rank=int(bm25_ranks[i]), vector=float(cosine[i]), vector_rank=int(vector_ranks[i]),
         candidates=int(rows.size), fusion=config.fusion, vector_weight=config.vector_weight,
         normalization=bounds, fused=float(final[i]) - _part(adjustment, j),
-        features=_part(adjustment, j))
+        features=_part(adjustment, j), coverage=_part(coverage, j))
         for j, i in enumerate(order.tolist())]
 
 
-def _part(adjustment: np.ndarray | None, j: int) -> float:
-    return float(adjustment[j]) if adjustment is not None else 0.0
+def _part(values: np.ndarray | None, j: int) -> float:
+    return float(values[j]) if values is not None else 0.0
 
 
 def normalization(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig

@@ -30,6 +30,7 @@ from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Explanation, Hit, SearchResult
+from retrieval.relevance import Calibration, bm25_params, coverage, keyword_bound
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline
 from retrieval.request_path.explain import explain_hits
 from retrieval.request_path.feature_stage import FeatureOutcome, FeatureStage
@@ -87,9 +88,11 @@ def run_pipeline(
     snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector, timer: StageTimer,
     config: RetrieverConfig, embed_status: CacheStatus | None = None,
     features: FeatureStage | None = None, deadline: Deadline = NO_DEADLINE,
+    relevance: Calibration | None = None,
 ) -> tuple[SearchResult, np.ndarray | None]:
     """Search one validated request; returns the result and the query vector it used (None
-    when the embedding missed the deadline and the result is ranked by BM25 alone)."""
+    when the embedding missed the deadline and the result is ranked by BM25 alone).
+    ``relevance``: the calibration that gives every hit its ``relevance`` (None: no score)."""
     if pending.encoded_before:
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
@@ -129,16 +132,24 @@ def run_pipeline(
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
     documents = snapshot.docs.get_many(rows[order])  # one call per shard on remote layouts
+    covered = coverage(bm25[order], keyword_bound(terms.tokens, snapshot.bm25.doc_freq,
+                                                  snapshot.bm25.n_docs,
+                                                  bm25_params(snapshot.manifest.bm25))) \
+        if relevance is not None or request.explain else None
+    scores: list[float | None] = [None] * len(order)
+    if relevance is not None and query_vector is not None and covered is not None:
+        scores = relevance.score(cosine[order], covered, np.arange(1, order.size + 1)).tolist()
     whys: list[Explanation | None] = [None] * len(order)
     if request.explain:
         fused_as = config if query_vector is not None else \
             config.model_copy(update={"fusion": "minmax", "vector_weight": 0.0})
         whys = list(explain_hits(snapshot, terms.tokens, rows, bm25, cosine, fused, order,
                                  outcome.adjustment if outcome is not None else None,
-                                 fused_as))
+                                 fused_as, covered))
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
-                     request.context, why)
-            for i, doc, values, why in zip(order, documents, per_hit, whys, strict=True)]
+                     request.context, why, score)
+            for i, doc, values, why, score in zip(order, documents, per_hit, whys, scores,
+                                                 strict=True)]
     timer.lap("hydrate")
     degraded.extend(snapshot.degradations())
     provided = embed_ms is None and query_vector is not None
@@ -291,8 +302,8 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
 
 def make_hit(snapshot: LoadedBuild, row: int, doc: Document, score: float, bm25: float,
              cosine: float, features: dict[str, float], context: int = 0,
-             explanation: Explanation | None = None) -> Hit:
+             explanation: Explanation | None = None, relevance: float | None = None) -> Hit:
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
-               vector_score=float(cosine), title=doc.title, text=doc.text, metadata=doc.metadata,
-               features=features, explanation=explanation,
+               vector_score=float(cosine), relevance=relevance, title=doc.title, text=doc.text,
+               metadata=doc.metadata, features=features, explanation=explanation,
                **passage_fields(snapshot, row, context))

@@ -29,6 +29,7 @@ from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
+from retrieval.relevance import Calibration
 from retrieval.request_path.batching import EncodeBatcher
 from retrieval.request_path.cache_lookup import Lookup, RequestCache
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline
@@ -59,6 +60,7 @@ class Live:
 
     snapshot: LoadedBuild
     filters: FilterMemo
+    relevance: Calibration | None = None  # gives hits their relevance (retrieval.relevance)
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ class RequestPath:
                            group_by, context, explain)
         timer.lap("validate")
         # A caller-supplied vector is not part of any key, so its results are not cached.
-        lookup = (self._lookup(live.snapshot, request)
+        lookup = (self._lookup(live, request)
                   if cacheable and self.cache is not None else None)
         if lookup is not None:
             timer.lap("cache")
@@ -152,23 +154,23 @@ class RequestPath:
         request, lookup, timer = begun.request, begun.lookup, begun.timer
 
         def compute() -> SearchResult:
-            return self._compute(live.snapshot, request, lookup, query_vector, timer,
-                                 begun.deadline)
+            return self._compute(live, request, lookup, query_vector, timer, begun.deadline)
 
         if lookup is None:
             return self._done(compute(), timer)
         assert self.cache is not None
         return self._done(self.cache.once(lookup.result_key, compute), timer)
 
-    def _lookup(self, snapshot: LoadedBuild, request: SearchRequest) -> Lookup:
+    def _lookup(self, live: Live, request: SearchRequest) -> Lookup:
         assert self.cache is not None
-        return self.cache.lookup_many([self._keys(snapshot, request)], snapshot.build_id,
-                                      snapshot.vectors.dim)[0]
+        return self.cache.lookup_many([self._keys(live, request)], live.snapshot.build_id,
+                                      live.snapshot.vectors.dim)[0]
 
-    def _compute(self, snapshot: LoadedBuild, request: SearchRequest, lookup: Lookup | None,
+    def _compute(self, live: Live, request: SearchRequest, lookup: Lookup | None,
                  query_vector: np.ndarray | None, timer: StageTimer, deadline: Deadline
                  ) -> SearchResult:
         """Embed ∥ filter → BM25 → re-rank → fuse → features → hydrate, then the cache write."""
+        snapshot = live.snapshot
         cached_vector = lookup.embedding if lookup is not None else None
         if cached_vector is not None:
             pending: PendingVector = ReadyVector(cached_vector)
@@ -176,7 +178,7 @@ class RequestPath:
             pending = self._embedding(request.query, query_vector, snapshot, deadline)
         result, vector = run_pipeline(snapshot, request, pending, timer, self.config,
                                       "hit" if cached_vector is not None else None,
-                                      self.features, deadline)
+                                      self.features, deadline, live.relevance)
         if lookup is not None and self.cache is not None:
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if not result.degraded:  # a degraded result must not be served to searches with time
@@ -194,25 +196,26 @@ class RequestPath:
                              context, explain) for q in queries]
         with self.in_flight:
             if query_vectors is None and self.cache is not None:
-                return self._cached_batch(live.snapshot, requests)
+                return self._cached_batch(live, requests)
             vectors = query_vectors if query_vectors is not None else self.encode(
                 [r.query for r in requests])
             status = "provided" if query_vectors is not None else "miss"
-            return [self._uncached(live.snapshot, r, ReadyVector(v), status)
+            return [self._uncached(live, r, ReadyVector(v), status)
                     for r, v in zip(requests, vectors, strict=True)]
 
-    def _uncached(self, snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector,
+    def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
                   status: str) -> SearchResult:
         timer = StageTimer()
-        result = run_pipeline(snapshot, request, pending, timer, self.config,
-                              status, self.features)[0]  # type: ignore[arg-type]
+        result = run_pipeline(live.snapshot, request, pending, timer, self.config,
+                              status, self.features,  # type: ignore[arg-type]
+                              relevance=live.relevance)[0]
         return self._done(result, timer)
 
-    def _cached_batch(self, snapshot: LoadedBuild, requests: list[SearchRequest]
-                      ) -> list[SearchResult]:
+    def _cached_batch(self, live: Live, requests: list[SearchRequest]) -> list[SearchResult]:
         """One cache round trip for the batch, one encoder call for the embedding misses."""
         assert self.cache is not None
-        lookups = self.cache.lookup_many([self._keys(snapshot, r) for r in requests],
+        snapshot = live.snapshot
+        lookups = self.cache.lookup_many([self._keys(live, r) for r in requests],
                                          snapshot.build_id, snapshot.vectors.dim)
         missing = [i for i, look in enumerate(lookups)
                    if look.result is None and look.embedding is None]
@@ -227,7 +230,7 @@ class RequestPath:
                 continue
             vector = fresh.get(i, lookup.embedding)
             assert vector is not None
-            result = self._uncached(snapshot, request, ReadyVector(vector),
+            result = self._uncached(live, request, ReadyVector(vector),
                                     "miss" if i in fresh else "hit")
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             self.cache.store(lookup, result, fresh.get(i))
@@ -236,13 +239,14 @@ class RequestPath:
 
     # -- stages' helpers -------------------------------------------------------------------------
 
-    def _keys(self, snapshot: LoadedBuild, request: SearchRequest) -> tuple[str, str | None]:
+    def _keys(self, live: Live, request: SearchRequest) -> tuple[str, str | None]:
         assert self.cache is not None
+        relevance = live.relevance.calibration_id if live.relevance is not None else "-"
         return self.cache.keys(
-            build_id=snapshot.build_id,
+            build_id=live.snapshot.build_id,
             snapshot_id=self.features.snapshot_key() if self.features is not None else "",
             config_key=f"{self._config_key}:{request.candidates}{grouping_key(request)}"
-                       f"{':explain' if request.explain else ''}",
+                       f"{':explain' if request.explain else ''}:{relevance}",
             query=request.query,
             filter_key=request.filter_key, k=request.k,
             encoder_id=self.encoder.encoder_id if self.encoder is not None else None,

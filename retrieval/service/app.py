@@ -151,6 +151,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                      context=body.context or 0,
                                                      min_seq=body.min_seq,
                                                      explain=body.explain,
+                                                     min_score=body.min_score,
                                                      abandoned=gone(request))
         metrics.observe_result(result)
         if settings.log_query_text:
@@ -174,6 +175,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
                                                     context=body.context or 0,
                                                     min_seq=body.min_seq,
                                                     explain=body.explain,
+                                                    min_score=body.min_score,
                                                     abandoned=gone(request))
         for result in results:
             metrics.observe_result(result)

@@ -14,6 +14,8 @@ GROUP_BY_HELP = ('"document": at most one hit per document (its best passage) an
 CONTEXT_HELP = "neighbouring passages returned around each hit (passage builds), 0 to 5"
 EXPLAIN_HELP = ("every hit carries an explanation: BM25 score by query term, cosine, its rank "
                 "in each leg, the fusion's normalization, the features' part")
+MIN_SCORE_HELP = ("keep only hits whose relevance (the calibrated probability that a hit is "
+                  "relevant, comparable across queries) is at least this, from 0 to 1")
 MIN_SEQ_HELP = ("see at least the writes up to this sequence number (the seq a write "
                 "returned): read-your-writes on any worker")
 REQUEST_ID_HELP = ("a client id for this write: a retry with the same id and body is answered "
@@ -40,6 +42,7 @@ class SearchBody(BaseModel):
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
     explain: bool = Field(False, description=EXPLAIN_HELP)
+    min_score: float | None = Field(None, description=MIN_SCORE_HELP)
 
 
 class BatchBody(BaseModel):
@@ -55,6 +58,7 @@ class BatchBody(BaseModel):
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
     explain: bool = Field(False, description=EXPLAIN_HELP)
+    min_score: float | None = Field(None, description=MIN_SCORE_HELP)
 
 
 class WriteDocument(BaseModel):

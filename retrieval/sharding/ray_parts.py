@@ -135,16 +135,19 @@ class RemoteBM25(BM25Index):
     """BM25 over the shard deployments (every shard holds the global vocabulary)."""
 
     def __init__(self, parts: RemoteParts, vocab: list[str], n_docs: int,
-                 typos: TypoIndex | LiveTypos | None = None) -> None:
+                 doc_freqs: np.ndarray, typos: TypoIndex | LiveTypos | None = None) -> None:
         self.parts = parts
         self.typos = typos
         self.vocab_list, self.vocab = vocab, {t: i for i, t in enumerate(vocab)}
         self.n_docs = n_docs
+        self._doc_freqs = doc_freqs
 
     def doc_freq(self, term: str) -> int:
-        """The count the build recorded with its typo dictionary (the postings are remote;
-        live writes are applied over this layout as over any other)."""
-        return self.typos.rows_of(term) if self.typos is not None else 0
+        """Rows holding ``term`` in the whole collection (``doc_freqs``: the shards' postings
+        lengths summed at connect; live writes are applied over this layout as over any
+        other)."""
+        i = self.vocab.get(term)
+        return 0 if i is None else int(self._doc_freqs[i])
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:

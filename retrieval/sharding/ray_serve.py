@@ -45,6 +45,7 @@ from indexes.manifest import read_manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
 from indexes.sharding.layout import joined_passages
+from indexes.storage import load_array
 from indexes.warmup import warm_bm25
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
@@ -169,12 +170,14 @@ class RayShardedBuild(LoadedBuild):
         parts = RemoteParts(calls, owners, allow_partial)
         metadata = joined_metadata([MetadataIndex.load(d / "metadata") for d in shard_dirs],
                                    owners.bounds[:-1], manifest.n_docs)
-        first_bm25 = BM25Index.load(shard_dirs[0] / "bm25")  # the global vocabulary
+        # The global vocabulary; its postings are read by the shards, never here.
+        first_bm25 = BM25Index.load(shard_dirs[0] / "bm25", prefault=False)
+        doc_freqs = sum(np.diff(load_array(d / "bm25" / "indptr.npy", True)) for d in shard_dirs)
         vectors = RemoteVectors(parts, manifest.encoder.dim, manifest.n_docs)
         first = LoadedBuild.load(shard_dirs[0], verify=False)
         return cls(path=directory, manifest=manifest, analyzer=first.analyzer,
                    bm25=RemoteBM25(parts, first_bm25.vocab_list, manifest.n_docs,
-                                   first_bm25.typos), metadata=metadata,
+                                   np.asarray(doc_freqs), first_bm25.typos), metadata=metadata,
                    vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs),
                    dense=RemoteDense(parts, vectors),
                    passages=joined_passages(directory, layout), remote=parts)

@@ -1,0 +1,42 @@
+"""``retrieval calibrate``: fit the relevance score on an index's own judged queries."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from retrieval.calibrate import calibrate, reliability
+from retrieval.cli.common import Subparsers, add_parser
+from retrieval.config import RetrieverConfig
+from retrieval.retriever import Retriever
+
+
+def register(subparsers: Subparsers) -> None:
+    command = add_parser(subparsers, "calibrate",
+                         "fit the relevance score (hit.relevance, min_score) on judged queries "
+                         "and store it beside the index's builds",
+                         epilog="FOLDER holds queries.jsonl and qrels/QRELS (BEIR format: "
+                         "query-id, corpus-id, score; score > 0 is relevant).")
+    command.add_argument("index", help="index root")
+    command.add_argument("--data", type=Path, required=True, metavar="FOLDER")
+    command.add_argument("--qrels", default="test.tsv", help="file under FOLDER/qrels/")
+    command.add_argument("--k", type=int, default=10, help="top hits of each query used")
+    command.set_defaults(func=run_calibrate)
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from indexes.corpus import read_qrels, read_queries
+
+    queries = read_queries(args.data / "queries.jsonl")
+    qrels = read_qrels(args.data / "qrels" / args.qrels)
+    with Retriever.load(args.index, RetrieverConfig(cache={"backend": "none"})) as retriever:
+        calibration, judged = calibrate(retriever, queries, qrels, args.k, args.data.name)
+        path = calibration.save(Path(args.index))
+    weights = ", ".join(f"{name} {value:.3f}" for name, value in calibration.weights.items())
+    print(f"fitted on {judged.top.size} judged queries: intercept {calibration.intercept:.3f}, "
+          f"{weights}; wrote {path}")
+    print("top hit's relevance in equal-count bins (the queries it was fitted on):")
+    for row in reliability(calibration, judged):
+        print(f"  {row['low']:.2f}-{row['high']:.2f}: {row['queries']} queries, estimate "
+              f"{row['estimate']:.2f}, top hit relevant {row['relevant']:.2f}")
+    return 0

@@ -1,0 +1,165 @@
+"""The relevance score (``retrieval.relevance``): on held-out judged queries of every shipped
+collection the share of queries whose top hit is relevant rises with the score; a
+``min_score`` chosen on SciFact's training queries keeps its precision on Cranfield's held-out
+queries; the shipped calibration is what a fit on the training queries gives; hits carry the
+score, thresholds filter by it, and bad thresholds are typed errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from live_index import build_small, scifact_docs, unit_vectors
+
+from indexes.errors import InvalidQueryError
+from retrieval import Retriever
+from retrieval.calibrate import (
+    fit_judged,
+    judged_hits,
+    judged_splits,
+    precision_above,
+    reliability,
+    threshold_for,
+)
+from retrieval.relevance import ROOT_FILE, SHIPPED, Calibration, calibration_for, fit_calibration
+
+COLLECTIONS = ("scifact", "cranfield", "cisi")
+UNCACHED = {"cache": {"backend": "none"}}
+
+
+@pytest.fixture(scope="module")
+def judged(beir_index, dataset):
+    """name -> (training judged hits, held-out judged hits), the retriever's defaults."""
+    parts = {}
+    for name in COLLECTIONS:
+        root, _, _ = beir_index(name)
+        queries, train, held_out = judged_splits(dataset(name))
+        with Retriever.load(root, UNCACHED) as retriever:
+            parts[name] = (judged_hits(retriever, queries, train),
+                           judged_hits(retriever, queries, held_out))
+    return parts
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Calibration:
+    return Calibration.model_validate_json(SHIPPED.read_bytes())
+
+
+def test_the_shipped_calibration_is_the_fit_on_the_training_queries(judged, shipped):
+    fitted = fit_judged({name: train for name, (train, _) in judged.items()}, shipped.model)
+    assert fitted.fitted_on == shipped.fitted_on
+    assert fitted.intercept == pytest.approx(shipped.intercept, abs=0.05)
+    for name, weight in shipped.weights.items():
+        assert fitted.weights[name] == pytest.approx(weight, abs=0.05)
+
+
+@pytest.mark.parametrize("name", COLLECTIONS)
+def test_top_hits_are_relevant_more_often_as_the_score_rises(judged, shipped, name):
+    table = reliability(shipped, judged[name][1], bins=4)
+    print(name, [(round(b["estimate"], 2), round(b["relevant"], 2)) for b in table])
+    relevant = [b["relevant"] for b in table]
+    assert relevant == sorted(relevant), f"not monotonic on held-out {name}: {table}"
+    assert relevant[-1] > relevant[0]
+
+
+def test_the_score_is_calibrated_on_scifacts_held_out_queries(judged, shipped):
+    """Estimated and measured top-hit relevance agree within 0.1 in every bin."""
+    for row in reliability(shipped, judged["scifact"][1], bins=4):
+        assert row["estimate"] == pytest.approx(row["relevant"], abs=0.15), row
+
+
+def test_a_threshold_chosen_on_scifact_keeps_its_precision_on_cranfield(judged, shipped):
+    for target in (0.7, 0.8):
+        threshold = threshold_for(shipped, judged["scifact"][0], target)
+        precision, kept = precision_above(shipped, judged["cranfield"][1], threshold)
+        assert kept >= 10 and precision >= target, (target, threshold, precision, kept)
+        everyone = judged["cranfield"][1].top_labels().mean()
+        assert precision > everyone  # the threshold selects, it does not just pass all
+
+
+def test_hits_carry_the_score_and_min_score_filters_by_it(beir_index):
+    root, queries, _ = beir_index("scifact")
+    texts = list(queries.values())[:20]
+    with Retriever.load(root, UNCACHED) as retriever:
+        calibration = calibration_for(root, retriever.snapshot.manifest)
+        assert calibration is not None
+        for text in texts:
+            result = retriever.search(text, k=10, explain=True)
+            scores = [h.relevance for h in result.hits]
+            assert all(s is not None and 0 < s < 1 for s in scores)
+            expected = calibration.score(
+                [h.vector_score for h in result.hits],
+                [h.explanation.coverage for h in result.hits], np.arange(1, 11))
+            assert scores == pytest.approx(expected.tolist(), abs=1e-9)
+            threshold = float(np.median(scores))
+            kept = retriever.search(text, k=10, min_score=threshold)
+            assert [h.doc_id for h in kept.hits] == \
+                [h.doc_id for h in result.hits if h.relevance >= threshold]
+            assert retriever.search(text, k=10, min_score=1.0).hits == []
+            assert len(retriever.search(text, k=10, min_score=0.0).hits) == 10
+        batch = retriever.search_batch(texts[:3], k=5, min_score=0.5)
+        assert all(h.relevance >= 0.5 for r in batch for h in r.hits)
+
+
+OFF_TOPIC = ["best pizza toppings in naples", "which football team won the 1998 world cup",
+             "how to bake sourdough bread", "stock market prices tomorrow"]
+
+
+def test_questions_the_corpus_cannot_answer_score_low(beir_index):
+    """The fused score of their top hit is 1.000 like any query's; the relevance is not."""
+    root, queries, qrels = beir_index("scifact")
+    with Retriever.load(root, UNCACHED) as retriever:
+        off_topic = [r.hits[0] for r in retriever.search_batch(OFF_TOPIC, k=1)]
+        answered = [r.hits[0] for qid, r in zip(queries, retriever.search_batch(
+            list(queries.values()), k=1), strict=True) if r.hits[0].doc_id in qrels[qid]]
+    assert all(h.score == pytest.approx(1.0) for h in off_topic + answered)
+    assert max(h.relevance for h in off_topic) < 0.25
+    assert np.median([h.relevance for h in answered]) > 0.5
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, "high", True, float("nan")])
+def test_a_bad_min_score_is_a_typed_error(beir_index, bad):
+    root, _, _ = beir_index("scifact")
+    with Retriever.load(root, UNCACHED) as retriever:
+        with pytest.raises(InvalidQueryError, match="min_score must be a number from 0 to 1"):
+            retriever.search("cells", k=3, min_score=bad)
+        assert retriever.search("cells", k=3).hits  # still serving
+
+
+def test_a_root_calibration_wins_and_round_trips(tmp_path, beir_index):
+    root, _, _ = beir_index("scifact")
+    with Retriever.load(root, UNCACHED) as retriever:
+        manifest = retriever.snapshot.manifest
+    own = Calibration(model=manifest.encoder.model, intercept=-1.0,
+                      weights={"vector": 1.0, "coverage": 2.0, "log_rank": -0.5})
+    own.save(tmp_path)
+    assert (tmp_path / ROOT_FILE).is_file()
+    assert calibration_for(tmp_path, manifest) == own
+    other = own.model_copy(update={"model": "another-model"})
+    other.save(tmp_path)
+    assert calibration_for(tmp_path, manifest).intercept != other.intercept  # shipped instead
+    assert calibration_for(None, manifest.model_copy(update={
+        "encoder": manifest.encoder.model_copy(update={"model": "another-model"})})) is None
+
+
+def test_min_score_without_a_calibration_says_how_to_get_one(tmp_path, dataset):
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 50))  # a model with no calibration
+    with Retriever.load(tmp_path, UNCACHED) as retriever:
+        vector = unit_vectors(1, 1)[0]
+        assert retriever.search("cells", k=2, query_vector=vector).hits[0].relevance is None
+        with pytest.raises(InvalidQueryError, match="retrieval calibrate"):
+            retriever.search("cells", k=2, query_vector=vector, min_score=0.5)
+
+
+def test_fitting_is_deterministic_and_recovers_a_known_model():
+    rng = np.random.default_rng(3)
+    features = np.column_stack([rng.uniform(0, 1, 4000), rng.uniform(0, 1, 4000),
+                                rng.integers(1, 11, 4000)])
+    truth = -2.0 + 3.0 * features[:, 0] + 1.5 * features[:, 1] - 1.0 * np.log(features[:, 2])
+    labels = (rng.uniform(0, 1, 4000) < 1 / (1 + np.exp(-truth))).astype(int)
+    first = fit_calibration(features, labels, "m")
+    assert first == fit_calibration(features, labels, "m")
+    assert first.intercept == pytest.approx(-2.0, abs=0.4)
+    assert first.weights["vector"] == pytest.approx(3.0, abs=0.5)
+    assert first.weights["log_rank"] == pytest.approx(-1.0, abs=0.3)
+    with pytest.raises(InvalidQueryError, match="both kinds"):
+        fit_calibration(features, np.zeros(4000), "m")
