@@ -126,7 +126,10 @@ def test_search_with_a_filter_shows_the_services_hits_and_the_librarys_explanati
         top = library.search(QUERY, filters, explain=True).hits[0]
     assert top.explanation is not None and top.doc_id == expected["hits"][0]["doc_id"]
     numbers = {"score": top.score, "fused": top.explanation.fused, "bm25": top.explanation.bm25,
-               "vector": top.explanation.vector, "features": top.explanation.features}
+               "vector": top.explanation.vector, "features": top.explanation.features,
+               "coverage": top.explanation.coverage}
+    if top.relevance is not None:
+        numbers["relevance"] = top.relevance
     assert shown == pytest.approx(numbers, abs=1e-5)
     assert terms == pytest.approx(top.explanation.bm25_terms, abs=1e-6)
     assert f"rank {top.explanation.bm25_rank} of" in why.text_content()

@@ -226,6 +226,8 @@ function hitItem(hit, rank) {
     el("span", { class: "rank", text: `#${rank}` }),
     el("span", { class: "doc-id", text: hit.passage === null || hit.passage === undefined ? hit.doc_id : `${hit.doc_id} · passage ${hit.passage}` }),
     el("span", { class: "score", "data-score": hit.score, text: fmt(hit.score) }),
+    hit.relevance === null || hit.relevance === undefined ? null :
+      el("span", { class: "relevance", "data-relevance": hit.relevance, title: "estimated probability that the hit is relevant (comparable across queries)", text: `P ${fmt(hit.relevance, 2)}` }),
     el("span", { class: "title", text: hit.title }));
   const text = hit.context ? hit.context.text : hit.text;
   return el("li", { class: "hit", "data-doc-id": hit.doc_id },
@@ -260,7 +262,10 @@ function explanationTables(hit) {
         row("fused", "fused", why.fused, `${why.fusion}, vector weight ${why.vector_weight}, over ${why.candidates} candidates`),
         row("BM25", "bm25", why.bm25, `rank ${why.bm25_rank} of ${why.candidates} by keywords`),
         row("cosine", "vector", why.vector, `rank ${why.vector_rank} of ${why.candidates} by vectors`),
-        row("features", "features", why.features))),
+        row("features", "features", why.features),
+        row("keyword coverage", "coverage", why.coverage, "BM25 over the most these terms can score"),
+        hit.relevance === null || hit.relevance === undefined ? null :
+          row("relevance", "relevance", hit.relevance, "P(relevant): cosine, coverage and rank, calibrated on judged queries"))),
     el("div", { class: "explain-parts" },
       el("table", { class: "terms" }, el("caption", { text: "BM25 by query term" }), el("tbody", {}, termRows)),
       el("table", { class: "bounds" }, el("caption", { text: `${why.fusion} normalization` }), el("tbody", {}, bounds)))];
