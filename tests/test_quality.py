@@ -78,6 +78,7 @@ def test_misspelled_queries_never_come_back_empty(beir_index, encoder):
             "ndcg@10"]
 
     ndcg = {"clean": ndcg_of(retriever, queries, clean_vectors),
+            "clean, no typo tolerance": ndcg_of(exact, queries, clean_vectors),
             "misspelled": ndcg_of(retriever, typo, typo_vectors),
             "misspelled, no typo tolerance": ndcg_of(exact, typo, typo_vectors),
             "misspelled, keyword policy, no typo tolerance": ndcg_of(keyword, typo,
@@ -89,6 +90,7 @@ def test_misspelled_queries_never_come_back_empty(beir_index, encoder):
     assert ndcg["misspelled, no typo tolerance"] > \
         ndcg["misspelled, keyword policy, no typo tolerance"]
     assert ndcg["misspelled"] > ndcg["misspelled, no typo tolerance"]
+    assert ndcg["clean"] >= ndcg["clean, no typo tolerance"]  # clean queries lose nothing
     exact.close()
     retriever.close()
     keyword.close()
