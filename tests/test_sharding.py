@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -28,7 +29,8 @@ from retrieval import Retriever, RetrieverConfig
 from retrieval.cli import main as cli
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding import ShardedBuild
+from retrieval.sharding import ShardedBuild, whole
+from retrieval.sharding.fan_out import each_shard
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 # ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
@@ -69,6 +71,37 @@ def test_sharded_results_equal_unsharded_on_scifact(scifact_shards, count, filte
         fired += any(h.bm25_score == 0 for h in want.hits)  # a row only the dense leg found
     if filters is TIGHT:
         assert fired > 0  # the guardrail's sharded path was exercised
+
+
+def test_shards_searched_at_once_in_threads_equal_the_whole_build(scifact_shards, monkeypatch):
+    """A lone search's shards run in the fan-out's threads (the postings floor at 0, as 1M
+    passages' queries reach it); four callers at once keep to their own threads: the same
+    hits as one index either way."""
+    monkeypatch.setattr(whole, "THREADS_FROM_POSTINGS", 0)
+    unsharded, sharded, texts, vectors = scifact_shards
+    pairs = list(zip(texts, vectors, strict=True))
+    want = [unsharded.search(t, FILTER, 10, query_vector=v) for t, v in pairs]
+    alone = [sharded[4].search(t, FILTER, 10, query_vector=v) for t, v in pairs]
+    with ThreadPoolExecutor(4) as callers:
+        together = list(callers.map(
+            lambda p: sharded[4].search(p[0], FILTER, 10, query_vector=p[1]), pairs))
+    for got in (alone, together):
+        for a, b in zip(got, want, strict=True):
+            assert [h.doc_id for h in a.hits] == [h.doc_id for h in b.hits]
+            assert [h.score for h in a.hits] == pytest.approx([h.score for h in b.hits],
+                                                              abs=1e-6)
+
+
+def test_the_fan_out_keeps_shard_order_and_raises_a_shards_error():
+    calls = [lambda i=i: i * i for i in range(5)]
+    assert each_shard(calls, parallel=True) == each_shard(calls, parallel=False) == \
+        [0, 1, 4, 9, 16]
+
+    def broken() -> int:
+        raise ValueError("shard 2 failed")
+
+    with pytest.raises(ValueError, match="shard 2 failed"):
+        each_shard([calls[0], calls[1], broken], parallel=True)
 
 
 def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):

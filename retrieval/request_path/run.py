@@ -51,6 +51,7 @@ from retrieval.request_path.validate import (
     check_deadline,
     validate,
 )
+from retrieval.sharding.fan_out import search_alone
 from retrieval.tracing import Observer
 
 
@@ -171,6 +172,7 @@ class RequestPath:
                  ) -> SearchResult:
         """Embed ∥ filter → BM25 → re-rank → fuse → features → hydrate, then the cache write."""
         snapshot = live.snapshot
+        search_alone(self.in_flight.count <= 1)
         cached_vector = lookup.embedding if lookup is not None else None
         if cached_vector is not None:
             pending: PendingVector = ReadyVector(cached_vector)
@@ -206,6 +208,7 @@ class RequestPath:
     def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
                   status: str) -> SearchResult:
         timer = StageTimer()
+        search_alone(self.in_flight.count <= 1)
         result = run_pipeline(live.snapshot, request, pending, timer, self.config,
                               status, self.features,  # type: ignore[arg-type]
                               relevance=live.relevance)[0]

@@ -19,6 +19,7 @@ parts it calls.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ from indexes.sharding.layout import SHARDS_FILE, joined_passages
 from indexes.vectors import VectorStore
 from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
+from retrieval.sharding.fan_out import THREADS_FROM_POSTINGS, each_shard
 
 
 def open_build(path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:
@@ -153,10 +155,15 @@ class ShardedBM25(BM25Index):
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
-        views = self.slices(mask)
-        return merged_top([p.top_candidates(tokens, n, v, kernel) for p, v in
-                           zip(self.parts, views, strict=True)], self.owners.starts,
-                          max(int(n), 0))
+        calls = [functools.partial(p.top_candidates, tokens, n, v, kernel)
+                 for p, v in zip(self.parts, self.slices(mask), strict=True)]
+        return merged_top(each_shard(calls, self.postings(tokens) >= THREADS_FROM_POSTINGS),
+                          self.owners.starts, max(int(n), 0))
+
+    def postings(self, tokens: Sequence[str]) -> int:
+        """How many postings the query terms have over all shards (the fan-out's work)."""
+        ids, _ = self.parts[0].query_terms(tokens)
+        return sum(int((p.indptr[ids + 1] - p.indptr[ids]).sum()) for p in self.parts)
 
     def score_touched(self, tokens: Sequence[str], mask: np.ndarray | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:

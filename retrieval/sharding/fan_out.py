@@ -1,0 +1,68 @@
+"""Running one call per in-process shard at once: the runtime of a sharded build's fan-out.
+
+The BM25 and dense kernels release the GIL (numba ``nogil``, faiss), so S shards' calls run on
+S cores: the caller's thread takes the first shard and a small pool the others. A hand-off to
+a pool thread costs tens of microseconds, more than a small shard's whole BM25 top C, so a
+call fans out to threads only when its work is large (``THREADS_FROM_POSTINGS``: the query
+terms' postings over all shards); below that the shards run one after another in the caller's
+thread, as a whole build would.
+
+Only a search alone in its retriever fans out (``search_alone``); under concurrency each
+search keeps to its thread. Measured at 1M passages, S = 2 (``benchmarks.shards``, old and new
+alternated twice; benchmarks/README.md, "In-process shards in threads"): S = 2 minus unsharded
+went from +0.21 / +0.26-0.29 ms (p50 / p95, shards one after another) to -0.05 / -0.47-0.83;
+at 2 and 4 concurrent callers throughput and latency stayed as they were.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from indexes.cpu import usable_cores
+
+T = TypeVar("T")
+
+# Below this many postings (all query terms, all shards) the shards run in the caller's
+# thread: SciFact-sized shards' BM25 (~20,000 postings, ~0.05 ms) gains nothing from a pool
+# hand-off (~0.03 ms each way), 1M-passage shards (~290,000 postings, ~0.45 ms each) do.
+THREADS_FROM_POSTINGS = 50_000
+
+_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_local = threading.local()  # .alone: this thread's search is its retriever's only one
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    """One pool per process for every sharded build: a core each beyond the caller's."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=max(1, usable_cores() - 1),
+                                       thread_name_prefix="retrieval-shard")
+        return _pool
+
+
+def search_alone(alone: bool) -> None:
+    """Say whether the search about to run on this thread is its retriever's only one in
+    flight (``RequestPath`` calls it before each search): only a lone search fans out to
+    threads, as only a lone search's encode uses every core. Under concurrency the cores are
+    busy with other searches and threads only add hand-offs and switches: at 2 callers on 2
+    cores (1M passages, S = 2) threads for every search cut the throughput by 15%."""
+    _local.alone = alone
+
+
+def each_shard(calls: Sequence[Callable[[], T]], parallel: bool) -> list[T]:
+    """The results of ``calls`` (one per shard), in order; at once on the pool when
+    ``parallel``, there are several and the search is alone (``search_alone``), else one after
+    another in this thread. A call the pool has not started by the time this thread is free
+    is taken back and run here, so a search never waits behind another for a shard."""
+    if not parallel or len(calls) < 2 or not getattr(_local, "alone", True):
+        return [call() for call in calls]
+    futures = [_shared_pool().submit(call) for call in calls[1:]]
+    results = [calls[0]()]
+    for call, future in zip(calls[1:], futures, strict=True):
+        results.append(call() if future.cancel() else future.result())
+    return results
