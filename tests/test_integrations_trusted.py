@@ -21,15 +21,16 @@ from retrieval.integrations.llamaindex import to_nodes  # noqa: E402
 from retrieval.integrations.trusted import TrustedModel  # noqa: E402
 from retrieval.models import Hit, PassageContext, SearchResult  # noqa: E402
 
-HIDDEN = ["score", "bm25_score", "vector_score", "build_id", "parent_id", "passage", "start",
-          "end", "doc_id"]
+HIDDEN = ["score", "bm25_score", "vector_score", "relevance", "build_id", "parent_id", "passage",
+          "start", "end", "doc_id"]
 
 
 def result() -> SearchResult:
     """Hits of every shape: titled or not, a metadata field named like a score key, nested
     metadata values, a passage, a passage with its neighbours as context."""
     hits = [
-        Hit(doc_id="a", score=0.9, bm25_score=7.5, vector_score=0.81, title="Statins",
+        Hit(doc_id="a", score=0.9, bm25_score=7.5, vector_score=0.81, relevance=0.62,
+            title="Statins",
             text="lower risk", metadata={"year": 2004, "department": "cardiology"}),
         Hit(doc_id="b", score=0.5, bm25_score=0.0, vector_score=0.3, text="untitled body",
             metadata={"score": "the document's own", "tags": ["x", "y"], "nested": {"k": 1}}),
@@ -52,7 +53,8 @@ def expected_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
     located = ({"parent_id": hit.parent_id, "passage": hit.passage, "start": hit.start,
                 "end": hit.end} if hit.parent_id is not None else {})
     return {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
-            "vector_score": hit.vector_score, "build_id": build_id, **located}
+            "vector_score": hit.vector_score, "relevance": hit.relevance, "build_id": build_id,
+            **located}
 
 
 def hit_id(hit: Hit) -> str:
