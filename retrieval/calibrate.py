@@ -109,12 +109,14 @@ def threshold_for(calibration: Calibration, judged: JudgedHits, precision: float
     """The lowest ``min_score`` whose kept top hits reach ``precision`` on these queries (at
     least ``min_queries`` kept), from the top hits' own scores; 1.0 when none does."""
     rows = judged.top[judged.top >= 0]
-    scores = np.sort(calibration.score(*judged.features[rows].T))
-    for threshold in scores:
-        share, kept = precision_above(calibration, judged, float(threshold))
-        if kept >= min_queries and share >= precision:
-            return float(threshold)
-    return 1.0
+    scores = calibration.score(*judged.features[rows].T)
+    order = np.argsort(scores, kind="stable")
+    scores, relevant = scores[order], judged.labels[rows][order].astype(np.float64)
+    kept = np.arange(scores.size, 0, -1)  # a threshold at scores[i] keeps i and all above it
+    shares = np.cumsum(relevant[::-1])[::-1] / kept
+    first_of_ties = np.r_[True, scores[1:] != scores[:-1]]
+    fits = np.flatnonzero(first_of_ties & (kept >= min_queries) & (shares >= precision))
+    return float(scores[fits[0]]) if fits.size else 1.0
 
 
 def judged_splits(folder: Path) -> tuple[dict[str, str], dict[str, dict[str, int]],
