@@ -312,6 +312,26 @@ def test_paused_cluster_does_not_hang(redis_cluster: RedisClusterProcesses) -> N
     cache.close()
 
 
+def test_a_write_probe_to_a_paused_cluster_keeps_the_breaker_open(
+        redis_cluster: RedisClusterProcesses) -> None:
+    """A cluster pipeline returns a node's timeout as a result; the probe must still fail."""
+    cache = RedisCache(redis_cluster.url, cluster=True, breaker_failures=1,
+                       breaker_cooldown_seconds=0.2)
+    keys = list(req_keys(f"t{uuid.uuid4().hex}", "probe with a write"))
+    warm_up(cache, keys)
+    redis_cluster.pause()
+    try:
+        cache.get_many(keys)  # times out: the breaker opens
+        assert cache.stats()["breaker_state"] == "open"
+        time.sleep(0.3)  # past the cooldown: the next call is the probe
+        cache.set_many({keys[0]: b"probe"}, 30)
+        assert cache.flush_writes(5)
+        assert cache.stats()["breaker_state"] == "open"
+    finally:
+        redis_cluster.resume()
+    cache.close()
+
+
 @pytest.mark.parametrize("cluster", [False, True])
 def test_constructible_while_redis_is_down(cluster: bool) -> None:
     cache = RedisCache(f"redis://127.0.0.1:{free_port()}", cluster=cluster, breaker_failures=2)

@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.cluster import RedisCluster, key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from retrieval.cache.base import (
     COUNTER_NAMES,
@@ -178,7 +180,14 @@ class RedisCache(Cache):
         for batch in batches:
             for key, value in batch.items.items():
                 pipe.set(key, value, px=batch.ttl_ms)  # TTL set atomically with the value
-        return list(pipe.execute(raise_on_error=False))
+        results = list(pipe.execute(raise_on_error=False))
+        # A cluster pipeline hands back a node's timeout or lost connection as a result
+        # instead of raising it: that is an outage, and the breaker must count it (a write
+        # that "succeeded" against a stopped cluster closed the breaker mid-outage).
+        unreachable = next((r for r in results if _is_unreachable(r)), None)
+        if unreachable is not None:
+            raise unreachable
+        return results
 
     def flush_writes(self, timeout: float = 5.0) -> bool:
         return self._writer.flush(timeout)
@@ -209,3 +218,7 @@ def _slots(keys: list[str]) -> int:
 
 def _is_error(result: Any) -> bool:
     return isinstance(result, Exception)
+
+
+def _is_unreachable(result: Any) -> bool:
+    return isinstance(result, (RedisConnectionError, RedisTimeoutError))
