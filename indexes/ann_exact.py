@@ -19,11 +19,13 @@ def exact_top(vectors: VectorStore, query: np.ndarray, k: int,
               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact top ``k`` by inner product over ``rows`` (all rows when None); best first,
     ties by lower row. Returns (rows int64, scores float32)."""
+    if k <= 0 or vectors.n_docs == 0 or (rows is not None and rows.size == 0):
+        return np.empty(0, np.int64), np.empty(0, np.float32)
     if rows is None:
         rows = np.arange(vectors.n_docs, dtype=np.int64)
-    if rows.size == 0 or k <= 0:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
-    scores = vectors.scores(query, rows)
+        scores = vectors.scores_all(query)  # no gathered copy of every row
+    else:
+        scores = vectors.scores(query, rows)
     if scores.size > k:
         keep = np.argpartition(-scores, k - 1)[:k]
     else:

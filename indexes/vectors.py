@@ -124,6 +124,24 @@ class VectorStore:
             return block.astype(np.float32) @ folded + bias
         return block.astype(np.float32, copy=False) @ query
 
+    def scores_all(self, query: np.ndarray, block: int = 16_384) -> np.ndarray:
+        """``scores`` of every row, in row order, without gathering a copy of the matrix:
+        block by block, so an int8 store never widens more than ``block`` rows at once."""
+        query = self.check_query(query)
+        out = np.empty(self.n_docs, dtype=np.float32)
+        if self.dtype == "int8":
+            assert self.scale is not None and self.low is not None
+            folded = query * self.scale
+            bias = np.float32(query @ (128.0 * self.scale + self.low))
+            for start in range(0, self.n_docs, block):
+                chunk = self._rows[start:start + block]
+                out[start:start + chunk.shape[0]] = chunk.astype(np.float32) @ folded + bias
+            return out
+        for start in range(0, self.n_docs, block):
+            chunk = self._rows[start:start + block]
+            out[start:start + chunk.shape[0]] = chunk.astype(np.float32, copy=False) @ query
+        return out
+
     def dense_top_k(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner-product search over all rows with faiss (a baseline, not the request path).
 

@@ -207,3 +207,42 @@ def test_hnsw_recall_per_setting_and_exact_filters(scifact, tmp_path):
     for vector in vectors[:30]:
         rows, _ = dense.search(vector, 100, allowed)
         assert rows.size == 100 and allowed[rows].all()
+
+
+def test_vectors_that_do_not_cluster_get_the_exact_scan(tmp_path):
+    """IVF on random vectors reaches the recall only by probing every list (a full scan plus
+    the list overhead): the build stores the exact leg instead and says why."""
+    from indexes.vectors import VectorStore
+
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((4000, 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    meta = build_ann(matrix, tmp_path / ANN_DIR)
+    assert meta["kind"] == "exact" and "needs every list" in meta["fallback"]
+    assert meta["calibration"][-1]["recall_at_100"] < 0.99  # IVF was tried and fell short
+    assert not (tmp_path / ANN_DIR / "ivf.faiss").exists()
+    vectors = VectorStore.build(matrix)
+    dense = load_dense(tmp_path, vectors)
+    assert type(dense) is ExactDense
+    query = matrix[0] + 0.1 * matrix[1]
+    rows, scores = dense.search(query, 10)
+    truth = np.argsort(-(matrix @ (query / np.linalg.norm(query))), kind="stable")[:10]
+    assert rows.tolist() == truth.tolist()
+    clustered = np.repeat(matrix[:40], 100, axis=0) + 0.01 * rng.standard_normal((4000, 384))
+    clustered = (clustered / np.linalg.norm(clustered, axis=1, keepdims=True)).astype(np.float32)
+    assert build_ann(clustered, tmp_path / "clustered")["kind"] == "ivf"
+
+
+def test_the_full_exact_scan_equals_the_gathered_one():
+    from indexes.vectors import VectorStore
+
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((50_000, 16)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = matrix[5]
+    for dtype in ("float32", "int8"):
+        store = VectorStore.build(matrix, dtype)
+        everything = np.arange(store.n_docs)
+        assert np.allclose(store.scores_all(query), store.scores(query, everything), atol=1e-5)
+        rows, _ = exact_top(store, query, 20)
+        assert rows[0] == 5
