@@ -13,6 +13,8 @@ from indexes.vectors import VectorStore
 TARGET_RECALL = 0.98  # recall@100 against exact search every ANN setting must reach
 # Allowed sets this small are searched exactly over the allowed rows (cheaper than probing).
 EXACT_ALLOWED_BELOW = 4096
+# A mask allowing at least 1 row in this many is searched by scoring every row in place.
+SCORE_ALL_FROM_SHARE = 4
 
 
 def exact_top(vectors: VectorStore, query: np.ndarray, k: int,
@@ -41,6 +43,21 @@ def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean(hits))
 
 
+def exact_top_masked(vectors: VectorStore, query: np.ndarray, k: int, mask: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """``exact_top`` over the rows ``mask`` allows. A wide mask scores every row in place and
+    drops the others (gathering a copy of most of the matrix costs more than scoring it)."""
+    mask = np.asarray(mask, dtype=bool)
+    allowed = int(np.count_nonzero(mask))
+    if allowed * SCORE_ALL_FROM_SHARE < mask.size or allowed <= k:
+        return exact_top(vectors, query, k, np.flatnonzero(mask))
+    scores = vectors.scores_all(query)
+    scores[~mask] = -np.inf
+    keep = np.argpartition(-scores, k - 1)[:k]
+    keep = keep[np.lexsort((keep, -scores[keep]))]
+    return keep.astype(np.int64), scores[keep].astype(np.float32)
+
+
 class ExactDense:
     """Exact dense search over the stored vectors (builds without an ANN index, tiny corpora)."""
 
@@ -55,8 +72,9 @@ class ExactDense:
     def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` rows allowed by ``mask`` (None = all), best first: (rows, scores)."""
-        rows = None if mask is None else np.flatnonzero(mask)
-        return exact_top(self.vectors, query, k, rows)
+        if mask is None:
+            return exact_top(self.vectors, query, k)
+        return exact_top_masked(self.vectors, query, k, mask)
 
 
 class WideningDense(ExactDense):

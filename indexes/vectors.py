@@ -125,8 +125,8 @@ class VectorStore:
         return block.astype(np.float32, copy=False) @ query
 
     def scores_all(self, query: np.ndarray, block: int = 16_384) -> np.ndarray:
-        """``scores`` of every row, in row order, without gathering a copy of the matrix:
-        block by block, so an int8 store never widens more than ``block`` rows at once."""
+        """``scores`` of every row, in row order, without gathering a copy of the matrix (an
+        int8 store is widened ``block`` rows at a time)."""
         query = self.check_query(query)
         out = np.empty(self.n_docs, dtype=np.float32)
         if self.dtype == "int8":
@@ -137,9 +137,7 @@ class VectorStore:
                 chunk = self._rows[start:start + block]
                 out[start:start + chunk.shape[0]] = chunk.astype(np.float32) @ folded + bias
             return out
-        for start in range(0, self.n_docs, block):
-            chunk = self._rows[start:start + block]
-            out[start:start + chunk.shape[0]] = chunk.astype(np.float32, copy=False) @ query
+        np.matmul(self._rows, query, out=out)  # float32 rows: one product, nothing copied
         return out
 
     def dense_top_k(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from indexes.ann import (
     load_dense,
     recall_at,
 )
-from indexes.ann_exact import exact_top
+from indexes.ann_exact import exact_top, exact_top_masked
 from indexes.ann_hnsw import EF_LADDER, HnswDense, hnsw_params
 from indexes.manifest import MANIFEST, resolve_build_dir
 from retrieval import Retriever, RetrieverConfig
@@ -246,3 +246,9 @@ def test_the_full_exact_scan_equals_the_gathered_one():
         assert np.allclose(store.scores_all(query), store.scores(query, everything), atol=1e-5)
         rows, _ = exact_top(store, query, 20)
         assert rows[0] == 5
+        for share in (0.9, 0.5, 0.1, 0.0005):  # wide masks score in place, narrow ones gather
+            mask = rng.random(store.n_docs) < share
+            want_rows, want_scores = exact_top(store, query, 20, np.flatnonzero(mask))
+            got_rows, got_scores = exact_top_masked(store, query, 20, mask)
+            assert got_rows.tolist() == want_rows.tolist()
+            assert np.allclose(got_scores, want_scores, atol=1e-5)
