@@ -36,7 +36,11 @@ from benchmarks.common import (
     publish_report,
 )
 from benchmarks.quality import evaluate_run, retriever_run
-from benchmarks.synthetic import random_unit_vectors, synthetic_documents
+from benchmarks.synthetic import (
+    clustered_unit_vectors,
+    random_unit_vectors,
+    synthetic_documents,
+)
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus, read_qrels, read_queries
 from indexes.demo_metadata import with_demo_metadata
@@ -49,18 +53,22 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 FILTER = {"year": {"gte": 2000}}
 
 
-def grown_index(data: Path, work: Path, n_docs: int, encoder: Any) -> Path:
-    """SciFact plus generated distractors up to ``n_docs`` documents (see the module doc)."""
+def grown_index(data: Path, work: Path, n_docs: int, encoder: Any, clustered: bool = False
+                ) -> Path:
+    """SciFact plus generated distractors up to ``n_docs`` documents (see the module doc);
+    ``clustered``: distractor vectors drawn around centres, as real embeddings sit, so the
+    dense leg's IVF index calibrates as on real data (on random ones it needs every list)."""
     base = index_root(data, work, "float32", encoder)
     if n_docs <= 0:
         return base
-    root = work / f"{data.name}-grown-{n_docs}"
+    root = work / f"{data.name}-grown-{n_docs}{'-clustered' * clustered}"
     if (root / "CURRENT").is_file():
         return root
     real = list(with_demo_metadata(read_corpus(data)))
     extra = max(0, n_docs - len(real))
     snapshot = Retriever.load(base, {"cache": {"backend": "none"}}).snapshot
-    vectors = random_unit_vectors(extra, snapshot.vectors.dim)
+    make = clustered_unit_vectors if clustered else random_unit_vectors
+    vectors = make(extra, snapshot.vectors.dim)
     build_index([*real, *synthetic_documents(extra)], root,
                 vectors=np.vstack([snapshot.vectors.reconstruct_all(), vectors]),
                 encoder_info=snapshot.manifest.encoder)

@@ -20,6 +20,9 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Backends whose query vectors may search documents encoded by another backend of the same model:
 # fp32 ONNX reproduces torch (cosine 1.0000); per-channel INT8 queries stay within +-0.005 nDCG@10.
 COMPATIBLE_BACKENDS = frozenset({"torch", "onnx", "onnx-int8"})
+# Query-side only: a distilled encoder (``indexes.distilled_encoder``) is trained into its
+# teacher's vector space; it searches that model's documents but never encodes them.
+QUERY_ONLY_BACKENDS = frozenset({"distilled"})
 
 
 def parse_encoder_id(encoder_id: str) -> tuple[str, str, str, int] | None:
@@ -38,7 +41,8 @@ def compatible_query_encoder(query_id: str, index_id: str) -> bool:
     if query is None or index is None:
         return False
     same_model = query[0] == index[0] and query[3] == index[3]
-    return same_model and {query[1], index[1]} <= COMPATIBLE_BACKENDS
+    return (same_model and index[1] in COMPATIBLE_BACKENDS
+            and query[1] in COMPATIBLE_BACKENDS | QUERY_ONLY_BACKENDS)
 
 
 @runtime_checkable

@@ -15,6 +15,8 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── SnapshotConflictError     (indexes.snapshot) the root changed under every attempt
     │   └── FormatVersionError        the build was written by an unknown format version
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
+    ├── DistilledEncoderError         (indexes.distilled_encoder) a distilled query encoder's
+    │                                 files are missing, damaged or of another format
     ├── CorpusError                   a document source cannot be read or is malformed
     │   ├── InvalidWriteError         (also ValueError) an upsert or delete refused before
     │   │   │                         anything was written (ids, text, vectors, metadata)

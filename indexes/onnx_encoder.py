@@ -95,6 +95,11 @@ def max_seq_length(model_dir: Path) -> int:
     return int(min(configured or positions, positions))
 
 
+def lowercases(model_dir: Path) -> bool:
+    """sentence-transformers lowercases before tokenizing when the model asks for it."""
+    return bool(_read_json(model_dir / "sentence_bert_config.json").get("do_lower_case"))
+
+
 def check_mean_pooling(model_dir: Path) -> None:
     """Only mean pooling is implemented; refuse a model that pools otherwise."""
     pooling = _read_json(model_dir / "1_Pooling" / "config.json")
@@ -375,8 +380,7 @@ class OnnxEncoder:
         self._input_names = [i.name for i in self._alone.get_inputs()]
         self._tokenizer = load_tokenizer(path)
         self._pad_id = _pad_id(self._tokenizer)
-        # sentence-transformers lowercases before tokenizing when the model asks for it.
-        self._lowercase = bool(_read_json(path / "sentence_bert_config.json").get("do_lower_case"))
+        self._lowercase = lowercases(path)
         self.dim = self._output_dim()
         self.encoder_id = f"{self.model}:{self.backend}:{self.precision}:{self.dim}"
 
@@ -407,6 +411,19 @@ class OnnxEncoder:
             out[chunk] = self._run([encodings[i] for i in chunk], single_thread)
         return out
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self._tokenizer.get_vocab_size())
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids as ``encode`` sees them (lowercased when the model asks)."""
+        texts = [t.lower() for t in texts] if self._lowercase else list(texts)
+        return [e.ids for e in self._tokenizer.encode_batch(texts)]
+
+    def encode_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """Already tokenized texts (special tokens included) -> float32 (n, dim), one call."""
+        return self._run([_Tokens(list(row)) for row in ids])
+
     def _run(self, encodings: Sequence[Any], single_thread: bool = False) -> np.ndarray:
         """Tokenized texts -> float32 (b, dim) sentence embeddings."""
         batch = pad_batch(encodings, self._pad_id)
@@ -422,6 +439,15 @@ class OnnxEncoder:
             with self._running_lock:
                 self._running -= 1
         return mean_pool_normalize(tokens, batch["attention_mask"])
+
+
+class _Tokens:
+    """The three fields of a ``tokenizers.Encoding`` that ``pad_batch`` reads."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.ids = ids
+        self.attention_mask = [1] * len(ids)
+        self.type_ids = [0] * len(ids)
 
 
 def make_encoder(backend: str, model_dir: str | Path | None = None,

@@ -4,6 +4,7 @@ Exports the ``Retriever``, every configuration model a user writes (``RetrieverC
 sections it holds) and every error family; the error tree is drawn in ``indexes.errors``.
 """
 
+from indexes.distilled_encoder import DistilledEncoderError
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
 from indexes.snapshot import (
@@ -91,6 +92,7 @@ __all__ = [
     "CorpusError",
     "CorruptArtifactError",
     "EncoderMismatchError",
+    "DistilledEncoderError",
     "Explanation",
     "FeatureConfigError",
     "FeatureError",

@@ -84,11 +84,16 @@ class RetrieverConfig(StrictConfig):
         "searches are in flight")
     verify_checksums: bool = True
     mmap: bool = True
-    encoder_backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+    encoder_backend: Literal["torch", "onnx", "onnx-int8", "distilled"] = Field(
         "onnx-int8",
         description="query encoder backend; documents are encoded by the torch reference. "
-        "onnx-int8 is ~5x faster than torch per query with SciFact nDCG@10 within 0.005",
+        "onnx-int8 is ~5x faster than torch per query with SciFact nDCG@10 within 0.005; "
+        "distilled is a static token table trained into MiniLM's space (`retrieval distill`), "
+        "tens of times faster again, at a measured quality cost (docs/how-to/distilled.md)",
     )
+    distilled_encoder_path: str | None = Field(
+        None, description="distilled: a trained encoder's directory; None = the index root's "
+        "own (ROOT/distilled, written by `retrieval distill ROOT`), else the shipped generic one")
     encoder_model_path: str | None = Field(
         None, description="sentence-transformers model directory; None = the packaged default"
     )

@@ -114,6 +114,9 @@ class SearchResult(BaseModel):
     corrections: dict[str, str] = Field(
         default_factory=dict, description="query words no document holds, each with the index "
         "term it was searched as (typo tolerance)")
+    query_encoder: str | None = Field(
+        None, description="id of the encoder whose query vector ranked the hits (None: the "
+        "caller gave the vector, or the embedding missed the deadline)")
     degraded: list[str] = Field(
         default_factory=list, description="stages skipped to meet the deadline: 'embed' "
         "(ranked by BM25 alone, vector_score 0), 'features' (no feature adjustment)")

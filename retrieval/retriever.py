@@ -148,7 +148,7 @@ class Retriever:
         ``root`` following its write-ahead log and (by config) its published builds, opened
         by ``opener`` (default: in this process)."""
         if encoder is None:
-            encoder = default_encoder(snapshot, config)
+            encoder = default_encoder(snapshot, config, root)
         if feature_store is None and config.feature_store is not None:
             feature_store = make_store(config.feature_store)
         retriever = cls(snapshot, config, encoder, cache or make_cache(config.cache), root,

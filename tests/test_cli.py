@@ -200,4 +200,4 @@ def test_every_registered_module_adds_its_subcommand():
         names |= added
     assert names == {"build", "verify", "gc", "describe", "search", "features", "demo",
                      "publish", "rollback", "builds", "diff", "serve", "upsert", "delete",
-                     "compact", "snapshot", "restore", "calibrate"}
+                     "compact", "snapshot", "restore", "calibrate", "distill"}

@@ -101,7 +101,7 @@ def test_both_packages_ship_py_typed_and_the_console_its_assets():
     assert re.search(r'retrieval = \["py.typed", "console/assets/\*"\]', pyproject)
     assets = {p.name for p in (Path(retrieval.__file__).parent / "console" / "assets").iterdir()}
     assert assets == {"index.html", "console.js", "console.css"}
-    assert re.search(r'indexes = \["py.typed"\]', pyproject)
+    assert re.search(r'indexes = \["py.typed", "distilled/\*/\*"\]', pyproject)
 
 
 def test_example_configuration_is_valid():

@@ -30,11 +30,16 @@ def register(subparsers: Subparsers) -> None:
     search.add_argument("--min-score", type=float, default=None,
                         help="keep only hits whose relevance (calibrated probability that a "
                         "hit is relevant, 0 to 1) is at least this")
+    search.add_argument("--encoder", default="onnx-int8",
+                        choices=["onnx-int8", "onnx", "torch", "distilled"],
+                        help="query encoder backend (distilled: the index's own, trained by "
+                        "`retrieval distill`, else the shipped generic one)")
     search.set_defaults(func=run_search)
 
 
 def run_search(args: argparse.Namespace) -> int:
-    retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates))
+    retriever = Retriever.load(args.index, RetrieverConfig(candidates=args.candidates,
+                                                           encoder_backend=args.encoder))
     filters = parse_filter_arg(args.filter)
     result = retriever.search(args.query, filters=filters, k=args.k, group_by=args.group_by,
                               context=args.context, explain=args.explain,
@@ -74,5 +79,7 @@ def _print_hits(result: SearchResult) -> None:
     if not result.hits:
         print("no hits")
     timings = "  ".join(f"{k}={v:.3f}" for k, v in result.timings.items())
-    print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}")
+    encoder = f"; query encoder {result.query_encoder}" if result.query_encoder else ""
+    print(f"build {result.build_id}; allowed {result.allowed}; candidates {result.candidates}"
+          f"{encoder}")
     print(f"timings ms: {timings}")

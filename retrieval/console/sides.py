@@ -117,7 +117,7 @@ class Sides:
         encoder = serving.encoder
         if encoder is None or not compatible_query_encoder(
                 encoder.encoder_id, snapshot.manifest.encoder.encoder_id):
-            encoder = default_encoder(snapshot, config)
+            encoder = default_encoder(snapshot, config, self.root)
         with self._lock:
             self._builds[build_id] = (snapshot, encoder)
             while len(self._builds) > MAX_OPEN_BUILDS:

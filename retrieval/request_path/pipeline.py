@@ -88,11 +88,12 @@ def run_pipeline(
     snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector, timer: StageTimer,
     config: RetrieverConfig, embed_status: CacheStatus | None = None,
     features: FeatureStage | None = None, deadline: Deadline = NO_DEADLINE,
-    relevance: Calibration | None = None,
+    relevance: Calibration | None = None, encoder_id: str | None = None,
 ) -> tuple[SearchResult, np.ndarray | None]:
     """Search one validated request; returns the result and the query vector it used (None
     when the embedding missed the deadline and the result is ranked by BM25 alone).
-    ``relevance``: the calibration that gives every hit its ``relevance`` (None: no score)."""
+    ``relevance``: the calibration that gives every hit its ``relevance`` (None: no score);
+    ``encoder_id``: the encoder that embeds (or embedded, for a cached vector) the query."""
     if pending.encoded_before:
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
@@ -160,6 +161,7 @@ def run_pipeline(
         feature_snapshot_id=outcome.snapshot_id if outcome else None,
         features_available=outcome.available if outcome else None, degraded=degraded,
         warnings=list(request.warnings), corrections=terms.corrections,
+        query_encoder=encoder_id if query_vector is not None and not provided else None,
     )
     return result, query_vector
 

@@ -180,7 +180,8 @@ class RequestPath:
             pending = self._embedding(request.query, query_vector, snapshot, deadline)
         result, vector = run_pipeline(snapshot, request, pending, timer, self.config,
                                       "hit" if cached_vector is not None else None,
-                                      self.features, deadline, live.relevance)
+                                      self.features, deadline, live.relevance,
+                                      self._encoder_id)
         if lookup is not None and self.cache is not None:
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if not result.degraded:  # a degraded result must not be served to searches with time
@@ -211,7 +212,7 @@ class RequestPath:
         search_alone(self.in_flight.count <= 1)
         result = run_pipeline(live.snapshot, request, pending, timer, self.config,
                               status, self.features,  # type: ignore[arg-type]
-                              relevance=live.relevance)[0]
+                              relevance=live.relevance, encoder_id=self._encoder_id)[0]
         return self._done(result, timer)
 
     def _cached_batch(self, live: Live, requests: list[SearchRequest]) -> list[SearchResult]:
@@ -245,14 +246,16 @@ class RequestPath:
     def _keys(self, live: Live, request: SearchRequest) -> tuple[str, str | None]:
         assert self.cache is not None
         relevance = live.relevance.calibration_id if live.relevance is not None else "-"
+        # The query encoder ranks too: a result computed with one encoder's query vector is
+        # never served to a search that would embed the query with another.
         return self.cache.keys(
             build_id=live.snapshot.build_id,
             snapshot_id=self.features.snapshot_key() if self.features is not None else "",
             config_key=f"{self._config_key}:{request.candidates}{grouping_key(request)}"
-                       f"{':explain' if request.explain else ''}:{relevance}",
+                       f"{':explain' if request.explain else ''}:{relevance}:{self._encoder_id}",
             query=request.query,
             filter_key=request.filter_key, k=request.k,
-            encoder_id=self.encoder.encoder_id if self.encoder is not None else None,
+            encoder_id=self._encoder_id,
         )
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -282,6 +285,10 @@ class RequestPath:
         if overlap:
             return FutureVector(self._pool.submit(timed_encode, self.encode, text))
         return ReadyVector(*timed_encode(self.encode, text))
+
+    @property
+    def _encoder_id(self) -> str | None:
+        return self.encoder.encoder_id if self.encoder is not None else None
 
     def _done(self, result: SearchResult, timer: StageTimer) -> SearchResult:
         if result.degraded:  # "partial:<shard>" counts as "partial"

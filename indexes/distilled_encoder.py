@@ -1,0 +1,157 @@
+"""A static query encoder distilled from all-MiniLM-L6-v2, landing in MiniLM's own vector space.
+
+A query's vector is the normalized sum of one learned row per WordPiece token, [CLS] and [SEP]
+included (their rows play the part of a bias): no attention, no matrix product per layer, so a
+query costs its tokenization and a gather. The rows start as the teacher's embedding of each
+token alone and are trained (``indexes.distill``) to reproduce the teacher's embeddings of
+query-like texts, so documents keep their MiniLM vectors and only the query side changes.
+
+On disk an encoder is a directory: ``table.npy`` (int8 rows), ``scales.npy`` (one float32 scale
+per row) and ``encoder.json`` (what it was distilled from, the checksum of the two arrays, how
+it was trained, its measured quality). Per-row int8 keeps every row's cosine to its float32
+original at 0.9999 or better at a quarter of the size. ``encoder_id`` carries the checksum, so
+two tables never share an embedding-cache entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from indexes.encoders import DEFAULT_MODEL, default_model_path
+from indexes.errors import RetrievalError
+
+FORMAT = 1
+TABLE, SCALES, META = "table.npy", "scales.npy", "encoder.json"
+BACKEND = "distilled"
+# The generic encoder, trained on the three collections the repository ships (examples/data).
+SHIPPED = Path(__file__).parent / "distilled" / DEFAULT_MODEL
+
+
+class DistilledEncoderError(RetrievalError):
+    """A distilled encoder directory is missing, damaged, or of another format."""
+
+
+class DistilledInfo(BaseModel):
+    """``encoder.json``: provenance, checksum, training settings and measured quality."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = FORMAT
+    model: str = Field(description="the teacher whose vector space the rows live in")
+    teacher_id: str = Field(description="encoder id of the teacher that made the targets")
+    dim: int
+    vocab_size: int
+    checksum: str = Field(description="sha256 of table.npy then scales.npy")
+    trained_on: str = Field(description="what the query-like training texts were cut from")
+    training: dict[str, Any] = Field(default_factory=dict, description="seed and settings")
+    quality: dict[str, Any] = Field(default_factory=dict, description="measured at training")
+
+
+def quantize_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float (V, d) -> symmetric per-row int8 and float32 scales (a zero row keeps scale 1)."""
+    peak = np.abs(table).max(axis=1)
+    scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+    rows = np.rint(table / scales[:, None]).clip(-127, 127).astype(np.int8)
+    return rows, scales
+
+
+def table_checksum(rows: np.ndarray, scales: np.ndarray) -> str:
+    digest = hashlib.sha256(np.ascontiguousarray(rows).tobytes())
+    digest.update(np.ascontiguousarray(scales).tobytes())
+    return digest.hexdigest()
+
+
+class DistilledEncoder:
+    """Static token-sum query encoder (see the module doc); thread-safe, one core per call."""
+
+    backend = BACKEND
+    threads = 1  # a gather and a sum: nothing to spread over cores
+
+    def __init__(self, rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
+                 model_dir: Path | None = None) -> None:
+        from indexes.onnx_encoder import load_tokenizer, lowercases
+
+        if rows.dtype != np.int8 or rows.shape != (info.vocab_size, info.dim):
+            raise DistilledEncoderError(
+                f"table is {rows.dtype}{rows.shape}, encoder.json says int8"
+                f"({info.vocab_size}, {info.dim}); the directory is damaged: train it again")
+        if scales.shape != (info.vocab_size,):
+            raise DistilledEncoderError(f"scales have shape {scales.shape}, expected "
+                                        f"({info.vocab_size},): train the encoder again")
+        self.rows, self.scales, self.info = rows, scales.astype(np.float32), info
+        path = model_dir or default_model_path()
+        self._tokenizer = load_tokenizer(path)
+        self._lowercase = lowercases(path)
+        self.model, self.dim = info.model, info.dim
+        self.encoder_id = f"{info.model}:{BACKEND}:{info.checksum[:12]}:{info.dim}"
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        texts = [t.lower() for t in texts] if self._lowercase else list(texts)
+        if len(texts) == 1:
+            return [self._tokenizer.encode(texts[0]).ids]
+        return [e.ids for e in self._tokenizer.encode_batch(texts)]
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False,
+               single_thread: bool = False) -> np.ndarray:
+        """``texts`` -> float32 (n, dim) unit rows; ``batch_size``/``single_thread`` are
+        accepted for the encoder protocol and change nothing here."""
+        ids = self.token_ids(texts)
+        return self.vectors(ids)
+
+    def vectors(self, ids: list[list[int]]) -> np.ndarray:
+        if not ids:
+            return np.empty((0, self.dim), dtype=np.float32)
+        flat = np.fromiter((i for row in ids for i in row), dtype=np.int64)
+        starts = np.cumsum([0] + [len(row) for row in ids[:-1]])
+        gathered = self.rows[flat].astype(np.float32) * self.scales[flat, None]
+        sums = np.add.reduceat(gathered, starts, axis=0)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        return (sums / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    # -- files ---------------------------------------------------------------------------
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the three files (arrays first, the JSON that vouches for them last)."""
+        return save_table(self.rows, self.scales, self.info, directory)
+
+    @classmethod
+    def load(cls, directory: str | Path, *, verify: bool = True) -> DistilledEncoder:
+        """Read a saved encoder; the checksum is verified unless ``verify=False``."""
+        folder = Path(directory)
+        meta = folder / META
+        if not meta.is_file():
+            raise DistilledEncoderError(
+                f"{folder} holds no distilled encoder ({META} missing); train one with "
+                "`retrieval distill ROOT` or pass the directory of a trained one")
+        try:
+            info = DistilledInfo.model_validate_json(meta.read_text())
+        except ValueError as exc:
+            raise DistilledEncoderError(f"{meta} is not a distilled encoder's {META}: {exc}"
+                                        ) from exc
+        if info.format != FORMAT:
+            raise DistilledEncoderError(f"{folder} has format {info.format}, this version reads "
+                                        f"{FORMAT}: train the encoder again")
+        rows, scales = np.load(folder / TABLE), np.load(folder / SCALES)
+        if verify and table_checksum(rows, scales) != info.checksum:
+            raise DistilledEncoderError(f"{folder}: the table does not match the checksum in "
+                                        f"{META}; the files are damaged: train it again")
+        return cls(rows, scales, info)
+
+
+def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
+               directory: str | Path) -> Path:
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / TABLE, rows)
+    np.save(folder / SCALES, scales)
+    tmp = folder / f"{META}.tmp"
+    tmp.write_text(json.dumps(info.model_dump(), indent=1) + "\n")
+    tmp.replace(folder / META)
+    return folder
