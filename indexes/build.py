@@ -16,6 +16,7 @@ from indexes.analyzer import Analyzer, AnalyzerConfig
 from indexes.ann import AnnKind
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.build_write import DenseLeg, write_components, write_sharded
+from indexes.cpu import peak_rss_bytes
 from indexes.docstore import Document
 from indexes.encoders import Encoder, default_model_path
 from indexes.errors import CorpusError, RetrievalError
@@ -40,6 +41,7 @@ from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
+from indexes.storage import tree_size
 from indexes.typos import TypoIndex
 from indexes.vectors import VectorDtype, VectorStore, content_hashes
 from indexes.wal.seal import retire
@@ -90,6 +92,12 @@ class BuildReport:
     passages: PassageInfo | None = None  # passage builds: rows are passages
     live_writes: LiveWritesInfo | None = None  # the rebuild contract (``indexes.rebuild``)
     segments_retired: int = 0  # log segments this build folded, deleted once it was live
+    size_bytes: int = 0  # the build directory on disk
+    peak_rss_bytes: int = 0  # the building process's peak resident memory, as of the build's end
+
+    def describe_resources(self) -> str:
+        return (f"index {self.size_bytes / 2**20:,.1f} MiB on disk; peak RSS of the building "
+                f"process {self.peak_rss_bytes / 2**20:,.0f} MiB")
 
     def describe_vectors(self) -> str:
         if self.vectors_given:
@@ -250,7 +258,8 @@ def build_index(
                        vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
                        vectors_given=given, published=publish, window=window,
                        passages=passage_info, live_writes=contract,
-                       segments_retired=retired)
+                       segments_retired=retired, size_bytes=tree_size(final),
+                       peak_rss_bytes=peak_rss_bytes())
 
 
 def _rows_for(

@@ -28,3 +28,12 @@ def usable_cores() -> int:
     except AttributeError:  # no affinity API on this platform (macOS, Windows)
         cores = os.cpu_count() or 1
     return max(1, cores // _processes_sharing)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)

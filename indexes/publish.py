@@ -26,7 +26,7 @@ from indexes.history import (
 )
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
 from indexes.passages import per_document
-from indexes.storage import load_array
+from indexes.storage import load_array, tree_size
 from indexes.wal.seal import retire
 
 
@@ -109,7 +109,7 @@ def list_builds(root: Path) -> list[BuildInfo]:
         manifest = read_manifest(directory)
         rows.append(BuildInfo(
             build_id=manifest.build_id, created_at=manifest.created_at, n_docs=manifest.n_docs,
-            encoder_id=manifest.encoder.encoder_id, size_bytes=_tree_size(directory),
+            encoder_id=manifest.encoder.encoder_id, size_bytes=tree_size(directory),
             status=_status(manifest.build_id, live, target, was_live)))
     return rows
 
@@ -120,10 +120,6 @@ def _status(build_id: str, live: str | None, target: str | None, was_live: set[s
     if build_id == target:
         return "rollback target"
     return "previously live" if build_id in was_live else "staged"
-
-
-def _tree_size(directory: Path) -> int:
-    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
 
 
 def history(root: Path) -> list[FlipRecord]:

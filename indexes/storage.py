@@ -81,3 +81,8 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def tree_size(directory: Path) -> int:
+    """Bytes of every file under ``directory`` (a build's size on disk)."""
+    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())

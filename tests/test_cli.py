@@ -27,7 +27,8 @@ def test_build_verify_search_round_trip(dataset, tmp_path, capsys):
                                           "metadata": d.metadata}) + "\n" for d in docs))
     out = tmp_path / "index"
     assert main(["build", "--corpus", str(corpus), "--out", str(out), "--batch-size", "16"]) == 0
-    assert "published build" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "published build" in printed and "MiB on disk; peak RSS" in printed
     assert main(["verify", str(out)]) == 0
     assert "files verified" in capsys.readouterr().out
     assert main(["search", str(out), "cell biology", "--filter", "year >= 2000", "--k", "3",

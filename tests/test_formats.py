@@ -115,3 +115,6 @@ def test_build_report_says_precomputed_vectors_were_given_not_encoded(tmp_path):
     assert report.describe_vectors() == "5 vectors given precomputed"
     assert "encoded" not in report.describe_vectors()
     assert np.isfinite(list(report.seconds.values())).all()
+    on_disk = sum(p.stat().st_size for p in report.path.rglob("*") if p.is_file())
+    assert report.size_bytes == on_disk > 0
+    assert report.peak_rss_bytes > 10 * 2**20  # this process, numpy and faiss loaded

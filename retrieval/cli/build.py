@@ -99,6 +99,7 @@ def run_build(args: argparse.Namespace) -> int:
                          live_writes=args.live_writes)
     if report.live_writes is not None:
         print(report.live_writes.describe())
+    print(report.describe_resources())
     if not report.published:
         return after_build(args, report, encoder)
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
