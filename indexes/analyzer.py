@@ -48,6 +48,10 @@ class Analyzer:
         self._stop = frozenset(self.config.stop_words)
         self._stemmer = Stemmer.Stemmer(self.config.stemmer) if self.config.stemmer else None
 
+    @property
+    def stop_words(self) -> frozenset[str]:
+        return self._stop
+
     @cached_property
     def fingerprint(self) -> str:
         """Stable hash of the configuration (and the stemmer library version)."""

@@ -18,7 +18,6 @@ path; rank-bm25's float64 formula agrees to rtol 1e-6 (tests/test_bm25.py).
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -26,6 +25,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.analysis_kernels import bm25_impacts, count_terms, to_columns
 from indexes.bm25_filtered import filtered_top_rows
 from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
 from indexes.bm25_mask_walk import CHUNK, mask_walk_top_rows
@@ -47,30 +47,6 @@ class BM25Params(BaseModel):
     k1: float = Field(1.5, gt=0)
     b: float = Field(0.75, ge=0, le=1)
     epsilon: float = Field(0.25, ge=0, description="okapi only: floor for negative idf")
-
-
-def _postings_coo(
-    docs: Iterable[Sequence[str]],
-) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Count term frequencies; returns vocab, (term ids, rows, tfs) and doc lengths."""
-    vocab: dict[str, int] = {}
-    term_ids: list[int] = []
-    rows: list[int] = []
-    tfs: list[int] = []
-    lengths: list[int] = []
-    for row, tokens in enumerate(docs):
-        lengths.append(len(tokens))
-        for term, tf in Counter(tokens).items():
-            term_ids.append(vocab.setdefault(term, len(vocab)))
-            rows.append(row)
-            tfs.append(tf)
-    return (
-        vocab,
-        np.asarray(term_ids, dtype=np.int64),
-        np.asarray(rows, dtype=np.int32),
-        np.asarray(tfs, dtype=np.float64),
-        np.asarray(lengths, dtype=np.float64),
-    )
 
 
 def idf_weights(doc_freq: np.ndarray, n_docs: int, params: BM25Params) -> np.ndarray:
@@ -143,21 +119,33 @@ class BM25Index:
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
-        """Build from tokenized documents (row i is document i)."""
+        """Build from tokenized documents (row i is document i); terms are numbered in
+        first-occurrence order. Builds from text go through ``indexes.analysis``."""
+        ids: dict[str, int] = {}
+        flat: list[int] = []
+        ends: list[int] = []
+        for tokens in docs:
+            flat.extend(ids.setdefault(t, len(ids)) for t in tokens)
+            ends.append(len(flat))
+        terms, rows, tfs, lengths = count_terms(
+            np.asarray(flat, dtype=np.int32), np.asarray(ends, dtype=np.int64),
+            np.arange(len(ids), dtype=np.int32), len(ids))
+        return cls.from_postings(list(ids), terms, rows, tfs, lengths, params)
+
+    @classmethod
+    def from_postings(cls, vocab: list[str], terms: np.ndarray, rows: np.ndarray,
+                      tfs: np.ndarray, lengths: np.ndarray, params: BM25Params | None = None
+                      ) -> BM25Index:
+        """From term-frequency postings row by row (term, row, tf int32 each, rows
+        ascending) and the rows' lengths: impacts computed once over the whole collection."""
         params = params or BM25Params()
-        vocab, term_ids, rows, tfs, lengths = _postings_coo(docs)
-        n_docs, n_terms = len(lengths), len(vocab)
-        order = np.argsort(term_ids, kind="stable")  # CSC: group by term, rows stay ascending
-        term_ids, rows, tfs = term_ids[order], rows[order], tfs[order]
-        counts = np.bincount(term_ids, minlength=n_terms)
-        indptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        doc_freq = counts.astype(np.float64)
+        n_docs = len(lengths)
+        indptr, rows, tfs = to_columns(terms, rows, tfs, len(vocab))
         avgdl = float(lengths.mean()) if n_docs else 0.0
-        idf = idf_weights(doc_freq, n_docs, params)
-        impacts = impacts_for(tfs, lengths[rows], idf[term_ids], avgdl, params)
-        terms = sorted(vocab, key=vocab.__getitem__)
-        return cls(terms, indptr, rows, impacts.astype(np.float32), n_docs, params)
+        idf = idf_weights(np.diff(indptr).astype(np.float64), n_docs, params)
+        impacts = bm25_impacts(indptr, rows, tfs, lengths, idf, max(avgdl, 1e-9), params.k1,
+                               params.b, params.variant == "okapi")
+        return cls(vocab, indptr, rows, impacts, n_docs, params)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes import rebuild
-from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.analysis import analyze
+from indexes.analyzer import AnalyzerConfig
 from indexes.ann import AnnKind
 from indexes.bm25 import BM25Index, BM25Params
 from indexes.build_write import DenseLeg, write_components, write_sharded
@@ -58,6 +59,10 @@ class BuildConfig(BaseModel):
     typo_tolerance: bool = Field(True, description="write the corpus words' deletion "
                                  "dictionary (indexes.typos) the keyword leg corrects with")
     bm25: BM25Params = Field(default_factory=BM25Params)
+    analysis_workers: int | None = Field(
+        None, ge=1, description="threads the analysis and postings stages run in, over "
+        "contiguous parts of the corpus (default: one per core); any number gives the same "
+        "index, byte for byte")
     vector_dtype: VectorDtype = "float32"
     batch_size: int = Field(64, ge=1)
     reuse_vectors: bool = True
@@ -212,22 +217,13 @@ def build_index(
     timer = _Stopwatch()
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
-    analyzer = Analyzer(config.analyzer)
     texts = [d.content for d in docs]
-    from tqdm.auto import tqdm  # here, not at the top: serving imports this package, not tqdm
-
-    words: set[str] = set()  # the corpus's words before stemming: the typo dictionary's
-
-    def analyzed(text: str) -> list[str]:
-        found = analyzer.words(text)
-        words.update(found)
-        return analyzer.stem(found)
-
-    tokens = [analyzed(t) for t in tqdm(texts, desc="analyze", disable=not progress)]
-    bm25 = BM25Index.build(tokens, config.bm25)
+    postings = analyze(texts, config.analyzer, config.analysis_workers)
+    bm25 = BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
+                                   postings.post_tfs, postings.lengths, config.bm25)
     timer.lap("bm25")
     if config.typo_tolerance:
-        bm25.typos = TypoIndex.build(words, analyzer.stem, bm25.doc_freq)
+        bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freq)
     metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
     timer.lap("typos+metadata")
     hashes = content_hashes(texts)
@@ -238,7 +234,7 @@ def build_index(
 
     def write(staging: Path) -> None:
         if ranges is not None:
-            avgdl = float(np.mean([len(t) for t in tokens])) if tokens else 0.0
+            avgdl = float(postings.lengths.mean()) if len(docs) else 0.0
             write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
                           config, row_ranges(ranges, passage_map),
                           avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
@@ -260,6 +256,11 @@ def build_index(
                        passages=passage_info, live_writes=contract,
                        segments_retired=retired, size_bytes=tree_size(final),
                        peak_rss_bytes=peak_rss_bytes())
+
+
+def _stems_of(terms: dict[str, str]) -> Callable[[list[str]], list[str]]:
+    """The stemmer of words whose terms the analysis already found."""
+    return lambda words: [terms[w] for w in words]
 
 
 def _rows_for(

@@ -7,7 +7,9 @@ stemming: a typo often breaks the suffix the stemmer would strip ("transcritpion
 of misspelt words are far from the right stem while the words are one swap apart.
 
 The dictionary maps a 64-bit hash of every string made by deleting up to ``max_edits``
-letters of a corpus word to that word; a query word's own deletions find every corpus word
+letters of a corpus word to that word (FNV-1a over its code points, computed by
+``indexes.typos_kernels``; builds made before it hashed with blake2b, ``key``, and are read
+with it); a query word's own deletions find every corpus word
 within that many edits (insertions, deletions, substitutions, adjacent swaps), each then
 checked by its optimal-string-alignment distance. Only alphabetic words of at least
 ``MIN_LETTERS`` whose stem two or more rows hold are corrected to (checked again against the
@@ -27,11 +29,13 @@ import numpy as np
 from rapidfuzz.distance import OSA
 
 from indexes.storage import load_array, read_json, save_array, write_json
+from indexes.typos_kernels import word_keys
 
 MIN_LETTERS = 5
 TWO_EDITS_FROM = 9
 MIN_ROWS = 2  # a stem fewer rows hold is not a correction target
 MEMO_WORDS = 65_536
+KEY_SCHEME = "fnv1a64-code-points"  # words.json "keys"; absent in builds hashed with ``key``
 
 
 def max_edits(word: str) -> int:
@@ -50,7 +54,8 @@ def deletions(word: str, edits: int) -> set[str]:
 
 
 def key(text: str) -> int:
-    """A stable 64-bit hash (Python's own is salted per process)."""
+    """The 64-bit hash of builds made before ``KEY_SCHEME`` (Python's own is salted per
+    process)."""
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
 
 
@@ -65,7 +70,8 @@ class TypoIndex:
     """Corpus words, the stem each is searched as, and the deletion dictionary over them."""
 
     def __init__(self, words: list[str], stems: list[str], rows: list[int], keys: np.ndarray,
-                 word_ids: np.ndarray) -> None:
+                 word_ids: np.ndarray, key_scheme: str | None = KEY_SCHEME) -> None:
+        self.key_scheme = key_scheme  # None: a build hashed with ``key``
         self.words = words
         self.stems = stems
         self.rows = rows  # rows holding each word's stem: ties go to the commoner stem
@@ -82,18 +88,16 @@ class TypoIndex:
         stems = stem(candidates)
         kept = [(w, s, rows_of_stem(s)) for w, s in zip(candidates, stems, strict=True)]
         kept = [entry for entry in kept if entry[2] >= MIN_ROWS]
-        pairs = [(key(variant), i) for i, (word, _, _) in enumerate(kept)
-                 for variant in deletions(word, max_edits(word))]
-        keys = np.fromiter((k for k, _ in pairs), dtype=np.uint64, count=len(pairs))
-        ids = np.fromiter((i for _, i in pairs), dtype=np.int32, count=len(pairs))
+        words = [w for w, _, _ in kept]
+        keys, ids = word_keys(words, [max_edits(w) for w in words])
         order = np.argsort(keys, kind="stable")
-        return cls([w for w, _, _ in kept], [s for _, s, _ in kept], [n for _, _, n in kept],
-                   keys[order], ids[order])
+        return cls(words, [s for _, s, _ in kept], [n for _, _, n in kept], keys[order],
+                   ids[order])
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         write_json(directory / "words.json", {"words": self.words, "stems": self.stems,
-                                              "rows": self.rows})
+                                              "rows": self.rows, "keys": self.key_scheme})
         save_array(directory / "keys.npy", self.keys)
         save_array(directory / "word_ids.npy", self.word_ids)
 
@@ -105,7 +109,7 @@ class TypoIndex:
         vocab = read_json(directory / "words.json")
         return cls(vocab["words"], vocab["stems"], vocab["rows"],
                    load_array(directory / "keys.npy", mmap),
-                   load_array(directory / "word_ids.npy", mmap))
+                   load_array(directory / "word_ids.npy", mmap), vocab.get("keys"))
 
     def rows_of(self, stem: str) -> int:
         """Rows holding ``stem`` when the build was made (0 for a stem not entered)."""
@@ -139,7 +143,10 @@ class TypoIndex:
         edits = max_edits(word)
         if edits == 0 or not self.keys.size:
             return ()
-        probes = np.array([key(v) for v in deletions(word, edits)], dtype=np.uint64)
+        if self.key_scheme == KEY_SCHEME:
+            probes = word_keys([word], [edits])[0]
+        else:
+            probes = np.array([key(v) for v in deletions(word, edits)], dtype=np.uint64)
         starts = np.searchsorted(self.keys, probes, side="left")
         ends = np.searchsorted(self.keys, probes, side="right")
         ids = {int(i) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from live_index import build_small, unit_vectors
 from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401 (fixtures)
 
@@ -19,6 +21,7 @@ from indexes.corpus import read_corpus
 from indexes.docstore import Document
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.typos import TypoIndex, deletions, max_edits, osa_distance
+from indexes.typos_kernels import word_keys
 from indexes.writer import IndexWriter
 from retrieval import Retriever, RetrieverConfig
 from retrieval.request_path.pipeline import keyword_terms
@@ -158,3 +161,41 @@ def test_the_cli_says_what_it_corrected(index, capsys):
 
     assert main(["search", str(index), "supersoinc flow", "--k", "3"]) == 0
     assert "no document holds 'supersoinc'; searched as 'superson'" in capsys.readouterr().err
+
+
+def _fnv_code_points(text: str) -> int:
+    h = 14695981039346656037
+    for c in text:
+        h = ((h ^ ord(c)) * 1099511628211) % 2**64
+    return h
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(st.characters(categories=["L"]), min_size=1, max_size=14),
+                min_size=1, max_size=5), st.integers(0, 2))
+def test_the_compiled_keys_are_the_hashes_of_the_words_deletions(words, edits):
+    """deletion_keys enumerates exactly ``deletions``: each distinct string once per word."""
+    keys, ids = word_keys(words, [edits] * len(words))
+    for i, word in enumerate(words):
+        assert sorted(keys[ids == i].tolist()) == sorted(
+            {_fnv_code_points(v) for v in deletions(word, edits)})
+
+
+def test_a_build_hashed_the_older_way_still_finds_its_corrections(tmp_path):
+    """A dictionary saved before the compiled keys (blake2b, no "keys" in words.json) is
+    looked up with its own hash, not silently missed."""
+    from indexes.typos import key
+
+    words, stems = ["supersonic", "transition"], ["superson", "transit"]
+    pairs = sorted((key(v), i) for i, w in enumerate(words) for v in deletions(w, max_edits(w)))
+    legacy = TypoIndex(words, stems, [3, 3], np.array([k for k, _ in pairs], dtype=np.uint64),
+                       np.array([i for _, i in pairs], dtype=np.int32), key_scheme=None)
+    legacy.save(tmp_path)
+    manifest = json.loads((tmp_path / "words.json").read_text())
+    manifest.pop("keys")
+    (tmp_path / "words.json").write_text(json.dumps(manifest))
+    loaded = TypoIndex.load(tmp_path)
+    assert loaded is not None and loaded.key_scheme is None
+    assert loaded.closest("supersoinc", lambda _: 3) == "superson"
+    assert TypoIndex.build(words, lambda ws: stems, lambda _: 3).closest(
+        "trnasition", lambda _: 3) == "transit"

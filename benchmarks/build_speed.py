@@ -1,0 +1,142 @@
+"""Build throughput with vectors given, side by side with tantivy's writer, on the realistic
+synthetic corpus (``benchmarks.synthetic_corpus``: Zipfian vocabulary, 60-140 words a passage,
+metadata) with clustered vectors (so the dense leg trains and calibrates IVF as on real
+embeddings).
+
+    python -m benchmarks.build_speed --docs 111269 1000000
+
+Each build runs in a fresh process (so its peak RSS is its own), after the corpus is made:
+``build_index`` with 1 and 2 analysis workers (its stage times, index size, bytes per BM25
+posting, peak RSS), and tantivy 0.27 (``en_stem``, an id and the text, one and two writer
+threads, committed and merged). tantivy builds only a keyword index; the project's build also
+writes the metadata index, the typo dictionary, the document store and the dense leg (IVF
+trained, filled and calibrated), shown apart as "dense leg".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.common import RESULTS_DIR, markdown_table, publish_report
+from benchmarks.synthetic import clustered_unit_vectors
+from benchmarks.synthetic_corpus import CorpusSpec, generate
+
+CONFIGS = ("project:1", "project:2", "tantivy:1", "tantivy:2")
+
+
+def corpus_texts(n_docs: int) -> tuple[list[str], list[dict[str, object]]]:
+    corpus = generate(CorpusSpec(n_docs=n_docs))
+    vocab = np.array(corpus.vocab)
+    texts = [" ".join(vocab[corpus.words[corpus.offsets[i]:corpus.offsets[i + 1]]])
+             for i in range(n_docs)]
+    return texts, [corpus.record(i) for i in range(n_docs)]
+
+
+def build_project(n_docs: int, workers: int, work: Path) -> dict[str, Any]:
+    from indexes.build import BuildConfig, build_index
+    from indexes.docstore import Document
+    from indexes.manifest import EncoderInfo
+
+    texts, records = corpus_texts(n_docs)
+    docs = [Document(id=f"p{i}", text=t, metadata=r)
+            for i, (t, r) in enumerate(zip(texts, records, strict=True))]
+    vectors = clustered_unit_vectors(n_docs, 384)
+    info = EncoderInfo(encoder_id="given", model="given", dim=384, vector_dtype="float32")
+    began = time.perf_counter()
+    report = build_index(docs, work, vectors=vectors, encoder_info=info, progress=False,
+                         config=BuildConfig(analysis_workers=workers))
+    seconds = time.perf_counter() - began
+    bm25 = report.path / "bm25"
+    postings = (bm25 / "rows.npy").stat().st_size + (bm25 / "impacts.npy").stat().st_size
+    nnz = int(np.load(bm25 / "rows.npy", mmap_mode="r").shape[0])
+    ann = json.loads((report.path / "ann" / "ann.json").read_text())
+    return {"seconds": seconds, "stages": report.seconds, "size_bytes": report.size_bytes,
+            "peak_rss_bytes": report.peak_rss_bytes, "postings": nnz,
+            "bytes_per_posting": postings / nnz, "ann": ann.get("kind"),
+            "nprobe": ann.get("nprobe")}
+
+
+def build_tantivy(n_docs: int, threads: int, work: Path) -> dict[str, Any]:
+    import resource
+
+    import tantivy
+
+    texts, _ = corpus_texts(n_docs)
+    schema = tantivy.SchemaBuilder()
+    schema.add_text_field("id", stored=True, tokenizer_name="raw")
+    schema.add_text_field("body", tokenizer_name="en_stem")
+    began = time.perf_counter()
+    index = tantivy.Index(schema.build(), path=str(work))
+    writer = index.writer(heap_size=512_000_000, num_threads=threads)
+    for i, text in enumerate(texts):
+        writer.add_document(tantivy.Document(id=f"p{i}", body=text))
+    writer.commit()
+    writer.wait_merging_threads()
+    seconds = time.perf_counter() - began
+    size = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+    return {"seconds": seconds, "size_bytes": size,
+            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_one(config: str, n_docs: int) -> dict[str, Any]:
+    """One build in this process; the JSON line the parent reads."""
+    engine, workers = config.split(":")
+    with tempfile.TemporaryDirectory() as tmp:
+        build = build_project if engine == "project" else build_tantivy
+        return build(n_docs, int(workers), Path(tmp) / "index")
+
+
+def in_fresh_process(config: str, n_docs: int) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.build_speed", "--one", config,
+                          "--docs", str(n_docs)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rows_of(n_docs: int, results: dict[str, dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for config, r in results.items():
+        stages = r.get("stages", {})
+        keyword = sum(v for k, v in stages.items() if k not in ("vectors", "write+publish"))
+        rows.append([f"{n_docs:,}", config, f"{r['seconds']:.1f}",
+                     f"{n_docs / r['seconds']:,.0f}",
+                     f"{keyword:.1f}" if stages else "",
+                     f"{stages.get('write+publish', 0):.1f}" if stages else "",
+                     f"{r['size_bytes'] / 2**20:,.0f}", f"{r['peak_rss_bytes'] / 2**20:,.0f}",
+                     f"{r['bytes_per_posting']:.2f}" if "bytes_per_posting" in r else ""])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--docs", type=int, nargs="+", default=[111_269])
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.docs[0])))
+        return
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    rows = []
+    for n_docs in args.docs:
+        results[str(n_docs)] = {c: in_fresh_process(c, n_docs) for c in args.configs}
+        rows += rows_of(n_docs, results[str(n_docs)])
+    table = markdown_table(["passages", "build (engine:workers)", "seconds", "docs/s",
+                            "analysis+BM25+typos+metadata s", "write+publish s (dense leg, "
+                            "docstore, checksums)", "index MiB", "peak RSS MiB",
+                            "bytes/posting"], rows)
+    publish_report("build-speed", args, results,
+                   "## Build throughput, vectors given, against tantivy\n\n" + table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The compiled, parallel analysis stage (indexes.analysis): the postings it gives are those of
+the Python analyzer's tokens, built the straightforward way (a Counter per row, a stable sort
+by term, BM25's formula over numpy arrays), byte for byte, on every shipped collection and on
+random text; any number of parts gives the same arrays."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexes.analysis import analyze, word_characters
+from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for
+from indexes.corpus import read_corpus
+
+SHIPPED = Path(__file__).resolve().parents[1] / "examples" / "data"
+
+
+def reference(docs: list[list[str]], params: BM25Params) -> tuple[list[str], np.ndarray,
+                                                                  np.ndarray, np.ndarray]:
+    """(vocab, indptr, rows, impacts) as the build made them before the compiled stage."""
+    vocab: dict[str, int] = {}
+    terms, rows, tfs, lengths = [], [], [], []
+    for row, tokens in enumerate(docs):
+        lengths.append(len(tokens))
+        for term, tf in Counter(tokens).items():
+            terms.append(vocab.setdefault(term, len(vocab)))
+            rows.append(row)
+            tfs.append(tf)
+    term_ids = np.asarray(terms, dtype=np.int64)
+    order = np.argsort(term_ids, kind="stable")
+    term_ids = term_ids[order]
+    row_ids = np.asarray(rows, dtype=np.int32)[order]
+    tf = np.asarray(tfs, dtype=np.float64)[order]
+    counts = np.bincount(term_ids, minlength=len(vocab))
+    indptr = np.zeros(len(vocab) + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    length = np.asarray(lengths, dtype=np.float64)
+    idf = idf_weights(counts.astype(np.float64), len(docs), params)
+    impacts = impacts_for(tf, length[row_ids], idf[term_ids],
+                          float(length.mean()) if docs else 0.0, params)
+    return list(vocab), indptr, row_ids, impacts.astype(np.float32)
+
+
+def compiled(texts: list[str], config: AnalyzerConfig, params: BM25Params, workers: int
+             ) -> BM25Index:
+    postings = analyze(texts, config, workers)
+    return BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
+                                   postings.post_tfs, postings.lengths, params)
+
+
+def assert_same(index: BM25Index, expected: tuple) -> None:
+    vocab, indptr, rows, impacts = expected
+    assert index.vocab_list == vocab
+    assert index.indptr.tobytes() == indptr.tobytes()
+    assert index.rows.tobytes() == rows.tobytes()
+    assert index.impacts.tobytes() == impacts.tobytes()
+
+
+@pytest.mark.parametrize("name", ["cranfield", "cisi", "scifact"])
+@pytest.mark.parametrize("variant", ["okapi", "lucene"])
+def test_a_shipped_collection_gets_the_python_analyzers_postings(name, variant):
+    texts = [d.content for d in read_corpus(SHIPPED / name)]
+    params, analyzer = BM25Params(variant=variant), Analyzer()
+    expected = reference([analyzer(t) for t in texts], params)
+    for workers in (1, 2, 3):
+        assert_same(compiled(texts, AnalyzerConfig(), params, workers), expected)
+
+
+WORDS = st.sampled_from(["the", "The", "of", "Running", "runs", "naïve", "NAÏVE", "ﬁle", "x",
+                         "İstanbul", "straße", "Ⅻ", "e\u0301t\u00e9", "co-op", "a_b", "42",
+                         "٣٤", "日本語", "\ud800", "\x00", "q", "ab"])
+TEXTS = st.lists(st.lists(st.one_of(WORDS, st.text(max_size=8)), max_size=12)
+                 .map(lambda ws: " ".join(ws)), min_size=1, max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(TEXTS, st.integers(1, 4))
+def test_random_text_gets_the_python_analyzers_postings(texts, workers):
+    """Any text: ASCII or not, NFKC-changed (ligatures, numerals), case-changing (İ, ß),
+    digits, underscores, lone surrogates, NULs, stop words."""
+    params = BM25Params()
+    expected = reference([Analyzer()(t) for t in texts], params)
+    assert_same(compiled(texts, AnalyzerConfig(), params, workers), expected)
+
+
+def test_another_token_pattern_and_no_stemmer_are_analyzed_in_python_the_same_way():
+    config = AnalyzerConfig(token_pattern=r"[a-z]+", stemmer=None, stop_words=("of",))
+    texts = [d.content for d in read_corpus(SHIPPED / "cranfield")][:300]
+    expected = reference([Analyzer(config)(t) for t in texts], BM25Params())
+    for workers in (1, 2):
+        assert_same(compiled(texts, config, BM25Params(), workers), expected)
+
+
+def test_tables_grow_past_their_first_size_within_one_document():
+    """One text with 100,000 distinct words (the word table starts at 32,768 words and 1 MB)
+    and many small ones after it."""
+    rng = np.random.default_rng(3)
+    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, 9)) for _ in range(100_000)]
+    texts = [" ".join(words)] + [" ".join(words[i:i + 7]) for i in range(0, 20_000, 5)]
+    expected = reference([Analyzer()(t) for t in texts], BM25Params())
+    assert_same(compiled(texts, AnalyzerConfig(), BM25Params(), 2), expected)
+
+
+def test_the_word_character_table_is_res():
+    pattern = re.compile(r"\w")
+    table = word_characters()
+    assert all(table[c] == bool(pattern.match(chr(c))) for c in range(0x110000))
+
+
+def test_the_words_before_stemming_map_to_their_terms():
+    postings = analyze(["Running runners ran", "the runs"], AnalyzerConfig())
+    assert postings.words == {"running": "run", "runners": "runner", "ran": "ran",
+                              "runs": "run"}
