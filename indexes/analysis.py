@@ -42,14 +42,13 @@ def word_characters() -> np.ndarray:
 @dataclass
 class PartPostings:
     """One part's postings: ``terms`` in first-occurrence order (local ids), postings
-    (term, row within the part, tf) row by row, row lengths, and the part's words before
-    stemming with their terms (stop words out: the typo dictionary's)."""
+    (term, row within the part, tf) row by row in pieces (a batch's each), row lengths, and
+    the part's words before stemming with their terms (stop words out: the typo
+    dictionary's)."""
 
     terms: list[str]
     words: dict[str, str]
-    post_terms: np.ndarray
-    post_rows: np.ndarray
-    post_tfs: np.ndarray
+    pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
     lengths: np.ndarray
 
 
@@ -88,10 +87,8 @@ class _WordTable:
     """The growable arrays ``split_words`` keeps its words in."""
 
     def __init__(self) -> None:
-        self.slots = np.full(1 << 16, -1, dtype=np.int32)
-        self.hashes = np.empty(1 << 15, dtype=np.uint64)
-        self.starts = np.empty(1 << 15, dtype=np.int64)
-        self.lengths = np.empty(1 << 15, dtype=np.int32)
+        self.slots = np.zeros(1 << 16, dtype=np.int64)
+        self.records = np.empty((1 << 15, 3), dtype=np.int64)  # hash, arena start, length
         self.arena = np.empty(1 << 20, dtype=np.uint8)
         self.state = np.zeros(4, dtype=np.int64)  # words, arena used, tokens, documents done
 
@@ -99,23 +96,20 @@ class _WordTable:
         if code == GROW_ARENA:
             self.arena = _grown(self.arena, need_bytes)
             return
-        n = int(self.state[0])
-        self.hashes = _grown(self.hashes, need_words)
-        self.starts = _grown(self.starts, need_words)
-        self.lengths = _grown(self.lengths, need_words)
+        self.records = _grown(self.records, need_words)
         size = self.slots.shape[0]
         while size < 2 * need_words:
             size *= 2
-        self.slots = rehash(self.hashes, n, size)
+        self.slots = rehash(self.records, int(self.state[0]), size)
 
     def words(self, first: int, stop: int) -> list[str]:
         """Words ``first..stop-1`` (added in order, so their bytes are contiguous)."""
         if first == stop:
             return []
-        base = int(self.starts[first])
-        blob = self.arena[base:int(self.starts[stop - 1] + self.lengths[stop - 1])].tobytes()
-        bounds = (self.starts[first:stop] - base).tolist()
-        ends = (self.starts[first:stop] - base + self.lengths[first:stop]).tolist()
+        starts, lengths = self.records[first:stop, 1], self.records[first:stop, 2]
+        base = int(starts[0])
+        blob = self.arena[base:int(starts[-1] + lengths[-1])].tobytes()
+        bounds, ends = (starts - base).tolist(), (starts - base + lengths).tolist()
         if blob.isascii():  # one decode, then str slices
             text = blob.decode("ascii")
             return [text[a:b] for a, b in zip(bounds, ends, strict=True)]
@@ -127,7 +121,7 @@ def _grown(array: np.ndarray, at_least: int) -> np.ndarray:
     size = array.shape[0]
     while size < at_least:
         size *= 2
-    out = np.empty(size, dtype=array.dtype)
+    out = np.empty((size, *array.shape[1:]), dtype=array.dtype)
     out[:array.shape[0]] = array
     return out
 
@@ -156,9 +150,8 @@ def _split_compiled(texts: Sequence[str], analyzer: Analyzer, table: _WordTable
     table.state[2:] = 0
     is_word = word_characters()
     while True:
-        code = split_words(buf, ends, int(table.state[3]), is_word, table.slots, table.hashes,
-                           table.starts, table.lengths, table.arena, table.state, out,
-                           token_ends)
+        code = split_words(buf, ends, int(table.state[3]), is_word, table.slots, table.records,
+                           table.arena, table.state, out, token_ends)
         if code == 0:
             return out[:table.state[2]], token_ends
         d = int(table.state[3])
@@ -190,7 +183,7 @@ def analyze_part(texts: Sequence[str], config: AnalyzerConfig) -> PartPostings:
     vocabulary = _Vocabulary(analyzer)
     compiled = config.token_pattern == TOKEN_PATTERN
     table, word_ids = _WordTable(), dict[str, int]()
-    pieces = []
+    pieces, row_lengths = [], []
     for start in range(0, len(texts), BATCH):
         batch = texts[start:start + BATCH]
         if compiled:
@@ -201,17 +194,11 @@ def analyze_part(texts: Sequence[str], config: AnalyzerConfig) -> PartPostings:
             words, token_ends = _split_python(batch, analyzer, word_ids, new)
         vocabulary.add(new)
         terms, rows, tfs, lengths = count_terms(words, token_ends, vocabulary.word_term_array(),
-                                                len(vocabulary.term_ids))
-        pieces.append((terms, rows + np.int32(start), tfs, lengths))
-    return PartPostings(list(vocabulary.term_ids), vocabulary.words,
-                        *_concatenated(pieces, 4, (np.int32, np.int32, np.int32, np.int32)))
-
-
-def _concatenated(pieces: Sequence[tuple[np.ndarray, ...]], n: int, dtypes: tuple[type, ...]
-                  ) -> list[np.ndarray]:
-    if not pieces:
-        return [np.empty(0, dtype=d) for d in dtypes]
-    return [np.concatenate([p[i] for p in pieces]) for i in range(n)]
+                                                len(vocabulary.term_ids), start)
+        pieces.append((terms, rows, tfs))
+        row_lengths.append(lengths)
+    return PartPostings(list(vocabulary.term_ids), vocabulary.words, pieces,
+                        np.concatenate(row_lengths) if row_lengths else np.empty(0, np.int32))
 
 
 @dataclass
@@ -227,20 +214,27 @@ class CollectionPostings:
 
 
 def merge_parts(parts: Sequence[PartPostings]) -> CollectionPostings:
-    """Renumber each part's terms into the collection's and stack the parts' rows in order."""
+    """Renumber each part's terms into the collection's and stack the parts' rows in order,
+    into arrays allocated once."""
     ids: dict[str, int] = {}
-    pieces = []
-    offset = 0
     words: dict[str, str] = {}
+    total = sum(t.shape[0] for part in parts for t, _, _ in part.pieces)
+    terms, rows, tfs = (np.empty(total, dtype=np.int32) for _ in range(3))
+    at, offset = 0, 0
     for part in parts:
         local = np.fromiter((ids.setdefault(t, len(ids)) for t in part.terms), dtype=np.int32,
                             count=len(part.terms))
-        pieces.append((local[part.post_terms], part.post_rows + np.int32(offset),
-                       part.post_tfs, part.lengths))
+        for piece_terms, piece_rows, piece_tfs in part.pieces:
+            end = at + piece_terms.shape[0]
+            np.take(local, piece_terms, out=terms[at:end])
+            np.add(piece_rows, np.int32(offset), out=rows[at:end])
+            tfs[at:end] = piece_tfs
+            at = end
         offset += part.lengths.shape[0]
         words.update(part.words)
-    arrays = _concatenated(pieces, 4, (np.int32, np.int32, np.int32, np.int32))
-    return CollectionPostings(list(ids), words, *arrays)
+    lengths = (np.concatenate([part.lengths for part in parts]) if parts
+               else np.empty(0, dtype=np.int32))
+    return CollectionPostings(list(ids), words, terms, rows, tfs, lengths)
 
 
 def default_workers() -> int:

@@ -35,58 +35,68 @@ def _code_point(buf, i):  # pragma: no cover - compiled
             | (buf[i + 3] & 0x3F)), 4
 
 
-@njit(nogil=True, cache=True)
-def _word_id(buf, start, end, h, slots, word_hash, word_start, word_len, arena, state
-             ):  # pragma: no cover - compiled
-    """The id of the word ``buf[start:end]`` (hash ``h``), added to the table if new."""
-    mask = slots.shape[0] - 1
-    slot = np.int64(h & np.uint64(mask))
+HIGH = np.uint64(0xFFFFFFFF00000000)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _word_id(buf, start, end, h, slots, words, arena, state):  # pragma: no cover - compiled
+    """The id of the word ``buf[start:end]`` (hash ``h``), added to the table if new.
+
+    A slot holds the high half of its word's hash and the word's id + 1 (0: empty), so a
+    probe past another word costs one memory access; ``words`` (hash, arena start, byte
+    length) per word keeps a word's record in one cache line for the byte comparison.
+    """
+    mask = np.uint64(slots.shape[0] - 1)
+    slot = h & mask
+    tag = h & HIGH
     n = end - start
     while True:
-        w = slots[slot]
-        if w < 0:
+        entry = np.uint64(slots[slot])
+        if entry == 0:
             break
-        if word_hash[w] == h and word_len[w] == n:
-            s = word_start[w]
-            same = True
-            for j in range(n):
-                if arena[s + j] != buf[start + j]:
-                    same = False
-                    break
-            if same:
-                return w
-        slot = (slot + 1) & mask
+        if entry & HIGH == tag:
+            w = np.int64(entry & ~HIGH) - 1
+            if words[w, 0] == np.int64(h) and words[w, 2] == n:
+                s = words[w, 1]
+                same = True
+                for j in range(n):
+                    if arena[s + j] != buf[start + j]:
+                        same = False
+                        break
+                if same:
+                    return w
+        slot = (slot + np.uint64(1)) & mask
     w = state[0]
     used = state[1]
     for j in range(n):
         arena[used + j] = buf[start + j]
-    word_hash[w], word_start[w], word_len[w] = h, used, n
-    slots[slot] = w
+    words[w, 0], words[w, 1], words[w, 2] = np.int64(h), used, n
+    slots[slot] = np.int64(tag | np.uint64(w + 1))
     state[0], state[1] = w + 1, used + n
     return w
 
 
 @njit(nogil=True, cache=True)
-def rehash(word_hash, n_words, size):  # pragma: no cover - compiled
-    """A fresh open-addressing slot array of ``size`` (a power of two) for the first
-    ``n_words`` words."""
-    slots = np.full(size, -1, dtype=np.int32)
+def rehash(words, n_words, size):  # pragma: no cover - compiled
+    """A fresh slot array of ``size`` (a power of two) for the first ``n_words`` words."""
+    slots = np.zeros(size, dtype=np.int64)
     mask = np.uint64(size - 1)
     for w in range(n_words):
-        slot = word_hash[w] & mask
-        while slots[slot] >= 0:
+        h = np.uint64(words[w, 0])
+        slot = h & mask
+        while slots[slot] != 0:
             slot = (slot + np.uint64(1)) & mask
-        slots[slot] = w
+        slots[slot] = np.int64((h & HIGH) | np.uint64(w + 1))
     return slots
 
 
 @njit(nogil=True, cache=True)
-def split_words(buf, doc_ends, first_doc, is_word, slots, word_hash, word_start, word_len,
-                arena, state, out_words, doc_token_ends):  # pragma: no cover - compiled
+def split_words(buf, doc_ends, first_doc, is_word, slots, words, arena, state, out_words,
+                doc_token_ends):  # pragma: no cover - compiled
     """Tokenize documents ``first_doc..`` of ``buf`` (uint8, UTF-8; document d ends at byte
     ``doc_ends[d]``) into ``out_words`` (int32 word ids, document d's ending at
-    ``doc_token_ends[d]``), adding new words to the table (``slots`` int32 power-of-two
-    open addressing, -1 empty; per word its hash, arena start and byte length; ``state``
+    ``doc_token_ends[d]``), adding new words to the table (``slots`` int64, power-of-two
+    open addressing; ``words`` int64 (capacity, 3); their bytes in ``arena``; ``state``
     int64 [words, arena bytes used, tokens written, documents done]).
 
     A document is started only when the table has room for every word it could add (a word
@@ -100,7 +110,7 @@ def split_words(buf, doc_ends, first_doc, is_word, slots, word_hash, word_start,
         begin = 0 if d == 0 else doc_ends[d - 1]
         end = doc_ends[d]
         worst = (end - begin) // 3 + 1
-        if 2 * (state[0] + worst) > slots.shape[0] or state[0] + worst > word_hash.shape[0]:
+        if 2 * (state[0] + worst) > slots.shape[0] or state[0] + worst > words.shape[0]:
             state[3] = d
             return GROW_WORDS
         if state[1] + (end - begin) > arena.shape[0]:
@@ -123,8 +133,7 @@ def split_words(buf, doc_ends, first_doc, is_word, slots, word_hash, word_start,
                 i += size
                 chars += 1
             if chars >= 2:
-                out_words[t] = _word_id(buf, start, i, h, slots, word_hash, word_start,
-                                        word_len, arena, state)
+                out_words[t] = _word_id(buf, start, i, h, slots, words, arena, state)
                 t += 1
         state[2] = t
         doc_token_ends[d] = t
@@ -134,11 +143,13 @@ def split_words(buf, doc_ends, first_doc, is_word, slots, word_hash, word_start,
 
 
 @njit(nogil=True, cache=True)
-def count_terms(words, doc_token_ends, word_term, n_terms):  # pragma: no cover - compiled
-    """Postings (term int32, row int32, tf int32) of a part, rows ascending and each row's
-    terms in first-occurrence order, and each row's length (its tokens with a term).
+def count_terms(words, doc_token_ends, word_term, n_terms, first_row
+                ):  # pragma: no cover - compiled
+    """Postings (term int32, row int32, tf int32) of rows ``first_row..``, rows ascending and
+    each row's terms in first-occurrence order, and each row's length (its tokens with a
+    term).
 
-    words int32: the part's word ids; doc_token_ends int64 (rows,); word_term int32 (words,):
+    words int32: the rows' word ids; doc_token_ends int64 (rows,); word_term int32 (words,):
     a word's term id, -1 for a stop word.
     """
     n_rows = doc_token_ends.shape[0]
@@ -161,7 +172,7 @@ def count_terms(words, doc_token_ends, word_term, n_terms):  # pragma: no cover 
             if seen_in[t] != r:
                 seen_in[t] = r
                 slot_of[t] = m
-                terms[m], rows[m], tfs[m] = t, r, 1
+                terms[m], rows[m], tfs[m] = t, first_row + r, 1
                 m += 1
             else:
                 tfs[slot_of[t]] += 1

@@ -129,7 +129,7 @@ class BM25Index:
             ends.append(len(flat))
         terms, rows, tfs, lengths = count_terms(
             np.asarray(flat, dtype=np.int32), np.asarray(ends, dtype=np.int64),
-            np.arange(len(ids), dtype=np.int32), len(ids))
+            np.arange(len(ids), dtype=np.int32), len(ids), 0)
         return cls.from_postings(list(ids), terms, rows, tfs, lengths, params)
 
     @classmethod
