@@ -74,6 +74,7 @@ def build_tantivy(n_docs: int, threads: int, work: Path) -> dict[str, Any]:
     schema = tantivy.SchemaBuilder()
     schema.add_text_field("id", stored=True, tokenizer_name="raw")
     schema.add_text_field("body", tokenizer_name="en_stem")
+    work.mkdir(parents=True)
     began = time.perf_counter()
     index = tantivy.Index(schema.build(), path=str(work))
     writer = index.writer(heap_size=512_000_000, num_threads=threads)
@@ -98,7 +99,9 @@ def run_one(config: str, n_docs: int) -> dict[str, Any]:
 def in_fresh_process(config: str, n_docs: int) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "benchmarks.build_speed", "--one", config,
                           "--docs", str(n_docs)], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"{n_docs} {config}: {result['seconds']:.1f} s", file=sys.stderr)
+    return result
 
 
 def rows_of(n_docs: int, results: dict[str, dict[str, Any]]) -> list[list[str]]:
