@@ -12,7 +12,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes import rebuild
-from indexes.analysis import analyze
+from indexes.analysis import CollectionPostings, analyze
 from indexes.analyzer import AnalyzerConfig
 from indexes.ann import AnnKind
 from indexes.bm25 import BM25Index, BM25Params
@@ -175,6 +175,7 @@ def build_index(
     shards: int | None = None,
     dense: DenseLeg = "ivf",
     live_writes: LiveWrites = "superseded",
+    analysis: Callable[[list[str]], CollectionPostings] | None = None,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
 
@@ -198,6 +199,9 @@ def build_index(
 
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
+
+    ``analysis``: what turns the rows' texts into postings (default: ``indexes.analysis``'s
+    threads; ``indexes.ray_build`` passes its Ray tasks). It must give what ``analyze`` gives.
     """
     config = config or BuildConfig()
     root = Path(root)
@@ -218,7 +222,8 @@ def build_index(
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
     texts = [d.content for d in docs]
-    postings = analyze(texts, config.analyzer, config.analysis_workers)
+    postings = (analysis(texts) if analysis is not None
+                else analyze(texts, config.analyzer, config.analysis_workers))
     bm25 = BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
                                    postings.post_tfs, postings.lengths, config.bm25)
     timer.lap("bm25")

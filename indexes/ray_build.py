@@ -9,9 +9,11 @@ Sources: a BEIR folder (its corpus.jsonl), JSONL files, Parquet files, or a dire
 is the i-th document of the sources, as in a local build. Vectors are reused from the live
 build by content hash first; only the remaining documents travel to the encoder actors.
 
-What runs where: reading and parsing, and encoding (the ~99% of a build's time) run on the
-cluster; analysis, the global BM25 reduce (N, df per term, avgdl, the okapi idf floor over the
-whole vocabulary) and writing run on the driver, which also holds every document once.
+What runs where: reading and parsing, encoding and the analysis (``indexes.analysis``: one Ray
+task per contiguous part, ``BuildConfig.analysis_workers`` of them, default ``workers``) run
+on the cluster; merging the parts' postings, the global BM25 reduce (N, df per term, avgdl,
+the okapi idf floor over the whole vocabulary) and writing run on the driver, which also holds
+every document once. The BM25 arrays are those of a local build, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexes.analysis import CollectionPostings, analyze_part, merge_parts, part_ranges
+from indexes.analyzer import AnalyzerConfig
 from indexes.build import (
     BuildConfig,
     BuildReport,
@@ -147,12 +151,26 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     encoded = encode_on_ray(texts, todo, backend, model, workers, config.batch_size, info.dim,
                             cpus_per_worker)
     vectors = np.where(np.isin(np.arange(len(texts)), todo)[:, None], encoded, reused)
+    parts = config.analysis_workers or workers
     report = build_index(documents, root, vectors=vectors, encoder_info=info, config=config,
-                         progress=False, publish=publish, shards=shards, **shard_options)
+                         progress=False, publish=publish, shards=shards,
+                         analysis=lambda rows: analyze_on_ray(rows, config.analyzer, parts),
+                         **shard_options)
     report.vectors_given = 0
     report.vectors_encoded = len(todo)
     report.vectors_reused = len(texts) - len(todo)
     return report
+
+
+def analyze_on_ray(texts: Sequence[str], config: AnalyzerConfig, parts: int
+                   ) -> CollectionPostings:
+    """``indexes.analysis.analyze`` with its parts as Ray tasks (one CPU each)."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(analyze_part)
+    refs = [task.remote(texts[start:stop], config)
+            for start, stop in part_ranges(len(texts), parts)]
+    return merge_parts(ray.get(refs))
 
 
 def cut_with(config: BuildConfig, model: str | None) -> BuildConfig:

@@ -50,7 +50,9 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
     for name, part in (("a.jsonl", lines[:25]), ("b.jsonl", lines[25:])):
         (many / name).write_text("\n".join(part) + "\n")
     local = build_index(read_corpus(whole), tmp_path / "local", encoder=encoder, progress=False)
-    on_ray = build_on_ray(many, tmp_path / "ray", workers=1)
+    # One encoder actor; the analysis in three Ray tasks, merged into the local arrays.
+    on_ray = build_on_ray(many, tmp_path / "ray", workers=1,
+                          config=BuildConfig(analysis_workers=3))
     assert (on_ray.vectors_encoded, on_ray.vectors_reused) == (40, 0)
     for name in ("indptr.npy", "rows.npy", "impacts.npy", "vocab.json", "params.json"):
         assert (local.path / "bm25" / name).read_bytes() == (on_ray.path / "bm25" / name
