@@ -6,11 +6,11 @@ embeddings).
     python -m benchmarks.build_speed --docs 111269 1000000
 
 Each build runs in a fresh process (so its peak RSS is its own), after the corpus is made:
-``build_index`` with 1 and 2 analysis workers (its stage times, index size, bytes per BM25
-posting, peak RSS), and tantivy 0.27 (``en_stem``, an id and the text, one and two writer
-threads, committed and merged). tantivy builds only a keyword index; the project's build also
-writes the metadata index, the typo dictionary, the document store and the dense leg (IVF
-trained, filled and calibrated), shown apart as "dense leg".
+``build_index`` with 1 and 2 analysis workers and with compact postings (its stage times,
+index size, bytes per BM25 posting, peak RSS), and tantivy 0.27 (``en_stem``, an id and the
+text, one and two writer threads, committed and merged). tantivy builds only a keyword index;
+the project's build also writes the metadata index, the typo dictionary, the document store
+and the dense leg (IVF trained, filled and calibrated), inside "write+publish".
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from benchmarks.common import RESULTS_DIR, markdown_table, publish_report
 from benchmarks.synthetic import clustered_unit_vectors
 from benchmarks.synthetic_corpus import CorpusSpec, generate
 
-CONFIGS = ("project:1", "project:2", "tantivy:1", "tantivy:2")
+CONFIGS = ("project:1", "project:2", "project:1:compact", "tantivy:1", "tantivy:2")
+# The files holding a BM25 format's postings (per posting; per-term arrays are apart).
+POSTING_FILES = {"plain": ("rows", "impacts"),
+                 "compact": ("row_bytes", "tf", "tf_exceptions", "norms")}
 
 
 def corpus_texts(n_docs: int) -> tuple[list[str], list[dict[str, object]]]:
@@ -41,7 +44,8 @@ def corpus_texts(n_docs: int) -> tuple[list[str], list[dict[str, object]]]:
     return texts, [corpus.record(i) for i in range(n_docs)]
 
 
-def build_project(n_docs: int, workers: int, work: Path) -> dict[str, Any]:
+def build_project(n_docs: int, workers: int, work: Path, postings: str = "plain"
+                  ) -> dict[str, Any]:
     from indexes.build import BuildConfig, build_index
     from indexes.docstore import Document
     from indexes.manifest import EncoderInfo
@@ -53,15 +57,16 @@ def build_project(n_docs: int, workers: int, work: Path) -> dict[str, Any]:
     info = EncoderInfo(encoder_id="given", model="given", dim=384, vector_dtype="float32")
     began = time.perf_counter()
     report = build_index(docs, work, vectors=vectors, encoder_info=info, progress=False,
-                         config=BuildConfig(analysis_workers=workers))
+                         config=BuildConfig(analysis_workers=workers,
+                                            postings=postings))  # type: ignore[arg-type]
     seconds = time.perf_counter() - began
     bm25 = report.path / "bm25"
-    postings = (bm25 / "rows.npy").stat().st_size + (bm25 / "impacts.npy").stat().st_size
-    nnz = int(np.load(bm25 / "rows.npy", mmap_mode="r").shape[0])
+    size = sum((bm25 / f"{name}.npy").stat().st_size for name in POSTING_FILES[postings])
+    nnz = int(np.load(bm25 / "indptr.npy", mmap_mode="r")[-1])
     ann = json.loads((report.path / "ann" / "ann.json").read_text())
     return {"seconds": seconds, "stages": report.seconds, "size_bytes": report.size_bytes,
             "peak_rss_bytes": report.peak_rss_bytes, "postings": nnz,
-            "bytes_per_posting": postings / nnz, "ann": ann.get("kind"),
+            "bytes_per_posting": size / nnz, "ann": ann.get("kind"),
             "nprobe": ann.get("nprobe")}
 
 
@@ -90,10 +95,11 @@ def build_tantivy(n_docs: int, threads: int, work: Path) -> dict[str, Any]:
 
 def run_one(config: str, n_docs: int) -> dict[str, Any]:
     """One build in this process; the JSON line the parent reads."""
-    engine, workers = config.split(":")
+    engine, workers, *postings = config.split(":")
     with tempfile.TemporaryDirectory() as tmp:
-        build = build_project if engine == "project" else build_tantivy
-        return build(n_docs, int(workers), Path(tmp) / "index")
+        if engine == "project":
+            return build_project(n_docs, int(workers), Path(tmp) / "index", *postings)
+        return build_tantivy(n_docs, int(workers), Path(tmp) / "index")
 
 
 def in_fresh_process(config: str, n_docs: int) -> dict[str, Any]:

@@ -324,7 +324,7 @@ def render(n_docs: int, setup: Setup, rows: list[dict[str, Any]],
            in_runs: dict[str, Any], rss: dict[str, float]) -> str:
     kept = setup.bm25.restricted.stats()
     lines = [f"## Filters at access-control scale: {n_docs:,} realistic passages",
-             "", f"{setup.bm25.rows.shape[0]:,} postings; vectors {setup.vectors.dtype} "
+             "", f"{setup.bm25.indptr[-1]:,} postings; vectors {setup.vectors.dtype} "
              f"(dim {DIM}); RSS {rss['rss']:.0f} MB (peak {rss['peak']:.0f} MB); "
              f"setup {setup.setup_s:.0f} s; load average at the end "
              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1 / 5 / 15 min). "
@@ -368,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = search_cases(setup, filters, args.warmup)
         in_runs = validate_mask_runs(setup, filters["IN 10,000"], args.in_repeats)
     results = {"n_docs": args.docs, "rss_mb": rss, "cases": rows, "in_10000": in_runs,
-               "postings": int(setup.bm25.rows.shape[0])}
+               "postings": int(setup.bm25.indptr[-1])}
     publish_report("filters", args, results, render(args.docs, setup, rows, in_runs, rss))
     return 0
 

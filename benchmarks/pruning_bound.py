@@ -49,9 +49,9 @@ def kept_share(index: BM25Index, ids: np.ndarray, weights: np.ndarray, theta: fl
     blocks_of_terms = []
     for term, weight in zip(ids.tolist(), weights.tolist(), strict=True):
         span = slice(index.indptr[term], index.indptr[term + 1])
-        blocks = index.rows[span] // block_rows
+        blocks = index.plain_rows()[span] // block_rows
         block_max = np.zeros(n_blocks)
-        np.maximum.at(block_max, blocks, index.impacts[span].astype(np.float64) * weight)
+        np.maximum.at(block_max, blocks, index.plain_impacts()[span].astype(np.float64) * weight)
         bound += block_max
         blocks_of_terms.append(blocks)
     live = bound >= theta

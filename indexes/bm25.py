@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -32,11 +33,13 @@ from indexes.bm25_mask_walk import CHUNK, mask_walk_top_rows
 from indexes.bm25_pruned import pruned_top_rows, term_maxima
 from indexes.bm25_restricted import RestrictedPostings
 from indexes.bm25_strategy import Kernel, MaskFacts, Plan, choose, forced
+from indexes.compact_postings import CompactPostings
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
 from indexes.typos import LiveTypos, TypoIndex
 
 Variant = Literal["okapi", "lucene"]
+PostingsFormat = Literal["plain", "compact"]  # indexes.compact_postings
 _NO_MASK = np.zeros(1, dtype=np.bool_)  # placeholder: numba needs an array even when unused
 
 
@@ -69,6 +72,16 @@ def impacts_for(
     return idf * numerator / (tf + norm)
 
 
+@dataclass(frozen=True)
+class BuildTerms:
+    """What a fresh build's impacts were computed from, aligned with its postings: tf int32
+    (nnz,), each row's BM25 length norm float64 (n_docs,) and each term's idf float64."""
+
+    tfs: np.ndarray
+    norms: np.ndarray
+    idf: np.ndarray
+
+
 class Corrected(str):
     """A query term matched to the index's vocabulary by typo tolerance (``indexes.typos``):
     it scores as the vocabulary term, times ``weight``."""
@@ -92,26 +105,33 @@ class BM25Index:
         self,
         vocab: list[str],
         indptr: np.ndarray,
-        rows: np.ndarray,
-        impacts: np.ndarray,
+        rows: np.ndarray | None,
+        impacts: np.ndarray | None,
         n_docs: int,
         params: BM25Params,
         typos: TypoIndex | LiveTypos | None = None,
+        compact: CompactPostings | None = None,
+        terms: BuildTerms | None = None,
     ) -> None:
+        """``rows`` and ``impacts`` (the plain format), or ``compact`` postings with None for
+        both; ``terms``: what the compact format is made from (kept by a fresh build)."""
         self.typos = typos
         self.vocab_list = vocab
         self.vocab = {term: i for i, term in enumerate(vocab)}
         # Plain ndarray views of the (often memory-mapped) postings: numba types an np.memmap
         # argument through a slow fallback, ~5 us per call.
         self.indptr = np.asarray(indptr)
-        self.rows = np.asarray(rows)
-        self.impacts = np.asarray(impacts)
+        self.compact = compact
+        self.terms = terms
+        self.rows = None if rows is None else np.asarray(rows)
+        self.impacts = None if impacts is None else np.asarray(impacts)
         self.n_docs = n_docs
         self.params = params
         self._scratch = threading.local()
         # Terms with a non-positive impact (usually none): their queries need the kernel that
         # tracks touched rows, since 0.0 no longer means "untouched" (see bm25_kernels).
-        self._nonpositive = nonpositive_terms(self.indptr, self.impacts)
+        self._nonpositive = (compact.nonpositive if compact is not None
+                             else nonpositive_terms(self.indptr, self.plain_impacts()))
         self._mask_facts = MaskFacts()
         # Repeated filters' postings restricted to their rows (budget_bytes = 0 turns it off).
         self.restricted = RestrictedPostings()
@@ -145,13 +165,21 @@ class BM25Index:
         idf = idf_weights(np.diff(indptr).astype(np.float64), n_docs, params)
         impacts = bm25_impacts(indptr, rows, tfs, lengths, idf, max(avgdl, 1e-9), params.k1,
                                params.b, params.variant == "okapi")
-        return cls(vocab, indptr, rows, impacts, n_docs, params)
+        norms = params.k1 * (1.0 - params.b + params.b * lengths.astype(np.float64)
+                             / max(avgdl, 1e-9))
+        return cls(vocab, indptr, rows, impacts, n_docs, params,
+                   terms=BuildTerms(tfs, norms, idf))
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, postings: PostingsFormat = "plain") -> None:
+        """Write the index; ``postings="compact"`` writes ``indexes.compact_postings``'s
+        format (a fresh build's index only: it is made from the term frequencies)."""
         directory.mkdir(parents=True, exist_ok=True)
         save_array(directory / "indptr.npy", self.indptr)
-        save_array(directory / "rows.npy", self.rows)
-        save_array(directory / "impacts.npy", self.impacts)
+        if postings == "compact":
+            self.compacted().save(directory)
+        else:
+            save_array(directory / "rows.npy", self.plain_rows())
+            save_array(directory / "impacts.npy", self.plain_impacts())
         write_json(directory / "vocab.json", self.vocab_list)
         write_json(directory / "params.json", {"n_docs": self.n_docs, **self.params.model_dump()})
         if isinstance(self.typos, TypoIndex):  # a live view's is never saved: builds are
@@ -163,11 +191,16 @@ class BM25Index:
         (see ``prefault_mapping``)."""
         meta = read_json(directory / "params.json")
         n_docs = int(meta.pop("n_docs"))
-        rows = load_array(directory / "rows.npy", mmap)
-        impacts = load_array(directory / "impacts.npy", mmap)
+        compact = CompactPostings.load(directory, mmap)
+        rows = impacts = None
+        if compact is None:
+            rows = load_array(directory / "rows.npy", mmap)
+            impacts = load_array(directory / "impacts.npy", mmap)
         if prefault:
-            prefault_mapping(rows)
-            prefault_mapping(impacts)
+            for array in ((rows, impacts) if compact is None
+                          else (compact.row_bytes, compact.tf, compact.norms)):
+                if array is not None:
+                    prefault_mapping(array)
         return cls(
             vocab=read_json(directory / "vocab.json"),
             indptr=load_array(directory / "indptr.npy", mmap),
@@ -176,7 +209,40 @@ class BM25Index:
             n_docs=n_docs,
             params=BM25Params(**meta),
             typos=TypoIndex.load(directory / "typos", mmap),
+            compact=compact,
         )
+
+    def plain_rows(self) -> np.ndarray:
+        if self.rows is None:
+            raise ValueError("this index holds compact postings: gather a query's with "
+                             "postings_of")
+        return self.rows
+
+    def plain_impacts(self) -> np.ndarray:
+        if self.impacts is None:
+            raise ValueError("this index holds compact postings: gather a query's with "
+                             "postings_of")
+        return self.impacts
+
+    def compacted(self) -> CompactPostings:
+        """The compact form of a freshly built index's postings."""
+        if self.compact is not None:
+            return self.compact
+        if self.terms is None:
+            raise ValueError("compact postings are made from term frequencies, which only a "
+                             "fresh build (BM25Index.build / from_postings) keeps")
+        return CompactPostings.encode(
+            self.indptr, self.plain_rows(), self.terms.tfs, self.terms.idf, self.terms.norms,
+            self.term_max(), self._nonpositive, self.params.k1, self.params.variant == "okapi")
+
+    def postings_of(self, ids: np.ndarray
+                    ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        """((indptr, rows, impacts), term ids into them) for the query terms ``ids``: the
+        index's own arrays, or compact postings gathered into plain ones."""
+        if self.compact is None:
+            return (self.indptr, self.plain_rows(), self.plain_impacts()), ids
+        gathered = self.compact.gather(self.indptr, ids)
+        return gathered, np.arange(ids.shape[0], dtype=np.int64)
 
     def doc_freq(self, term: str) -> int:
         """Rows holding ``term`` (0 when no row does)."""
@@ -229,7 +295,8 @@ class BM25Index:
         ``bm25_strategy`` chooses (or ``kernel``)."""
         ids, weights = self.query_terms(tokens)
         mask_arr, use_mask = self._mask_arg(mask)
-        args = (self.indptr, self.rows, self.impacts, ids, weights, mask_arr, use_mask)
+        postings, local = self.postings_of(ids)
+        args = (*postings, local, weights, mask_arr, use_mask)
         if self._nonpositive and not self._nonpositive.isdisjoint(ids.tolist()):
             return general_rows(*args, k, self._buffer(), *self._general_buffers())
         if k < 0:
@@ -237,14 +304,21 @@ class BM25Index:
         if kernel is None:
             lengths = self.indptr[ids + 1] - self.indptr[ids]
             plan = choose(lengths, self.n_docs, mask, self._mask_facts,
-                          self.restricted.budget_bytes > 0)
+                          self.restricted.budget_bytes > 0 and self.compact is None)
         else:
             plan = forced(Kernel(kernel), mask, self._mask_facts)
-        return self._run(plan, ids, weights, mask_arr, use_mask, k)
+            if plan.kernel is Kernel.RESTRICTED and self.compact is not None:
+                raise ValueError("restricted postings are kept for the plain postings format "
+                                 "only; this index holds compact postings")
+        return self._run(plan, postings, local, self.term_max()[ids] if plan.kernel is
+                         Kernel.PRUNED and self.compact is not None else None,
+                         weights, mask_arr, use_mask, k)
 
-    def _run(self, plan: Plan, ids: np.ndarray, weights: np.ndarray, mask: np.ndarray,
-             use_mask: bool, k: int) -> tuple[np.ndarray, np.ndarray]:
-        postings = (self.indptr, self.rows, self.impacts)
+    def _run(self, plan: Plan, postings: tuple[np.ndarray, np.ndarray, np.ndarray],
+             ids: np.ndarray, term_max: np.ndarray | None, weights: np.ndarray,
+             mask: np.ndarray, use_mask: bool, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Run ``plan``'s kernel over ``postings`` (``ids`` index them; ``term_max``: the
+        bounds of gathered postings, aligned with ``ids``)."""
         scratch = self._buffer()
         if plan.kernel is Kernel.GALLOP:
             return filtered_top_rows(*postings, ids, weights, plan.allowed, k, scratch)
@@ -255,15 +329,16 @@ class BM25Index:
             return mask_walk_top_rows(*postings, ids, weights, mask, plan.n_allowed, k, scratch,
                                       CHUNK)
         if plan.kernel is Kernel.PRUNED:
-            return pruned_top_rows(*postings, self.term_max(), ids, weights, mask, use_mask, k,
-                                   scratch)
+            bounds = self.term_max() if term_max is None else term_max
+            return pruned_top_rows(*postings, bounds, ids, weights, mask, use_mask, k, scratch)
         return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);
         one pass over the impacts on first use (~0.1 s at 1M passages)."""
         if self._term_max is None:
-            self._term_max = term_maxima(self.indptr, self.impacts)[0]
+            self._term_max = (self.compact.term_max if self.compact is not None
+                              else term_maxima(self.indptr, self.plain_impacts())[0])
         return self._term_max
 
     def score_touched(
@@ -282,8 +357,8 @@ class BM25Index:
         scoring a few dense-leg rows never walks the postings.
         """
         ids, weights = self.query_terms(tokens)
-        return scores_of_rows(self.indptr, self.rows, self.impacts, ids, weights,
-                              np.asarray(rows, dtype=np.int64))
+        postings, local = self.postings_of(ids)
+        return scores_of_rows(*postings, local, weights, np.asarray(rows, dtype=np.int64))
 
     def top_candidates(
         self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,

@@ -15,7 +15,7 @@ from indexes import rebuild
 from indexes.analysis import CollectionPostings, analyze
 from indexes.analyzer import AnalyzerConfig
 from indexes.ann import AnnKind
-from indexes.bm25 import BM25Index, BM25Params
+from indexes.bm25 import BM25Index, BM25Params, PostingsFormat
 from indexes.build_write import DenseLeg, write_components, write_sharded
 from indexes.cpu import peak_rss_bytes
 from indexes.docstore import Document
@@ -59,6 +59,11 @@ class BuildConfig(BaseModel):
     typo_tolerance: bool = Field(True, description="write the corpus words' deletion "
                                  "dictionary (indexes.typos) the keyword leg corrects with")
     bm25: BM25Params = Field(default_factory=BM25Params)
+    postings: PostingsFormat = Field(
+        "plain", description="the BM25 postings' format: plain (int32 row and float32 impact, "
+        "8 bytes a posting, read in place) or compact (varint row gaps, a byte of term "
+        "frequency and per-row norms, ~2.3 bytes a posting, each query's postings decoded "
+        "when it reads them; the same scores: indexes.compact_postings)")
     analysis_workers: int | None = Field(
         None, ge=1, description="threads the analysis and postings stages run in, over "
         "contiguous parts of the corpus (default: one per core); any number gives the same "

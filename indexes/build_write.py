@@ -52,7 +52,7 @@ def write_components(
     or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
     dense leg (None = by corpus size, 0 = exact search); ``manifest_fields``: the manifest's
     optional fields (``log_seq``, ``window``, ``passages``)."""
-    bm25.save(directory / "bm25")
+    bm25.save(directory / "bm25", config.postings)
     metadata.save(directory / "metadata")
     VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
     save_array(directory / "vectors" / "content_hashes.npy", hashes)

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexes.bm25 import BM25Index
+from indexes.bm25 import BM25Index, BuildTerms
 from indexes.metadata import MetadataIndex
 
 
 def slice_bm25(index: BM25Index, start: int, stop: int) -> BM25Index:
     """The postings of rows [start, stop), rows renumbered from 0; impacts unchanged."""
     indptr = np.asarray(index.indptr)
-    rows = np.asarray(index.rows)
+    rows = index.plain_rows()
     keep = (rows >= start) & (rows < stop)
     # Postings are grouped by term (CSC); the term of each posting comes from indptr.
     term_of = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
     counts = np.bincount(term_of[keep], minlength=indptr.size - 1)
     new_indptr = np.zeros(indptr.size, dtype=np.int64)
     np.cumsum(counts, out=new_indptr[1:])
+    terms = index.terms and BuildTerms(index.terms.tfs[keep], index.terms.norms[start:stop],
+                                       index.terms.idf)  # the collection's idf and avgdl
     return BM25Index(list(index.vocab_list), new_indptr,
                      (rows[keep] - start).astype(np.int32),
-                     np.asarray(index.impacts)[keep].copy(), stop - start, index.params,
-                     index.typos)  # the vocabulary is global, so are its words
+                     index.plain_impacts()[keep].copy(), stop - start, index.params,
+                     index.typos, terms=terms)  # the vocabulary is global, so are its words
 
 
 def slice_metadata(metadata: MetadataIndex, start: int, stop: int) -> MetadataIndex:

@@ -1,0 +1,125 @@
+"""The search path against tantivy's BM25 on the same corpus and queries, in one run.
+
+    python -m benchmarks.keyword_peer --docs 1000000
+
+The realistic synthetic corpus (``benchmarks.synthetic_corpus``) with clustered vectors, and
+query vectors drawn around the same clusters (so the dense leg's IVF index works as on real
+embeddings); query vectors given (no encoder), no cache. This project: the whole search path
+(validate, BM25 top 300, dense leg, re-rank, fuse, top 10, hydrate) with the default union
+policy and with keyword candidates only, and its BM25 top 300 alone (``BM25Index``), on the
+plain postings format and on the compact one (``indexes.compact_postings``). tantivy
+0.27 (``en_stem``, one segment after merging): BM25 top 300 and top 10 of the same query text
+(its default OR query). Turns rotate in chunks (``measure_side_by_side``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from benchmarks.build_speed import corpus_texts
+from benchmarks.common import (
+    RESULTS_DIR,
+    markdown_table,
+    measure_side_by_side,
+    percentile_cells,
+    publish_report,
+    summarize,
+)
+from benchmarks.synthetic import clustered_unit_vectors
+from benchmarks.synthetic_corpus import CorpusSpec, generate, queries
+
+WORK = Path("build/keyword-peer")
+
+
+def project_index(n_docs: int, texts: list[str], records: list[dict[str, object]],
+                  postings: str) -> Path:
+    from indexes.build import BuildConfig, build_index
+    from indexes.docstore import Document
+    from indexes.manifest import EncoderInfo
+
+    root = WORK / f"project-{n_docs}-{postings}"
+    if not (root / "CURRENT").is_file():
+        docs = [Document(id=f"p{i}", text=t, metadata=r)
+                for i, (t, r) in enumerate(zip(texts, records, strict=True))]
+        info = EncoderInfo(encoder_id="given", model="given", dim=384, vector_dtype="float32")
+        build_index(docs, root, vectors=clustered_unit_vectors(n_docs, 384), encoder_info=info,
+                    progress=False, config=BuildConfig(postings=postings))  # type: ignore[arg-type]
+    return root
+
+
+def tantivy_index(n_docs: int, texts: list[str]) -> Any:
+    import tantivy
+
+    schema = tantivy.SchemaBuilder()
+    schema.add_text_field("id", stored=True, tokenizer_name="raw")
+    schema.add_text_field("body", tokenizer_name="en_stem")
+    directory = WORK / f"tantivy-{n_docs}"
+    if not directory.is_dir():
+        directory.mkdir(parents=True)
+        index = tantivy.Index(schema.build(), path=str(directory))
+        writer = index.writer(heap_size=512_000_000, num_threads=1)
+        for i, text in enumerate(texts):
+            writer.add_document(tantivy.Document(id=f"p{i}", body=text))
+        writer.commit()
+        writer.wait_merging_threads()
+    index = tantivy.Index.open(str(directory))
+    index.reload()
+    return index
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--docs", type=int, default=1_000_000)
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = p.parse_args(argv)
+    from retrieval import Retriever, RetrieverConfig
+
+    texts, records = corpus_texts(args.docs)
+    root = project_index(args.docs, texts, records, "plain")
+    compact_root = project_index(args.docs, texts, records, "compact")
+    peer = tantivy_index(args.docs, texts)
+    del texts, records
+    words = queries(generate(CorpusSpec(n_docs=min(args.docs, 100_000))), args.queries + 100)
+    asked = [" ".join(w) for w in words]
+    vectors = clustered_unit_vectors(len(asked), 384, seed=7, centers_of=args.docs)
+    config = RetrieverConfig(cache={"backend": "none"})
+    union = Retriever.load(root, config)
+    keyword = Retriever.load(root, config.model_copy(update={"candidate_policy": "keyword"}))
+    compact = Retriever.load(compact_root, config)
+    bm25, analyzer = union.snapshot.bm25, union.snapshot.analyzer
+    compact_bm25 = compact.snapshot.bm25
+    searcher = peer.searcher()
+
+    def tantivy_top(n: int) -> Any:
+        return lambda i: searcher.search(peer.parse_query(asked[i], ["body"]), n)
+
+    runners = {
+        "search path, union (default)": lambda i: union.search(asked[i], k=10,
+                                                               query_vector=vectors[i]),
+        "search path, keyword candidates": lambda i: keyword.search(asked[i], k=10,
+                                                                    query_vector=vectors[i]),
+        "search path, union, compact postings": lambda i: compact.search(
+            asked[i], k=10, query_vector=vectors[i]),
+        "BM25 top 300 alone": lambda i: bm25.top_candidates(analyzer(asked[i]), 300),
+        "BM25 top 300 alone, compact postings": lambda i: compact_bm25.top_candidates(
+            analyzer(asked[i]), 300),
+        "tantivy BM25 top 300": tantivy_top(300),
+        "tantivy BM25 top 10": tantivy_top(10),
+    }
+    items = list(range(100, len(asked)))
+    samples = measure_side_by_side(runners, items, warmup=list(range(100)))
+    results = {name: summarize(s.wall_ms) for name, s in samples.items()}
+    tantivy_p95 = results["tantivy BM25 top 300"]["p95"]
+    rows = [[name, percentile_cells(r), f"{tantivy_p95 / r['p95']:.2f}x"]
+            for name, r in results.items()]
+    table = markdown_table(["", "p50 / p95 / p99 ms", "tantivy top-300 p95 / this p95"], rows)
+    publish_report("keyword-peer", args, results,
+                   f"## Search path against tantivy's BM25, {args.docs:,} passages, "
+                   f"{len(items)} queries\n\n{table}")
+
+
+if __name__ == "__main__":
+    main()
