@@ -38,6 +38,18 @@ def test_build_verify_search_round_trip(dataset, tmp_path, capsys):
     assert all(h["metadata"]["year"] >= 2000 for h in result["hits"])
     assert main(["search", str(out), "cell", "--filter", "colour = 'red'"]) == 2
     assert "colour" in capsys.readouterr().err
+    compact = tmp_path / "compact"
+    assert main(["build", "--corpus", str(corpus), "--out", str(compact), "--batch-size", "16",
+                 "--postings", "compact", "--analysis-workers", "2"]) == 0
+    assert main(["verify", str(compact)]) == 0
+    assert list(compact.glob("builds/*/bm25/row_bytes.npy"))
+    capsys.readouterr()
+    hits = []
+    for root in (out, compact):
+        assert main(["search", str(root), "cell biology", "--k", "5", "--json"]) == 0
+        answer = json.loads(capsys.readouterr().out)
+        hits.append([(h["doc_id"], h["score"]) for h in answer["hits"]])
+    assert hits[0] == hits[1] and hits[0]
 
 
 def test_default_query_encoder_is_onnx_int8_against_torch_documents(beir_index):

@@ -51,6 +51,12 @@ def register(subparsers: Subparsers) -> None:
                        "(default 32)")
     build.add_argument("--ann", choices=["ivf", "hnsw"], default="ivf",
                        help="the dense leg's index (benchmarks/README.md compares them)")
+    build.add_argument("--postings", choices=["plain", "compact"], default="plain",
+                       help="BM25 postings: plain (8 bytes each) or compact (~2.3, decoded per "
+                       "query; the same scores)")
+    build.add_argument("--analysis-workers", type=int, default=None, metavar="N",
+                       help="parts the analysis runs in (threads; Ray tasks with --ray); "
+                       "default: one per core (--ray: --ray-workers)")
     build.add_argument("--demo-metadata", action="store_true",
                        help="add generated department/doc_type/year fields (filter demos)")
     build.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
@@ -84,6 +90,8 @@ def run_build(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         passages=passage_config(args),
         ann=args.ann,
+        postings=args.postings,
+        analysis_workers=args.analysis_workers,
         allow_new_fields=args.allow_new_fields,
     )
     if args.ray is not None:
