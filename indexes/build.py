@@ -62,7 +62,7 @@ class BuildConfig(BaseModel):
     postings: PostingsFormat = Field(
         "plain", description="the BM25 postings' format: plain (int32 row and float32 impact, "
         "8 bytes a posting, read in place) or compact (varint row gaps, a byte of term "
-        "frequency and per-row norms, ~2.3 bytes a posting, each query's postings decoded "
+        "frequency and per-row norms, ~2.5 bytes a posting, each query's postings decoded "
         "when it reads them; the same scores: indexes.compact_postings)")
     analysis_workers: int | None = Field(
         None, ge=1, description="threads the analysis and postings stages run in, over "

@@ -1,4 +1,4 @@
-"""Compact BM25 postings: about 2.3 bytes a posting instead of 8, scores unchanged.
+"""Compact BM25 postings: about 2.5 bytes a posting instead of 8, scores unchanged.
 
 The plain format stores each posting's row (int32) and impact (float32). This one stores what
 the impact is computed from, and computes it when a query reads the posting:

@@ -52,7 +52,7 @@ def register(subparsers: Subparsers) -> None:
     build.add_argument("--ann", choices=["ivf", "hnsw"], default="ivf",
                        help="the dense leg's index (benchmarks/README.md compares them)")
     build.add_argument("--postings", choices=["plain", "compact"], default="plain",
-                       help="BM25 postings: plain (8 bytes each) or compact (~2.3, decoded per "
+                       help="BM25 postings: plain (8 bytes each) or compact (~2.5, decoded per "
                        "query; the same scores)")
     build.add_argument("--analysis-workers", type=int, default=None, metavar="N",
                        help="parts the analysis runs in (threads; Ray tasks with --ray); "
