@@ -8,7 +8,8 @@ are never a BM25 candidate, and they count in neither N, df nor avgdl (unlike Lu
 deleted documents count until a merge).
 
 Cost: O(postings) per applied batch (one stable sort of the live postings); the base's term
-frequencies come from analyzing its texts once per base build (``BaseTerms.of``).
+frequencies come from analyzing its texts once per base build (``BaseTerms.of``, with the
+build's compiled analysis).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from indexes.analysis import analyze
 from indexes.analyzer import Analyzer
 from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for
 from indexes.docstore import DocStore
@@ -37,15 +39,20 @@ class BaseTerms:
 
     @classmethod
     def of(cls, docs: DocStore, analyzer: Analyzer, vocab: Sequence[str]) -> BaseTerms:
-        """Analyze every base text once (about 1 s per 5,000 abstracts on one core); read in
-        blocks of rows (one trip per block and shard on a remote doc store)."""
+        """Analyze every base text once (the build's compiled analysis, ``indexes.analysis``);
+        read in blocks of rows (one trip per block and shard on a remote doc store)."""
         ids = {term: i for i, term in enumerate(vocab)}
         blocks = (docs.get_many(np.arange(start, min(start + 2048, len(docs))))
                   for start in range(0, len(docs), 2048))
-        term_ids, rows, tfs, lengths = count_terms(
-            (analyzer(doc.content) for block in blocks for doc in block), ids, 0)
+        postings = analyze([doc.content for block in blocks for doc in block], analyzer.config)
+        # Terms the base vocabulary lacks are added in first-occurrence order.
+        known = np.fromiter((ids.setdefault(t, len(ids)) for t in postings.terms),
+                            dtype=np.int64, count=len(postings.terms))
+        term_ids, rows = known[postings.post_terms], postings.post_rows
         order = np.lexsort((rows, term_ids))
-        return cls(ids, term_ids[order], rows[order], tfs[order], lengths)
+        return cls(ids, term_ids[order], rows[order],
+                   postings.post_tfs[order].astype(np.float64),
+                   postings.lengths.astype(np.float64))
 
 
 def count_terms(token_lists: Iterable[list[str]], vocab: dict[str, int],
