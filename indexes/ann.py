@@ -1,7 +1,8 @@
 """The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat;
 HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
-Built at build time from the float32 vectors and stored as ``ann/ivf.faiss`` (checksummed in
+Built at build time from the float32 vectors (the lists trained in two levels on a sample,
+``indexes.ann_train``; every vector added to its nearest list) and stored as ``ann/ivf.faiss`` (checksummed in
 the manifest like every file) plus ``ann/ann.json`` (kind, nlist, nprobe). ``nprobe`` is the
 smallest value of a ladder whose recall@100 against exact search, measured at build time on a
 sample of the corpus' own vectors used as queries, is at least ``CALIBRATION_RECALL`` (0.99,
@@ -26,6 +27,7 @@ import numpy as np
 
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
 from indexes.ann_hnsw import build_hnsw, load_hnsw
+from indexes.ann_train import exact_neighbours, train_two_level
 from indexes.storage import read_json, write_json
 from indexes.vectors import VectorStore
 
@@ -106,12 +108,11 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
         return meta
     if kind == "hnsw":
         return build_hnsw(matrix, directory, calibration_queries=calibration_queries, seed=seed)
-    quantizer = faiss.IndexFlatIP(dim)
-    index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
-    index.train(sample)
+    index = ivf_over(train_two_level(sample, nlist, seed))
     index.add(matrix)
+    nlist = index.nlist
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
     ladder = calibrate(index, matrix, queries)
     nprobe = next((p for p, r in ladder if r >= CALIBRATION_RECALL), nlist)
@@ -141,14 +142,22 @@ def exact_fallback(directory: Path, n: int, nlist: int, calibration: list[dict[s
     return meta
 
 
+def ivf_over(centroids: np.ndarray) -> Any:
+    """An empty IVF-Flat (inner product) index whose lists are ``centroids``."""
+    import faiss
+
+    quantizer = faiss.IndexFlatIP(centroids.shape[1])
+    quantizer.add(centroids)
+    index = faiss.IndexIVFFlat(quantizer, centroids.shape[1], len(centroids),
+                               faiss.METRIC_INNER_PRODUCT)
+    index.is_trained = True
+    return index
+
+
 def calibrate(index: Any, matrix: np.ndarray, queries: np.ndarray, k: int = 100,
               stop_at: float = 0.999) -> list[tuple[int, float]]:
     """Recall@k against exact search per ``nprobe`` of the ladder (stops once near 1)."""
-    import faiss
-
-    exact = faiss.IndexFlatIP(matrix.shape[1])
-    exact.add(matrix)
-    _, truth = exact.search(queries, k)
+    truth = exact_neighbours(matrix, queries, k)
     ladder = []
     for nprobe in (p for p in NPROBE_LADDER if p <= index.nlist):
         _, found = index.search(queries, k, params=ivf_params(nprobe))

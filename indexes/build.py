@@ -1,4 +1,4 @@
-"""The offline build pipeline: documents in, one verified, published build out."""
+"""The offline build pipeline: documents in, one checksummed, published build out."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def build_index(
     are then exactly the global ones). Raises ``ShardCountError`` for a shard count below 1 or
     above the number of documents.
 
-    With ``publish=False`` the verified build is staged in ``builds/`` without flipping
+    With ``publish=False`` the written build is staged in ``builds/`` without flipping
     ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
     gated ``retrieval.publishing.publish``) makes the staged one live.
 
