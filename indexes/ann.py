@@ -2,8 +2,9 @@
 HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors (the lists trained in two levels on a sample,
-``indexes.ann_train``; every vector added to its nearest list) and stored as ``ann/ivf.faiss`` (checksummed in
-the manifest like every file) plus ``ann/ann.json`` (kind, nlist, nprobe). ``nprobe`` is the
+``indexes.ann_train``; every vector added to its nearest list) and stored as
+``ann/ivf.faiss`` (checksummed in the manifest like every file) plus ``ann/ann.json`` (kind,
+nlist, nprobe). ``nprobe`` is the
 smallest value of a ladder whose recall@100 against exact search, measured at build time on a
 sample of the corpus' own vectors used as queries, is at least ``CALIBRATION_RECALL`` (0.99,
 so that real queries reach ``TARGET_RECALL`` 0.98; tests/test_dense_leg.py checks that).
