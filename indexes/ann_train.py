@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-# k-means rounds per level: at 111k and 1M clustered vectors 10 rounds calibrated to the same
-# nprobe as faiss' default 25 (benchmarks/README.md).
+# k-means rounds per level: at 111k clustered vectors 10 rounds (flat or in two levels)
+# calibrated to the same nprobe as faiss' default 25; at 1M the two-level lists calibrated to
+# nprobe 4, faiss' flat 25-round ones to 8 (benchmarks/README.md).
 KMEANS_ROUNDS = 10
 BLOCK = 65_536  # vectors scored at once (bounds the score matrix's memory)
 
