@@ -4,10 +4,10 @@ HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 Built at build time from the float32 vectors (the lists trained in two levels on a sample,
 ``indexes.ann_train``; every vector added to its nearest list) and stored as
 ``ann/ivf.faiss`` (checksummed in the manifest like every file) plus ``ann/ann.json`` (kind,
-nlist, nprobe). ``nprobe`` is the
-smallest value of a ladder whose recall@100 against exact search, measured at build time on a
-sample of the corpus' own vectors used as queries, is at least ``CALIBRATION_RECALL`` (0.99,
-so that real queries reach ``TARGET_RECALL`` 0.98; tests/test_dense_leg.py checks that).
+nlist, nprobe). ``nprobe`` is the smallest value of a ladder whose recall@100 against exact
+search, measured at build time on a sample of the corpus' own vectors used as queries, is at
+least ``CALIBRATION_RECALL`` (0.99, so that real queries reach ``TARGET_RECALL`` 0.98;
+tests/test_dense_leg.py checks that).
 
 Filters stay exact: the filter mask is handed to faiss as an ``IDSelectorBitmap``, so only
 allowed rows can come back; when that returns fewer rows than asked, the probe count widens,
@@ -100,7 +100,7 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
     import faiss
 
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-    n, dim = matrix.shape
+    n = len(matrix)
     nlist = default_nlist(n) if nlist is None else nlist
     directory.mkdir(parents=True, exist_ok=True)
     if nlist == 0:
