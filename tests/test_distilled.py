@@ -173,6 +173,9 @@ def test_the_shipped_figures_are_reproduced(beir_index):
     stored = shipped.info.quality["judged"]["cranfield"]
     root, queries, qrels = beir_index("cranfield")
     measured = judged_quality(root, shipped, queries, qrels)
-    for name in ("reference", "distilled"):
+    # The distilled encoder is a table lookup: its figures reproduce exactly. The reference
+    # runs onnxruntime's int8 kernels, which differ per CPU instruction set: on an AVX2-only
+    # host its Cranfield figures measured 0.5704 / 0.8113 against the stored 0.5714 / 0.8132.
+    for name, tolerance in (("reference", 3e-3), ("distilled", 2e-4)):
         for metric in ("ndcg@10", "recall@100"):
-            assert measured[name][metric] == pytest.approx(stored[name][metric], abs=2e-4)
+            assert measured[name][metric] == pytest.approx(stored[name][metric], abs=tolerance)
