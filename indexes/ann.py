@@ -47,6 +47,10 @@ MIN_POINTS_PER_LIST = 39
 # IVF trains on this many sampled points per list: at 111k clustered vectors 40 trained in
 # 5.0 s against 7.5 s for 64, and calibrated to the same nprobe (benchmarks/README.md).
 TRAIN_POINTS_PER_LIST = 40
+# Lists from which they train in two levels (indexes.ann_train). Below, faiss' flat k-means
+# costs about a second (40 x 256^2 x 384 x 25 rounds = 2.5e10 multiply-adds at most) and
+# small builds keep the lists, and the figures measured on them, they had.
+TWO_LEVEL_LISTS = 256
 
 
 def default_nlist(n_docs: int) -> int:
@@ -111,7 +115,7 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
         return build_hnsw(matrix, directory, calibration_queries=calibration_queries, seed=seed)
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
-    index = ivf_over(train_two_level(sample, nlist, seed))
+    index = trained_ivf(sample, nlist, seed)
     index.add(matrix)
     nlist = index.nlist
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
@@ -141,6 +145,19 @@ def exact_fallback(directory: Path, n: int, nlist: int, calibration: list[dict[s
     meta = {"kind": "exact", "n_docs": n, "fallback": reason, "calibration": calibration}
     write_json(directory / "ann.json", meta)
     return meta
+
+
+def trained_ivf(sample: np.ndarray, nlist: int, seed: int) -> Any:
+    """An empty IVF-Flat (inner product) index with ``nlist`` lists trained on ``sample``:
+    faiss' flat k-means below ``TWO_LEVEL_LISTS`` lists, two levels from there."""
+    if nlist >= TWO_LEVEL_LISTS:
+        return ivf_over(train_two_level(sample, nlist, seed))
+    import faiss
+
+    dim = sample.shape[1]
+    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.train(sample)
+    return index
 
 
 def ivf_over(centroids: np.ndarray) -> Any:
