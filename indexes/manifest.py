@@ -35,7 +35,7 @@ from indexes.errors import (
 from indexes.history import flip, rollback_target
 from indexes.long_documents import WindowReport
 from indexes.passages import PassageInfo
-from indexes.storage import fsync_dir, mint_id, read_json, write_json
+from indexes.storage import fsync_path, mint_id, read_json, sync_tree, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -240,10 +240,12 @@ def _abandoned(staging: Path, now: float, stale_seconds: float) -> bool:
 def place(staging: Path, root: Path, build_id: str) -> Path:
     """Move a written build into ``builds/``, leaving ``CURRENT`` alone. Its manifest's
     checksums were computed from the staged files by the writer a moment ago, so they are not
-    hashed again here (every load and ``publish_build`` verifies them)."""
+    hashed again here (every load and ``publish_build`` verifies them). The staged files are
+    made durable before the move: no later flip can name a build a power loss leaves partial."""
     final = root / "builds" / build_id
+    sync_tree(staging)
     os.replace(staging, final)
-    fsync_dir(final.parent)
+    fsync_path(final.parent)
     return final
 
 

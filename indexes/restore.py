@@ -30,7 +30,7 @@ from indexes.snapshot import (
     UnsafeMemberError,
     hash_stream,
 )
-from indexes.storage import fsync_dir, fsync_write
+from indexes.storage import fsync_path, fsync_write, sync_tree
 from indexes.wal.log import (
     ACKED,
     check_log,
@@ -52,12 +52,13 @@ def restore_snapshot(file: str | Path, root: str | Path) -> RestoreReport:
         info = _extract(file, staging)
         _finish(staging, info)
         _verify_root(staging, info)
+        sync_tree(staging)
         _require_empty(root)  # again: another process may have created it meanwhile
         os.replace(staging, root)  # onto an empty directory too (rename(2) allows it)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    fsync_dir(root.parent)
+    fsync_path(root.parent)
     return RestoreReport(root, info.build_id, info.log_seq, info.last_seq, len(info.members),
                          sum(m.size for m in info.members.values()))
 
@@ -191,7 +192,7 @@ def _finish(staging: Path, info: SnapshotInfo) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    fsync_dir(wal_dir(staging))
+    fsync_path(wal_dir(staging))
 
 
 def _verify_root(staging: Path, info: SnapshotInfo) -> None:

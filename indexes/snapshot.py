@@ -53,7 +53,7 @@ from indexes.errors import (
 )
 from indexes.history import HISTORY, live_build_id
 from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
-from indexes.storage import fsync_dir
+from indexes.storage import fsync_path
 from indexes.wal.log import (
     LogCorruptionError,
     acked_end,
@@ -299,7 +299,7 @@ def _write_tar(view: _View, file: Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(file.parent)
+    fsync_path(file.parent)
 
 
 def _add(tar: tarfile.TarFile, name: str, data: IO[bytes], size: int) -> None:

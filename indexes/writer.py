@@ -45,7 +45,7 @@ from indexes.errors import (
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
-from indexes.storage import fsync_dir
+from indexes.storage import fsync_path
 from indexes.vectors import content_hashes
 from indexes.wal.checks import check_documents, check_ids, merged_kinds, merged_schema
 from indexes.wal.log import (
@@ -200,7 +200,7 @@ class IndexWriter:
         path = wal_dir(self.root) / segment_name(first_seq)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.fsync(self._fd)
-        fsync_dir(path.parent)
+        fsync_path(path.parent)
         self._segment = first_seq
         self._end = 0
         write_acked(self._acked_fd, first_seq, 0)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from indexes.errors import WriterLockedError
-from indexes.storage import fsync_dir
+from indexes.storage import fsync_path
 from indexes.wal.log import ACKED, repair_tail, segment_name, segments, wal_dir, write_acked
 
 LOCK = ".writer.lock"
@@ -59,7 +59,7 @@ def seal(root: Path, timeout_seconds: float = 10.0) -> int | None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        fsync_dir(wal_dir(root))
+        fsync_path(wal_dir(root))
         acked = os.open(wal_dir(root) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             write_acked(acked, sealed + 1, 0)
@@ -77,5 +77,5 @@ def retire(root: Path, folded: int) -> int:
             path.unlink()
             gone += 1
     if gone:
-        fsync_dir(wal_dir(root))
+        fsync_path(wal_dir(root))
     return gone

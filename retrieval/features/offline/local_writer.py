@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.storage import fsync_dir, fsync_write, mint_id
+from indexes.storage import fsync_path, fsync_write, mint_id
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
 from retrieval.features.local import LocalStore
 from retrieval.features.local_files import (
@@ -72,7 +72,7 @@ def write_snapshot(
         handle.write(meta.model_dump_json())
         handle.flush()
         os.fsync(handle.fileno())
-    fsync_dir(directory)
+    fsync_path(directory)
 
 
 def collect_garbage(store: LocalStore, view_name: str, now: float | None = None) -> list[str]:
@@ -168,7 +168,7 @@ class LocalWriter(SnapshotWriter):
         try:
             write_snapshot(self.tmp, meta, ids, values, times)
             os.rename(self.tmp, final)  # complete snapshot appears under its real name at once
-            fsync_dir(self.root)
+            fsync_path(self.root)
             publish(self.store, self.view.name, self.snapshot_id, time.time())
         except OSError as exc:
             raise FeatureStoreError(f"writing snapshot {final} failed: {exc}") from exc
