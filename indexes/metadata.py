@@ -14,10 +14,9 @@ Nested objects are kept in the doc store but not indexed for filtering.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import UTC, date, datetime
-from itertools import repeat
+from datetime import UTC, datetime
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,9 +41,13 @@ def parse_date(value: str) -> float:
     """ISO 8601 date or datetime -> epoch seconds (UTC). Raises ValueError if not ISO."""
     if not _DATE.match(value):
         raise ValueError(f"not an ISO 8601 date: {value!r}")
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if isinstance(parsed, date) and not isinstance(parsed, datetime):  # pragma: no cover
-        parsed = datetime(parsed.year, parsed.month, parsed.day)
+    return date_seconds(value)
+
+
+def date_seconds(value: str) -> float:
+    """``parse_date`` of a string known to match the date pattern (a date field's values,
+    each matched once when the field's kind was inferred); naive datetimes are UTC."""
+    parsed = datetime.fromisoformat(value)  # "Z" included, from Python 3.11
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
@@ -59,17 +62,21 @@ def keyword_value(value: Any) -> str:
 
 def value_kind(value: Any) -> FieldKind | None:
     """The kind a single value implies; None for values that are stored but not indexed."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        return "keyword"
-    if isinstance(value, int | float):
-        return "number"
     if isinstance(value, str):
         return "date" if _DATE.match(value) else "keyword"
-    if isinstance(value, list) and all(isinstance(v, str | bool) for v in value):
+    if isinstance(value, list):
+        return "keyword" if all(isinstance(v, str | bool) for v in value) else None
+    return type_kind(type(value))
+
+
+def type_kind(value_type: type) -> FieldKind | None:
+    """The kind every value of ``value_type`` implies, for types other than ``str`` and
+    ``list`` (whose values decide): None for None, nested objects and other types."""
+    if issubclass(value_type, bool):
         return "keyword"
-    return None  # nested objects and mixed lists: stored, not indexed
+    if issubclass(value_type, int | float):
+        return "number"
+    return None
 
 
 def merge_kinds(seen: set[FieldKind]) -> FieldKind | None:
@@ -83,30 +90,64 @@ def infer_kinds(records: Sequence[Mapping[str, Any]],
                 ids: Sequence[str] | None = None) -> dict[str, FieldKind]:
     """One kind per field; a field holding two kinds is a CorpusError naming it and, when
     ``ids`` (one per record) are given, the first document of each kind."""
-    kinds: dict[str, dict[FieldKind, int]] = defaultdict(dict)
-    for row, record in enumerate(records):
-        if ID_FIELD in record:
-            where = f" (document {ids[row]!r})" if ids is not None else ""
-            raise CorpusError(f"metadata field {ID_FIELD!r}{where} is reserved: filters on "
-                              f"{ID_FIELD!r} match document ids; rename the field")
-        for field, value in record.items():
-            kind = value_kind(value)
-            if kind is not None:
-                kinds[field].setdefault(kind, row)
+    return kinds_of(field_columns(records), records, ids)
+
+
+def field_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Each field's values, one per record (None where a record lacks it): the build reads a
+    field's values column by column, not record by record."""
+    fields = dict.fromkeys(chain.from_iterable(records))
+    return {field: [record.get(field) for record in records] for field in fields}
+
+
+def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, Any]],
+             ids: Sequence[str] | None) -> dict[str, FieldKind]:
+    """``infer_kinds`` of the records whose ``field_columns`` are ``columns``."""
+    if ID_FIELD in columns:
+        row = next(i for i, record in enumerate(records) if ID_FIELD in record)
+        where = f" (document {ids[row]!r})" if ids is not None else ""
+        raise CorpusError(f"metadata field {ID_FIELD!r}{where} is reserved: filters on "
+                          f"{ID_FIELD!r} match document ids; rename the field")
     result: dict[str, FieldKind] = {}
-    for field, seen in sorted(kinds.items()):
-        merged = merge_kinds(set(seen))
+    for field in sorted(columns):
+        seen = column_kinds(columns[field])
+        if not seen:
+            continue
+        merged = merge_kinds(seen)
         if merged is None:
-            where = ""
-            if ids is not None:
-                where = " (" + ", ".join(f"{kind} in document {ids[row]!r}"
-                                          for kind, row in sorted(seen.items())) + ")"
-            raise CorpusError(
-                f"metadata field {field!r} mixes {sorted(seen)} values{where}; give every "
-                "document the same type for this field (or leave it out)"
-            )
+            raise mixed_kinds(field, columns[field], ids)
         result[field] = merged
     return result
+
+
+def column_kinds(column: list[Any]) -> set[FieldKind]:
+    """The kinds a field's values imply: by type, except strings (each distinct one matched
+    against the date pattern once) and lists (each one looked at)."""
+    kinds: set[FieldKind | None] = set()
+    for value_type in set(map(type, column)):
+        if issubclass(value_type, str):
+            kinds.update(map(value_kind, {v for v in column if type(v) is value_type}))
+        elif issubclass(value_type, list):
+            kinds.update(value_kind(v) for v in column if type(v) is value_type)
+        else:
+            kinds.add(type_kind(value_type))
+    return {kind for kind in kinds if kind is not None}
+
+
+def mixed_kinds(field: str, column: list[Any], ids: Sequence[str] | None) -> CorpusError:
+    """The error for a field whose values imply kinds that do not merge, naming the first
+    document of each kind."""
+    first: dict[FieldKind, int] = {}
+    for row, value in enumerate(column):
+        kind = value_kind(value)
+        if kind is not None:
+            first.setdefault(kind, row)
+    where = ""
+    if ids is not None:
+        where = " (" + ", ".join(f"{kind} in document {ids[row]!r}"
+                                  for kind, row in sorted(first.items())) + ")"
+    return CorpusError(f"metadata field {field!r} mixes {sorted(first)} values{where}; give "
+                       "every document the same type for this field (or leave it out)")
 
 
 class MetadataIndex:
@@ -141,9 +182,10 @@ class MetadataIndex:
     @classmethod
     def build(cls, records: Sequence[Mapping[str, Any]],
               ids: Sequence[str] | None = None) -> MetadataIndex:
-        kinds = infer_kinds(records, ids)
-        keywords = {f: _keyword_postings(records, f) for f, k in kinds.items() if k == "keyword"}
-        columns = {f: _column(records, f, k) for f, k in kinds.items() if k != "keyword"}
+        values = field_columns(records)
+        kinds = kinds_of(values, records, ids)
+        keywords = {f: _keyword_postings(values[f]) for f, k in kinds.items() if k == "keyword"}
+        columns = {f: _column(values[f], f, k) for f, k in kinds.items() if k != "keyword"}
         return cls(len(records), kinds, keywords, columns)
 
     def keyword_rows(self, field: str, value: str) -> np.ndarray:
@@ -253,33 +295,40 @@ def _table(values: list[str]) -> StringTable | None:
     return table
 
 
-def _keyword_postings(
-    records: Sequence[Mapping[str, Any]], field: str
-) -> tuple[list[str], np.ndarray, np.ndarray]:
-    postings: dict[str, list[int]] = defaultdict(list)
-    for row, record in enumerate(records):
-        value = record.get(field)
-        if value is None or value_kind(value) is None:
-            continue
-        for item in set(value if isinstance(value, list) else [value]):
-            postings[keyword_value(item)].append(row)
-    values = sorted(postings)
-    sizes = np.array([len(postings[v]) for v in values], dtype=np.int64)
+def _keyword_postings(column: list[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sorted values, offsets, int32 rows in row order per value) of a keyword field's
+    ``column``: every (row, value) pair listed, then ordered by value with one stable sort."""
+    rows: list[int] = []
+    keys: list[str] = []
+    for row, value in enumerate(column):
+        if type(value) is str:  # the common case, and its own indexed form
+            rows.append(row)
+            keys.append(value)
+        elif value is not None and value_kind(value) is not None:
+            for item in set(value if isinstance(value, list) else [value]):
+                rows.append(row)
+                keys.append(keyword_value(item))
+    values = sorted(set(keys))
+    number = {value: i for i, value in enumerate(values)}
+    ids = np.fromiter(map(number.__getitem__, keys), dtype=np.int64, count=len(keys))
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    rows = np.fromiter((r for v in values for r in postings[v]), dtype=np.int32,
-                       count=int(offsets[-1]))
-    return values, offsets, rows
+    np.cumsum(np.bincount(ids, minlength=len(values)), out=offsets[1:])
+    ordered = np.asarray(rows, dtype=np.int32)[np.argsort(ids, kind="stable")]
+    return values, offsets, ordered
 
 
-def _column(records: Sequence[Mapping[str, Any]], field: str, kind: FieldKind) -> np.ndarray:
-    column = np.full(len(records), np.nan, dtype=np.float64)
-    for row, record in enumerate(records):
-        value = record.get(field)
-        if value is None:
-            continue
+def _column(column: list[Any], field: str, kind: FieldKind) -> np.ndarray:
+    fast = date_seconds if kind == "date" else float
+    try:
+        return np.array([np.nan if value is None else fast(value) for value in column],
+                        dtype=np.float64)
+    except (TypeError, ValueError):
+        pass
+    convert = parse_date if kind == "date" else float
+    for row, value in enumerate(column):  # name the first value that does not convert
         try:
-            column[row] = parse_date(value) if kind == "date" else float(value)
+            if value is not None:
+                convert(value)
         except (TypeError, ValueError) as exc:
             raise CorpusError(f"document row {row}: field {field!r}: {exc}") from exc
-    return column
+    raise AssertionError("unreachable: a value failed to convert once")  # pragma: no cover

@@ -1,0 +1,116 @@
+"""The metadata index is built field by field (``indexes.metadata.field_columns``); its kinds,
+keyword postings and columns are what reading the records one by one defines: every value's
+kind, each value's rows in row order (a list's items once each), floats and epoch seconds."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexes.errors import CorpusError
+from indexes.metadata import (
+    MetadataIndex,
+    keyword_value,
+    merge_kinds,
+    parse_date,
+    value_kind,
+)
+
+WORDS = st.sampled_from(["a", "b", "c", "true", "2020-01-31", "x y"])
+DATES = st.sampled_from(["2020-01-31", "2021-06-01T12:30:00Z", "2019-12-31 23:59:59.5",
+                         "2022-02-02T01:02:03+02:00"])
+# Per field, values of one kind (a keyword field may mix strings, dates, booleans and lists;
+# None, nested objects and numpy integers are stored but not indexed: a column converts them).
+UNINDEXED = st.sampled_from([None, {"nested": 1}, np.int64(3), [1, "a"]])
+KEYWORD = st.one_of(WORDS, DATES, st.booleans(), st.lists(st.one_of(WORDS, st.booleans()),
+                                                           max_size=4), UNINDEXED)
+NUMBER = st.one_of(st.integers(-5, 5), st.floats(-1e6, 1e6, allow_nan=False),
+                   st.sampled_from([None, np.int64(3)]))
+DATE = st.one_of(DATES, st.none())
+FIELDS = {"tag": KEYWORD, "score": NUMBER, "when": DATE}
+
+
+@st.composite
+def records(draw: Any) -> list[dict[str, Any]]:
+    rows = draw(st.integers(1, 40))
+    out = []
+    for _ in range(rows):
+        present = draw(st.lists(st.sampled_from(sorted(FIELDS)), unique=True))
+        out.append({field: draw(FIELDS[field]) for field in present})
+    return out
+
+
+def one_by_one(records: list[dict[str, Any]]) -> tuple[dict[str, str], dict, dict]:
+    """The per-record definition: (kinds, keyword postings, columns)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for record in records:
+        for field, value in record.items():
+            if value_kind(value) is not None:
+                seen[field].add(value_kind(value))
+    kinds = {field: merge_kinds(found) for field, found in sorted(seen.items())}
+    postings, columns = {}, {}
+    for field, kind in kinds.items():
+        if kind == "keyword":
+            rows: dict[str, list[int]] = defaultdict(list)
+            for row, record in enumerate(records):
+                value = record.get(field)
+                if value is not None and value_kind(value) is not None:
+                    for item in set(value if isinstance(value, list) else [value]):
+                        rows[keyword_value(item)].append(row)
+            postings[field] = {value: rows[value] for value in sorted(rows)}
+        else:
+            columns[field] = [converted(record.get(field), kind, row, field)
+                              for row, record in enumerate(records)]
+    return kinds, postings, columns
+
+
+class Unconvertible(Exception):
+    """A value of a number or date field that does not convert (a nested object)."""
+
+
+def converted(value: Any, kind: str, row: int, field: str) -> float:
+    try:
+        return np.nan if value is None else (parse_date if kind == "date" else float)(value)
+    except (TypeError, ValueError) as exc:
+        raise Unconvertible(f"document row {row}: field {field!r}") from exc
+
+
+@settings(max_examples=200, deadline=None)
+@given(records())
+def test_the_columnar_build_is_the_record_by_record_definition(corpus):
+    try:
+        kinds, postings, columns = one_by_one(corpus)
+    except Unconvertible as exc:
+        with pytest.raises(CorpusError, match=str(exc)):
+            MetadataIndex.build(corpus)
+        return
+    index = MetadataIndex.build(corpus)
+    assert index.kinds == kinds
+    for field, expected in postings.items():
+        values, offsets, rows = index.keyword_postings(field)
+        assert rows.dtype == np.int32 and offsets.dtype == np.int64
+        assert {v: rows[offsets[i]:offsets[i + 1]].tolist() for i, v in enumerate(values)} \
+            == expected
+        assert values == list(expected)
+    for field, expected in columns.items():
+        np.testing.assert_array_equal(index.numeric_column(field), np.array(expected))
+
+
+def test_a_value_that_does_not_convert_names_its_row_and_field():
+    corpus = [{"when": "2020-01-31"}, {"when": {"nested": 1}}, {"when": "2020-02-30"}]
+    with pytest.raises(CorpusError, match=r"document row 1: field 'when'"):
+        MetadataIndex.build(corpus)
+    with pytest.raises(CorpusError, match=r"document row 1: field 'when'.*day is out of range"):
+        MetadataIndex.build([{"when": "2020-01-31"}, {"when": "2020-02-30"}])
+
+
+def test_a_field_of_two_kinds_names_the_first_document_of_each():
+    corpus = [{"year": "x"}, {"year": True}, {"year": 2020}, {"year": 2021.5}]
+    with pytest.raises(CorpusError, match=r"'year' mixes \['keyword', 'number'\] values "
+                                          r"\(keyword in document 'a', number in document 'c'\)"):
+        MetadataIndex.build(corpus, ["a", "b", "c", "d"])
