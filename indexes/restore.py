@@ -30,7 +30,7 @@ from indexes.snapshot import (
     UnsafeMemberError,
     hash_stream,
 )
-from indexes.storage import fsync_path, fsync_write, sync_tree
+from indexes.storage import fsync_path, sync_tree
 from indexes.wal.log import (
     ACKED,
     check_log,
@@ -161,16 +161,14 @@ def _check_listed(name: str, info: SnapshotInfo, seen: set[str], file: Path) -> 
 
 def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, staging: Path,
                   expected: Member, file: Path) -> None:
-    """Copy one member under ``staging`` (hashing on the way, fsynced); its size and sha256
-    must be the listed ones."""
+    """Copy one member under ``staging`` (hashing on the way; ``sync_tree`` makes the whole
+    root durable before it moves into place); its size and sha256 must be the listed ones."""
     target = staging / member.name
     target.parent.mkdir(parents=True, exist_ok=True)
     source = tar.extractfile(member)
     assert source is not None  # a regular file (checked by _check_safe)
     with open(target, "wb") as out:
         got = hash_stream(source, out)
-        out.flush()
-        os.fsync(out.fileno())
     if got != expected:
         raise SnapshotCorruptError(
             f"{file}: member {member.name!r} does not match {SNAPSHOT_JSON} (size {got.size}, "
@@ -180,8 +178,9 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, staging: Path,
 
 
 def _finish(staging: Path, info: SnapshotInfo) -> None:
-    """``CURRENT`` naming the build, and ``wal/ACKED`` at the end of the newest segment."""
-    fsync_write(staging / CURRENT, f"{info.build_id}\n".encode())
+    """``CURRENT`` naming the build, and ``wal/ACKED`` at the end of the newest segment
+    (made durable with the rest of the root by ``sync_tree``)."""
+    (staging / CURRENT).write_text(f"{info.build_id}\n", encoding="utf-8")
     listed = segments(staging)
     if not listed:
         return
@@ -189,10 +188,8 @@ def _finish(staging: Path, info: SnapshotInfo) -> None:
     fd = os.open(wal_dir(staging) / ACKED, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         write_acked(fd, first, path.stat().st_size)
-        os.fsync(fd)
     finally:
         os.close(fd)
-    fsync_path(wal_dir(staging))
 
 
 def _verify_root(staging: Path, info: SnapshotInfo) -> None:
