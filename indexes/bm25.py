@@ -82,6 +82,23 @@ class BuildTerms:
     idf: np.ndarray
 
 
+@dataclass(frozen=True)
+class CollectionStatistics:
+    """What a collection's BM25 impacts depend on beyond a row's own postings: the mean row
+    length and each term's idf (float64, one per vocabulary term)."""
+
+    avgdl: float
+    idf: np.ndarray
+
+    @classmethod
+    def of(cls, doc_freq: np.ndarray, n_docs: int, length_sum: int, params: BM25Params
+           ) -> CollectionStatistics:
+        """From each term's document frequency, the number of rows and their total length
+        (the same float64 values ``from_postings`` computes over the whole collection)."""
+        avgdl = float(np.float64(length_sum) / n_docs) if n_docs else 0.0
+        return cls(avgdl, idf_weights(doc_freq.astype(np.float64), n_docs, params))
+
+
 class Corrected(str):
     """A query term matched to the index's vocabulary by typo tolerance (``indexes.typos``):
     it scores as the vocabulary term, times ``weight``."""
@@ -154,15 +171,20 @@ class BM25Index:
 
     @classmethod
     def from_postings(cls, vocab: list[str], terms: np.ndarray, rows: np.ndarray,
-                      tfs: np.ndarray, lengths: np.ndarray, params: BM25Params | None = None
-                      ) -> BM25Index:
+                      tfs: np.ndarray, lengths: np.ndarray, params: BM25Params | None = None,
+                      collection: CollectionStatistics | None = None) -> BM25Index:
         """From term-frequency postings row by row (term, row, tf int32 each, rows
-        ascending) and the rows' lengths: impacts computed once over the whole collection."""
+        ascending) and the rows' lengths: impacts computed once over the whole collection,
+        or, for a shard built apart, with the ``collection``'s statistics (its impacts are
+        then the collection index's impacts of the shard's rows, bit for bit)."""
         params = params or BM25Params()
         n_docs = len(lengths)
         indptr, rows, tfs = to_columns(terms, rows, tfs, len(vocab))
-        avgdl = float(lengths.mean()) if n_docs else 0.0
-        idf = idf_weights(np.diff(indptr).astype(np.float64), n_docs, params)
+        if collection is None:
+            avgdl = float(lengths.mean()) if n_docs else 0.0
+            idf = idf_weights(np.diff(indptr).astype(np.float64), n_docs, params)
+        else:
+            avgdl, idf = collection.avgdl, collection.idf
         impacts = bm25_impacts(indptr, rows, tfs, lengths, idf, max(avgdl, 1e-9), params.k1,
                                params.b, params.variant == "okapi")
         norms = params.k1 * (1.0 - params.b + params.b * lengths.astype(np.float64)

@@ -104,6 +104,9 @@ class BuildReport:
     segments_retired: int = 0  # log segments this build folded, deleted once it was live
     size_bytes: int = 0  # the build directory on disk
     peak_rss_bytes: int = 0  # the building process's peak resident memory, as of the build's end
+    # A streamed build's (``indexes.shard_build``): each shard task's seconds and peak memory
+    part_seconds: list[float] = field(default_factory=list)
+    part_peak_rss_bytes: list[int] = field(default_factory=list)
 
     def describe_resources(self) -> str:
         return (f"index {self.size_bytes / 2**20:,.1f} MiB on disk; peak RSS of the building "

@@ -96,17 +96,25 @@ def write_sharded(
                          **shard_fields)
         entries.append(ShardEntry(name=name, start=start, stop=stop, build_id=shard_id,
                                   manifest_sha256=sha256_file(directory / MANIFEST)))
-    layout = ShardLayout(n_docs=len(docs), avgdl=avgdl, n_terms=len(bm25.vocab_list),
-                         shards=entries)
+    write_layout(staging, build_id, entries, avgdl, len(bm25.vocab_list), info, config,
+                 dict(metadata.kinds), **manifest_fields)
+
+
+def write_layout(
+    staging: Path, build_id: str, entries: list[ShardEntry], avgdl: float, n_terms: int,
+    info: EncoderInfo, config: BuildConfig, kinds: dict[str, Any], **manifest_fields: Any,
+) -> None:
+    """shards.json and the top manifest naming the written shards' checksums."""
+    n_docs = sum(e.stop - e.start for e in entries)
+    layout = ShardLayout(n_docs=n_docs, avgdl=avgdl, n_terms=n_terms, shards=entries)
     write_json(staging / SHARDS_FILE, layout.model_dump(mode="json"))
     files = {SHARDS_FILE: sha256_file(staging / SHARDS_FILE)}
     files.update({f"{SHARDS_DIR}/{e.name}/{MANIFEST}": e.manifest_sha256 for e in entries})
     write_manifest(staging, Manifest(
         format_version=FORMAT_VERSION, build_id=build_id,
-        created_at=datetime.now(UTC).isoformat(), n_docs=len(docs),
+        created_at=datetime.now(UTC).isoformat(), n_docs=n_docs,
         analyzer=config.analyzer.model_dump(mode="json"),
         analyzer_fingerprint=Analyzer(config.analyzer).fingerprint, encoder=info,
-        bm25=config.bm25.model_dump(mode="json"), metadata_fields=dict(metadata.kinds),
+        bm25=config.bm25.model_dump(mode="json"), metadata_fields=kinds,
         files=files, **manifest_fields,
     ))
-

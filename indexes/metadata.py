@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import chain, repeat
 from pathlib import Path
@@ -150,6 +151,15 @@ def mixed_kinds(field: str, column: list[Any], ids: Sequence[str] | None) -> Cor
                        "every document the same type for this field (or leave it out)")
 
 
+@dataclass(frozen=True)
+class CollectionFields:
+    """A collection's metadata fields, for its shards built apart (``indexes.shard_build``):
+    each field's kind and each keyword field's sorted values."""
+
+    kinds: dict[str, FieldKind]
+    values: dict[str, list[str]]
+
+
 class MetadataIndex:
     """Filterable metadata; ``keyword_rows`` and ``numeric_column`` are the query verbs, and
     ``masks`` remembers evaluated filter masks (``retrieval.filters.evaluate`` fills it)."""
@@ -180,11 +190,19 @@ class MetadataIndex:
         self.ids: IdRows | None = None
 
     @classmethod
-    def build(cls, records: Sequence[Mapping[str, Any]],
-              ids: Sequence[str] | None = None) -> MetadataIndex:
+    def build(cls, records: Sequence[Mapping[str, Any]], ids: Sequence[str] | None = None,
+              collection: CollectionFields | None = None) -> MetadataIndex:
+        """The index of ``records``; with ``collection`` (a shard of a streamed build), the
+        collection's fields and keyword values, as ``indexes.sharding.slice_metadata`` keeps
+        them: a field the records lack is all missing, a value they lack has no rows."""
         values = field_columns(records)
         kinds = kinds_of(values, records, ids)
-        keywords = {f: _keyword_postings(values[f]) for f, k in kinds.items() if k == "keyword"}
+        if collection is not None:
+            kinds = dict(collection.kinds)
+            values = {f: values.get(f) or [None] * len(records) for f in kinds}
+        known = collection.values if collection is not None else {}
+        keywords = {f: _keyword_postings(values[f], known.get(f))
+                    for f, k in kinds.items() if k == "keyword"}
         columns = {f: _column(values[f], f, k) for f, k in kinds.items() if k != "keyword"}
         return cls(len(records), kinds, keywords, columns)
 
@@ -295,9 +313,9 @@ def _table(values: list[str]) -> StringTable | None:
     return table
 
 
-def _keyword_postings(column: list[Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(sorted values, offsets, int32 rows in row order per value) of a keyword field's
-    ``column``: every (row, value) pair listed, then ordered by value with one stable sort."""
+def keyword_pairs(column: list[Any]) -> tuple[list[int], list[str]]:
+    """(row, indexed value) of every value of a keyword field's ``column``, in row order (a
+    list's repeated items once)."""
     rows: list[int] = []
     keys: list[str] = []
     for row, value in enumerate(column):
@@ -308,7 +326,16 @@ def _keyword_postings(column: list[Any]) -> tuple[list[str], np.ndarray, np.ndar
             for item in set(value if isinstance(value, list) else [value]):
                 rows.append(row)
                 keys.append(keyword_value(item))
-    values = sorted(set(keys))
+    return rows, keys
+
+
+def _keyword_postings(column: list[Any], values: list[str] | None = None
+                      ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sorted values, offsets, int32 rows in row order per value) of a keyword field's
+    ``column``: every (row, value) pair listed, then ordered by value with one stable sort.
+    ``values``: the sorted values to number by (default: the column's own)."""
+    rows, keys = keyword_pairs(column)
+    values = sorted(set(keys)) if values is None else values
     number = {value: i for i, value in enumerate(values)}
     ids = np.fromiter(map(number.__getitem__, keys), dtype=np.int64, count=len(keys))
     offsets = np.zeros(len(values) + 1, dtype=np.int64)

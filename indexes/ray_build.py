@@ -14,11 +14,15 @@ task per contiguous part, ``BuildConfig.analysis_workers`` of them, default ``wo
 on the cluster; merging the parts' postings, the global BM25 reduce (N, df per term, avgdl,
 the okapi idf floor over the whole vocabulary) and writing run on the driver, which also holds
 every document once. The BM25 arrays are those of a local build, byte for byte.
+
+A collection too large for one process is built with ``indexes.shard_build.build_streamed``
+and ``ray_runner()``: each shard is read, analyzed and written by its own Ray task, and the
+driver holds only the collection's statistics.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +42,7 @@ from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.long_documents import split_documents
 from indexes.manifest import EncoderInfo
+from indexes.shard_build import Runner
 from indexes.sources import FieldMapping
 
 Backend = Literal["torch", "onnx"]
@@ -160,6 +165,17 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     report.vectors_encoded = len(todo)
     report.vectors_reused = len(texts) - len(todo)
     return report
+
+
+def ray_runner(cpus_per_task: float = 1.0) -> Runner:
+    """``indexes.shard_build``'s tasks as Ray tasks (``cpus_per_task`` each), each in a fresh
+    worker process (``max_calls=1``: its peak memory is its own shard's)."""
+    def run(task: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]:
+        import ray
+
+        remote = ray.remote(num_cpus=cpus_per_task, max_calls=1)(task)
+        return ray.get([remote.remote(job) for job in jobs])
+    return run
 
 
 def analyze_on_ray(texts: Sequence[str], config: AnalyzerConfig, parts: int

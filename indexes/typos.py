@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property, lru_cache
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rapidfuzz.distance import OSA
@@ -78,6 +79,11 @@ class TypoIndex:
         self.keys = np.asarray(keys)  # uint64, sorted
         self.word_ids = np.asarray(word_ids)  # int32, aligned with keys
         self._memo = lru_cache(maxsize=MEMO_WORDS)(self._lookup)
+
+    def __reduce__(self) -> tuple[type[TypoIndex], tuple[Any, ...]]:
+        """Pickled without its memo (a streamed build sends the dictionary to its tasks)."""
+        return TypoIndex, (self.words, self.stems, self.rows, self.keys, self.word_ids,
+                           self.key_scheme)
 
     @classmethod
     def build(cls, words: Iterable[str], stem: Callable[[list[str]], list[str]],

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +22,12 @@ from ray import serve
 
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
+from indexes.docstore import Document
 from indexes.errors import CorpusError
-from indexes.manifest import read_manifest
+from indexes.manifest import EncoderInfo, read_manifest
 from indexes.passages import PASSAGE_ARRAYS, PassageConfig
-from indexes.ray_build import build_on_ray, read_documents
+from indexes.ray_build import build_on_ray, ray_runner, read_documents
+from indexes.shard_build import GivenRows, build_streamed, run_here
 from indexes.sharding import read_layout
 from retrieval import Retriever, ShardUnavailableError
 from retrieval.loaded_build import LoadedBuild
@@ -40,6 +43,26 @@ def cluster():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
+
+
+def test_a_streamed_build_on_ray_equals_it_here(cluster, tmp_path):
+    """Each shard read, analyzed and written by a Ray task: the same files as in this process
+    (tests/test_shard_build: those of ``build_index(shards=S)``)."""
+    documents = [Document(f"d{i}", f"alpha beta {'gamma ' * (i % 4)}doc{i}",
+                          metadata={"group": f"g{i % 3}", "year": 2000 + i})
+                 for i in range(30)]
+    vectors = np.random.default_rng(0).normal(size=(30, 8)).astype(np.float32)
+    info = EncoderInfo(encoder_id="given", model="given", dim=8, vector_dtype="float32")
+    parts = [GivenRows(documents[a:a + 10], vectors[a:a + 10]) for a in (0, 10, 20)]
+    here = build_streamed(parts, tmp_path / "here", encoder_info=info, run=run_here)
+    on_ray = build_streamed(parts, tmp_path / "ray", encoder_info=info, run=ray_runner())
+
+    def files(build: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(build)): p.read_bytes() for p in (build / "shards").rglob("*")
+                if p.is_file() and p.name != "manifest.json"}
+
+    assert len(files(here.path)) > 30 and files(on_ray.path) == files(here.path)
+    assert len(on_ray.part_peak_rss_bytes) == 3
 
 
 def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_path):

@@ -1,0 +1,148 @@
+"""The streamed sharded build (``indexes.shard_build``): each shard read and written by its own
+task, in worker processes here (on Ray in test_sharding_ray), equals ``build_index(shards=S)``
+over the same rows file for file, BM25 arrays included; its typed errors leave nothing
+behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexes.build import build_index
+from indexes.corpus import read_corpus
+from indexes.demo_metadata import with_demo_metadata
+from indexes.docstore import Document
+from indexes.errors import CorpusError
+from indexes.manifest import EncoderInfo
+from indexes.shard_build import GivenRows, build_streamed, run_in_processes
+from indexes.sharding import read_layout, shard_ranges
+from retrieval import Retriever
+
+INFO = EncoderInfo(encoder_id="given", model="given", dim=16, vector_dtype="float32")
+CONFIG = {"cache": {"backend": "none"}}
+QUERIES = ["boundary layer transition", "heat transfer in hypersonic flow", "flutter of panels",
+           "shock wave", "slender body lift and drag"]
+
+
+@dataclass
+class Changing:
+    """A source that reads other rows the second time."""
+
+    rows: GivenRows
+    reads: int = 0
+
+    def __call__(self) -> tuple[list[Document], np.ndarray]:
+        self.reads += 1
+        documents, vectors = self.rows()
+        return (documents, vectors) if self.reads == 1 else (documents[1:], vectors[1:])
+
+
+@pytest.fixture(scope="module")
+def corpus(dataset) -> tuple[list[Document], np.ndarray]:
+    documents = list(islice(with_demo_metadata(read_corpus(dataset("cranfield"))), 400))
+    # A keyword field present in one shard only, and a list field.
+    documents = [Document(d.id, d.text, d.title,
+                          {**d.metadata, "tags": ["a", "b"] if i % 3 else ["c"],
+                           **({"desk": "north"} if i < 100 else {})})
+                 for i, d in enumerate(documents)]
+    vectors = np.random.default_rng(0).normal(size=(len(documents), INFO.dim))
+    return documents, (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def sources(documents: list[Document], vectors: np.ndarray, shards: int) -> list[GivenRows]:
+    return [GivenRows(documents[a:b], vectors[a:b])
+            for a, b in shard_ranges(len(documents), shards)]
+
+
+def shard_files(build: Path) -> dict[str, bytes]:
+    """Every file of every shard but the manifests (they name their own build id and time)."""
+    return {str(p.relative_to(build)): p.read_bytes()
+            for p in sorted((build / "shards").rglob("*"))
+            if p.is_file() and p.name != "manifest.json"}
+
+
+def test_streamed_shards_equal_the_one_process_sharded_build(corpus, tmp_path):
+    documents, vectors = corpus
+    whole = build_index(documents, tmp_path / "whole", vectors=vectors, encoder_info=INFO,
+                        shards=3, progress=False)
+    streamed = build_streamed(sources(documents, vectors, 3), tmp_path / "streamed",
+                              encoder_info=INFO, run=run_in_processes(2))
+    expected, got = shard_files(whole.path), shard_files(streamed.path)
+    assert any(name.endswith("bm25/impacts.npy") for name in expected)
+    assert got.keys() == expected.keys()
+    assert [name for name in expected if got[name] != expected[name]] == []
+    (_, mine), (_, theirs) = read_layout(streamed.path), read_layout(whole.path)
+    assert mine.model_dump(exclude={"shards"}) == theirs.model_dump(exclude={"shards"})
+    assert [(e.start, e.stop) for e in mine.shards] == [(e.start, e.stop) for e in theirs.shards]
+    assert streamed.n_docs == len(documents) and len(streamed.part_peak_rss_bytes) == 3
+    with (Retriever.load(tmp_path / "whole", CONFIG) as a,
+          Retriever.load(tmp_path / "streamed", CONFIG) as b):
+        for query, vector in zip(QUERIES, vectors, strict=False):
+            for filters in (None, {"department": "oncology"}, {"desk": "north"}):
+                hits = [[(h.doc_id, h.score) for h in r.search(query, filters, k=10,
+                                                          query_vector=vector).hits]
+                        for r in (a, b)]
+                assert hits[0] == hits[1], (query, filters)
+
+
+def test_a_field_of_dates_in_one_shard_and_words_in_another_is_a_keyword_field(corpus,
+                                                                                tmp_path):
+    documents, vectors = corpus
+    documents = [Document(d.id, d.text, d.title,
+                          {**d.metadata, "when": "2020-01-02" if i < 200 else f"week {i % 7}"})
+                 for i, d in enumerate(documents)]
+    whole = build_index(documents, tmp_path / "whole", vectors=vectors, encoder_info=INFO,
+                        shards=2, progress=False)
+    streamed = build_streamed(sources(documents, vectors, 2), tmp_path / "streamed",
+                              encoder_info=INFO)
+    assert shard_files(streamed.path) == shard_files(whole.path)
+    with Retriever.load(tmp_path / "streamed", CONFIG) as retriever:
+        hits = retriever.search("flow", {"when": "2020-01-02"}, k=400,
+                                query_vector=vectors[0]).hits
+        assert hits and {h.metadata["when"] for h in hits} == {"2020-01-02"}
+
+
+def test_a_document_id_in_two_shards_is_refused_naming_it(corpus, tmp_path):
+    documents, vectors = corpus
+    documents = [*documents[:399], Document(documents[5].id, "a copy", None, {})]
+    with pytest.raises(CorpusError, match=rf"duplicate document id '{documents[5].id}' "
+                                          r"\(in shards \[0, 1\]\)"):
+        build_streamed(sources(documents, vectors, 2), tmp_path, encoder_info=INFO)
+    assert not (tmp_path / "CURRENT").exists()
+
+
+def test_a_field_of_numbers_in_one_shard_and_words_in_another_is_refused(corpus, tmp_path):
+    documents, vectors = corpus
+    documents = [Document(d.id, d.text, d.title,
+                          {"rank": i if i < 200 else f"r{i}"}) for i, d in enumerate(documents)]
+    with pytest.raises(CorpusError, match="'rank' holds keyword values in shard 1, number "
+                                          "values in shard 0"):
+        build_streamed(sources(documents, vectors, 2), tmp_path, encoder_info=INFO)
+
+
+def test_a_source_that_changes_between_its_reads_is_refused_and_nothing_is_left(corpus,
+                                                                                tmp_path):
+    documents, vectors = corpus
+    parts = sources(documents, vectors, 2)
+    with pytest.raises(CorpusError, match="shard 1's source gave other documents on its "
+                                          "second read"):
+        build_streamed([parts[0], Changing(parts[1])], tmp_path, encoder_info=INFO)
+    assert not (tmp_path / "CURRENT").exists()
+    assert not any((tmp_path / "builds").iterdir())
+
+
+@pytest.mark.parametrize(("shape", "message"), [
+    ((0, 16), "shard 0's source gave no documents"),
+    ((10, 8), r"vectors of shape \(10, 8\) for 10 documents"),
+    ((9, 16), r"vectors of shape \(9, 16\) for 10 documents"),
+])
+def test_a_source_with_no_documents_or_wrong_vectors_is_refused(corpus, tmp_path, shape,
+                                                                 message):
+    documents = corpus[0][:shape[0] and 10]
+    vectors = np.zeros(shape, dtype=np.float32)
+    with pytest.raises(CorpusError, match=message):
+        build_streamed([GivenRows(documents, vectors)], tmp_path, encoder_info=INFO)
