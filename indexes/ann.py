@@ -200,4 +200,7 @@ def load_dense(build_dir: Path, vectors: VectorStore) -> ExactDense:
         return load_hnsw(directory, vectors, meta)
     import faiss
 
-    return IvfDense(vectors, faiss.read_index(str(directory / INDEX_FILE)), int(meta["nprobe"]))
+    # The lists are mapped from the build's file, not copied: every process and Retriever
+    # serving a build shares one copy of its pages (10M float32 vectors are 15 GB).
+    index = faiss.read_index(str(directory / INDEX_FILE), faiss.IO_FLAG_MMAP_IFC)
+    return IvfDense(vectors, index, int(meta["nprobe"]))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -304,6 +305,8 @@ def write_shard(job: WriteJob) -> Written:
     bm25.typos = job.collection.typos
     metadata = MetadataIndex.build([d.metadata for d in documents], [d.id for d in documents],
                                    job.collection.fields)
+    if job.directory.exists():  # a retried task (its worker was killed): start it over
+        shutil.rmtree(job.directory)
     job.directory.mkdir(parents=True)
     write_components(job.directory, f"{job.build_id}-{job.directory.name}", documents, bm25,
                      metadata, matrix, content_hashes(texts), job.info, config,
