@@ -36,11 +36,21 @@ from benchmarks.common import (
     summarize,
 )
 from benchmarks.synthetic import clustered_unit_vectors
-from benchmarks.synthetic_corpus import CorpusSpec, article_id, generate, queries
+from benchmarks.synthetic_corpus import (
+    CorpusSpec,
+    SyntheticCorpus,
+    article_id,
+    generate,
+    queries,
+)
 from indexes.sharding import shard_ranges
 
 WORK = Path("build/streamed-shards")
 DIM = 384
+# The vectors' centres are a 1M corpus's (1,000 topics) at every size. With sqrt(N) centres a
+# 10M collection's 1.25M-row shard held ~400 vectors a centre, split over its 4,472 IVF lists:
+# recall@100 reached 0.94 at nprobe 512 and every shard's calibration fell back to exact search.
+TOPICS_OF = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -56,16 +66,31 @@ class SyntheticShard:
         from indexes.docstore import Document
 
         corpus = generate(CorpusSpec(n_docs=self.stop - self.start, seed=1 + self.shard))
-        vocab = np.array(corpus.vocab)
         documents = []
-        for i in range(corpus.n_docs):
+        for i, text in enumerate(texts_of(corpus)):
             row = self.start + i
-            text = " ".join(vocab[corpus.words[corpus.offsets[i]:corpus.offsets[i + 1]]])
             record = {**corpus.record(i), "article": article_id(row // 5)}
             documents.append(Document(f"p{row}", text, "", record))
         vectors = clustered_unit_vectors(corpus.n_docs, DIM, seed=1000 + self.shard,
-                                         centers_of=self.n_docs)
+                                         centers_of=TOPICS_OF)
         return documents, vectors
+
+
+def texts_of(corpus: SyntheticCorpus, block: int = 10_000) -> list[str]:
+    """Each passage's words joined by spaces: a block of passages joined at once, then cut
+    at the passages' character offsets (a join per passage is several times slower)."""
+    vocab = corpus.vocab
+    sizes = np.fromiter(map(len, vocab), dtype=np.int64, count=len(vocab))
+    texts: list[str] = []
+    for first in range(0, corpus.n_docs, block):
+        ends = corpus.offsets[first:min(first + block, corpus.n_docs) + 1]
+        words = corpus.words[ends[0]:ends[-1]]
+        joined = " ".join(map(vocab.__getitem__, words.tolist()))
+        # A passage's characters: its words' and a space after each; the last has none.
+        chars = np.concatenate([[0], np.cumsum(sizes[words] + 1)])
+        starts, stops = chars[ends[:-1] - ends[0]], chars[ends[1:] - ends[0]] - 1
+        texts += [joined[a:b] for a, b in zip(starts.tolist(), stops.tolist(), strict=True)]
+    return texts
 
 
 def build(n_docs: int, shards: int, root: Path, cpus_per_task: float) -> dict[str, Any]:
@@ -121,20 +146,24 @@ def build_tantivy(sources: list[SyntheticShard], directory: Path) -> dict[str, A
     return {"seconds": seconds, "size_bytes": size}
 
 
-def search(root: Path, n_docs: int, n_queries: int, peer: Path | None) -> dict[str, Any]:
+def search(root: Path, n_docs: int, n_queries: int, peer: Path | None,
+           policies: list[str]) -> dict[str, Any]:
     from retrieval import Retriever, RetrieverConfig
 
     words = queries(generate(CorpusSpec(n_docs=100_000)), n_queries + 100)
     asked = [" ".join(w) for w in words]
-    vectors = clustered_unit_vectors(len(asked), DIM, seed=7, centers_of=n_docs)
+    vectors = clustered_unit_vectors(len(asked), DIM, seed=7, centers_of=TOPICS_OF)
     config = RetrieverConfig(cache={"backend": "none"})
-    keyword = config.model_copy(update={"candidate_policy": "keyword"})
+    named = {"union": ("union (default)", config),
+             "keyword": ("keyword candidates",
+                         config.model_copy(update={"candidate_policy": "keyword"}))}
     live = Retriever.load(root, config).snapshot.path
-    opened = {"routed, union (default)": Retriever.load(root, config),
-              "routed, keyword candidates": Retriever.load(root, keyword),
-              "shard 0 alone, union": Retriever.load(live / "shards" / "shard-000", config),
-              "shard 0 alone, keyword candidates": Retriever.load(live / "shards" / "shard-000",
-                                                                  keyword)}
+    opened = {}
+    for policy in policies:
+        name, settings = named[policy]
+        opened[f"routed, {name}"] = Retriever.load(root, settings)
+        opened[f"shard 0 alone, {name}"] = Retriever.load(live / "shards" / "shard-000",
+                                                          settings)
     def searching(retriever: Any) -> Callable[[int], Any]:
         return lambda i: retriever.search(asked[i], k=10, query_vector=vectors[i])
 
@@ -152,6 +181,43 @@ def search(root: Path, n_docs: int, n_queries: int, peer: Path | None) -> dict[s
     return {name: summarize(s.wall_ms) for name, s in samples.items()}
 
 
+def served(root: Path, n_docs: int, n_queries: int) -> dict[str, Any]:
+    """The routed search in this process and through Ray Serve (one replica per shard, each
+    in its own process, the build's pages shared), side by side; the same hits checked."""
+    import ray
+    from ray import serve
+
+    from retrieval import Retriever
+    from retrieval.sharding.ray_serve import serve_shards
+
+    words = queries(generate(CorpusSpec(n_docs=100_000)), n_queries + 100, seed=2)
+    asked = [" ".join(w) for w in words]
+    vectors = clustered_unit_vectors(len(asked), DIM, seed=8, centers_of=TOPICS_OF)
+    config = {"cache": {"backend": "none"}}
+    local = Retriever.load(root, config)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve_shards(root, config)
+        remote = Retriever.connect(root, config)
+        runners = {
+            "routed in-process, union": lambda i: local.search(asked[i], k=10,
+                                                               query_vector=vectors[i]),
+            "routed on Ray Serve, union": lambda i: remote.search(asked[i], k=10,
+                                                                  query_vector=vectors[i]),
+        }
+        samples = measure_side_by_side(runners, list(range(100, len(asked))),
+                                       list(range(100)), chunk=50)
+        remote.close()
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        local.close()
+    hits = {name: [[h.doc_id for h in o.hits] for o in s.outputs] for name, s in samples.items()}
+    result: dict[str, Any] = {name: summarize(s.wall_ms) for name, s in samples.items()}
+    result["same hits"] = len(set(map(str, hits.values()))) == 1
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--docs", type=int, default=10_000_000)
@@ -162,19 +228,39 @@ def main(argv: list[str] | None = None) -> None:
                    "needs more than half the memory)")
     p.add_argument("--tantivy", action="store_true", help="also build tantivy from the same "
                    "shards and search it beside")
+    p.add_argument("--policies", nargs="+", choices=("union", "keyword"),
+                   default=["union", "keyword"])
+    p.add_argument("--search-only", action="store_true", help="search the build (and the "
+                   "tantivy index) an earlier run made")
+    p.add_argument("--serve", action="store_true", help="only search the build made by an "
+                   "earlier run, routed in-process and on Ray Serve")
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
     root = WORK / f"{args.docs}-{args.shards}"
+    if args.serve:
+        result = served(root, args.docs, args.queries)
+        rows = [[name, percentile_cells(s)] for name, s in result.items() if name != "same hits"]
+        publish_report("streamed-shards-serve", args, result,
+                       f"## {args.docs:,} passages in {args.shards} shards, routed\n\n"
+                       + markdown_table(["path", "p50 / p95 / p99 ms"], rows)
+                       + f"\n\nsame hits: {result['same hits']}")
+        return
+    peer = WORK / f"tantivy-{args.docs}" if args.tantivy else None
+    if args.search_only:
+        searched = search(root, args.docs, args.queries, peer, args.policies)
+        publish_report("streamed-shards-search", args, searched,
+                       f"## Search, {args.docs:,} passages in {args.shards} shards\n\n"
+                       + markdown_table(["path", "p50 / p95 / p99 ms"],
+                                        [[n, percentile_cells(s)] for n, s in searched.items()]))
+        return
     built = build(args.docs, args.shards, root, args.cpus_per_task)
     print(f"built in {built['seconds']:.0f} s", flush=True)
-    peer = None
-    if args.tantivy:
-        peer = WORK / f"tantivy-{args.docs}"
+    if peer is not None:
         built["tantivy"] = build_tantivy(
             [SyntheticShard(args.docs, a, b, i)
              for i, (a, b) in enumerate(shard_ranges(args.docs, args.shards))], peer)
         print(f"tantivy built in {built['tantivy']['seconds']:.0f} s", flush=True)
-    searched = search(root, args.docs, args.queries, peer)
+    searched = search(root, args.docs, args.queries, peer, args.policies)
     rss = built["shard_peak_rss_bytes"]
     build_table = markdown_table(
         ["passages", "shards", "build s", "docs/s", "stages s", "index GiB",

@@ -10,6 +10,7 @@ from indexes.long_documents import WindowReport, split_documents
 from indexes.manifest import EncoderInfo, Manifest
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageMap
+from indexes.shard_build import GivenRows, build_streamed
 from indexes.sources import FieldMapping
 from indexes.vectors import VectorStore
 
@@ -25,6 +26,7 @@ __all__ = [
     "Encoder",
     "EncoderInfo",
     "FieldMapping",
+    "GivenRows",
     "Manifest",
     "MetadataIndex",
     "PassageConfig",
@@ -33,6 +35,7 @@ __all__ = [
     "VectorStore",
     "WindowReport",
     "build_index",
+    "build_streamed",
     "default_model_path",
     "read_corpus",
     "read_jsonl",

@@ -146,3 +146,19 @@ def test_a_source_with_no_documents_or_wrong_vectors_is_refused(corpus, tmp_path
     vectors = np.zeros(shape, dtype=np.float32)
     with pytest.raises(CorpusError, match=message):
         build_streamed([GivenRows(documents, vectors)], tmp_path, encoder_info=INFO)
+
+
+def run_twice(task, jobs):
+    """Every task run once more after it finished, as Ray runs again a task whose worker it
+    killed (out of memory) after it had written part of its shard."""
+    for job in jobs:
+        task(job)
+    return [task(job) for job in jobs]
+
+
+def test_a_shard_task_run_again_writes_its_shard_anew(corpus, tmp_path):
+    documents, vectors = corpus
+    once = build_streamed(sources(documents, vectors, 2), tmp_path / "once", encoder_info=INFO)
+    twice = build_streamed(sources(documents, vectors, 2), tmp_path / "twice",
+                           encoder_info=INFO, run=run_twice)
+    assert shard_files(twice.path) == shard_files(once.path)
