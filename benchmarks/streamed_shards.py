@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     built = build(args.docs, args.shards, root, args.cpus_per_task)
     print(f"built in {built['seconds']:.0f} s", flush=True)
-    if peer is not None:
+    if peer is not None and not peer.is_dir():  # else the same passages' index, reused
         built["tantivy"] = build_tantivy(
             [SyntheticShard(args.docs, a, b, i)
              for i, (a, b) in enumerate(shard_ranges(args.docs, args.shards))], peer)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         + ([[f"{args.docs:,}", "tantivy, 2 threads", f"{built['tantivy']['seconds']:.0f}",
              f"{args.docs / built['tantivy']['seconds']:,.0f}", "",
              f"{built['tantivy']['size_bytes'] / 2**30:.1f}", "", ""]]
-           if args.tantivy else []))
+           if "tantivy" in built else []))
     search_table = markdown_table(["path", "p50 / p95 / p99 ms"],
                                   [[name, percentile_cells(s)] for name, s in searched.items()])
     publish_report("streamed-shards", args, {"build": built, "search": searched},
