@@ -368,8 +368,7 @@ def build_streamed(
                        seconds=laps, vectors_given=n_docs, published=publish,
                        live_writes=contract, segments_retired=retired,
                        size_bytes=tree_size(final),
-                       peak_rss_bytes=max([peak_rss_bytes(), *(w.peak_rss_bytes
-                                                               for w in written)]),
+                       peak_rss_bytes=peak_rss_bytes(),  # this process's; the tasks':
                        part_seconds=[round(w.seconds, 3) for w in written],
                        part_peak_rss_bytes=[w.peak_rss_bytes for w in written])
 
