@@ -42,36 +42,42 @@ def write_sharded(root: Path, n_docs: int, shards: int) -> list[str]:
 
 
 def ray_hop(n_docs: int, n_queries: int, warmup: int, shards: int = 2) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = write_sharded(Path(tmp), n_docs, shards)[:n_queries]
+        vectors = random_unit_vectors(len(texts), DIM, seed=4)
+        return {"docs": n_docs, "shards": shards,
+                **hop_over(Path(tmp), texts, vectors, warmup)}
+
+
+def hop_over(root: Path, texts: list[str], vectors: Any, warmup: int) -> dict[str, Any]:
+    """The sharded build under ``root`` searched in this process and on Ray Serve (a local
+    cluster with 2 CPUs, one replica per shard), side by side: e2e p50/p95/p99 of each, the
+    hop, and whether both returned the same hits."""
     import ray
     from ray import serve
 
     from retrieval.sharding.ray_serve import serve_shards
 
-    with tempfile.TemporaryDirectory() as tmp:
-        texts = write_sharded(Path(tmp), n_docs, shards)[:n_queries]
-        vectors = random_unit_vectors(len(texts), DIM, seed=4)
-        local = Retriever.load(tmp, CONFIG)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        try:
-            serve_shards(tmp, CONFIG)
-            remote = Retriever.connect(tmp, CONFIG)
-            runners = {
-                "in-process": lambda i: local.search(texts[i], None, 10,
-                                                     query_vector=vectors[i]),
-                "Ray Serve": lambda i: remote.search(texts[i], None, 10,
-                                                     query_vector=vectors[i]),
-            }
-            samples = measure_side_by_side(runners, list(range(warmup, len(texts))),
-                                           list(range(warmup)), chunk=50)
-            remote.close()
-        finally:
-            serve.shutdown()
-            ray.shutdown()
-            local.close()
+    local = Retriever.load(root, CONFIG)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        serve_shards(root, CONFIG)
+        remote = Retriever.connect(root, CONFIG)
+        runners = {
+            "in-process": lambda i: local.search(texts[i], None, 10, query_vector=vectors[i]),
+            "Ray Serve": lambda i: remote.search(texts[i], None, 10, query_vector=vectors[i]),
+        }
+        samples = measure_side_by_side(runners, list(range(warmup, len(texts))),
+                                       list(range(warmup)), chunk=50)
+        remote.close()
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        local.close()
     e2e = {name: s.summary() for name, s in samples.items()}
     same = [[h.doc_id for h in o.hits] for o in samples["in-process"].outputs] == [
         [h.doc_id for h in o.hits] for o in samples["Ray Serve"].outputs]
-    return {"docs": n_docs, "shards": shards, "e2e": e2e, "equal": same,
+    return {"e2e": e2e, "equal": same,
             "hop_ms_p50": e2e["Ray Serve"]["p50"] - e2e["in-process"]["p50"],
             "hop_ms_p95": e2e["Ray Serve"]["p95"] - e2e["in-process"]["p95"]}
 

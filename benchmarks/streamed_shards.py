@@ -181,41 +181,14 @@ def search(root: Path, n_docs: int, n_queries: int, peer: Path | None,
     return {name: summarize(s.wall_ms) for name, s in samples.items()}
 
 
-def served(root: Path, n_docs: int, n_queries: int) -> dict[str, Any]:
-    """The routed search in this process and through Ray Serve (one replica per shard, each
-    in its own process, the build's pages shared), side by side; the same hits checked."""
-    import ray
-    from ray import serve
-
-    from retrieval import Retriever
-    from retrieval.sharding.ray_serve import serve_shards
+def served(root: Path, n_queries: int) -> dict[str, Any]:
+    """The routed search in this process and through Ray Serve (``benchmarks.shards_ray``:
+    one replica per shard, each in its own process, the build's pages shared)."""
+    from benchmarks.shards_ray import hop_over
 
     words = queries(generate(CorpusSpec(n_docs=100_000)), n_queries + 100, seed=2)
-    asked = [" ".join(w) for w in words]
-    vectors = clustered_unit_vectors(len(asked), DIM, seed=8, centers_of=TOPICS_OF)
-    config = {"cache": {"backend": "none"}}
-    local = Retriever.load(root, config)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        serve_shards(root, config)
-        remote = Retriever.connect(root, config)
-        runners = {
-            "routed in-process, union": lambda i: local.search(asked[i], k=10,
-                                                               query_vector=vectors[i]),
-            "routed on Ray Serve, union": lambda i: remote.search(asked[i], k=10,
-                                                                  query_vector=vectors[i]),
-        }
-        samples = measure_side_by_side(runners, list(range(100, len(asked))),
-                                       list(range(100)), chunk=50)
-        remote.close()
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        local.close()
-    hits = {name: [[h.doc_id for h in o.hits] for o in s.outputs] for name, s in samples.items()}
-    result: dict[str, Any] = {name: summarize(s.wall_ms) for name, s in samples.items()}
-    result["same hits"] = len(set(map(str, hits.values()))) == 1
-    return result
+    vectors = clustered_unit_vectors(len(words), DIM, seed=8, centers_of=TOPICS_OF)
+    return hop_over(root, [" ".join(w) for w in words], vectors, warmup=100)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -238,12 +211,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     root = WORK / f"{args.docs}-{args.shards}"
     if args.serve:
-        result = served(root, args.docs, args.queries)
-        rows = [[name, percentile_cells(s)] for name, s in result.items() if name != "same hits"]
+        result = served(root, args.queries)
+        rows = [[name, percentile_cells(s)] for name, s in result["e2e"].items()]
         publish_report("streamed-shards-serve", args, result,
                        f"## {args.docs:,} passages in {args.shards} shards, routed\n\n"
-                       + markdown_table(["path", "p50 / p95 / p99 ms"], rows)
-                       + f"\n\nsame hits: {result['same hits']}")
+                       + markdown_table(["search", "p50 / p95 / p99 ms"], rows)
+                       + f"\n\nsame hits: {result['equal']}")
         return
     peer = WORK / f"tantivy-{args.docs}" if args.tantivy else None
     if args.search_only:
