@@ -4,7 +4,9 @@
     python -m benchmarks.ann --synthetic 100000 1000000 --skip-scifact
 
 Per corpus, each kind is built as a build builds it (``indexes.ann.build_ann``: IVF nprobe and
-HNSW ef calibrated on the corpus' own vectors); then, for every setting of its ladder,
+HNSW ef calibrated on the corpus' own vectors), and beside the IVF the same lists holding
+float32 vectors (IVF-Flat, what builds wrote before their lists became 8-bit); then, for every
+setting of its ladder,
 recall@30 and recall@100 of the queries against exact search (faiss ``IndexFlatIP``) and the
 per-query latency (one thread, warm-up discarded) of a top-30 and a top-100 search. SciFact
 uses its real document and test-query embeddings; generated corpora use clustered unit vectors
@@ -90,15 +92,33 @@ def measure_corpus(name: str, matrix: np.ndarray, queries: np.ndarray) -> dict[s
             build_s = time.perf_counter() - began
             faiss.omp_set_num_threads(1)
             dense: Any = load_dense(Path(tmp), store)
+            index_bytes = sum(f.stat().st_size for f in (Path(tmp) / ANN_DIR).iterdir())
             if kind == "ivf":
                 settings = [p for p in NPROBE_LADDER if p <= dense.nlist]
                 rows = ladder_rows(kind, dense.index, queries, truth, settings, ivf_params)
+                flat = float32_lists(dense.index, matrix)
+                flat_rows = ladder_rows("ivf-flat", flat, queries, truth, settings, ivf_params)
             else:
                 rows = ladder_rows(kind, dense.index, queries, truth, EF_LADDER, hnsw_params)
         calibration = {k: v for k, v in meta.items() if k in ("nlist", "nprobe", "ef_search", "M")}
-        out["kinds"][kind] = {"build_s": build_s, "calibrated": calibration, "ladder": rows}
+        out["kinds"][kind] = {"build_s": build_s, "calibrated": calibration, "ladder": rows,
+                              "bytes": index_bytes}
+        if kind == "ivf":
+            out["kinds"]["ivf-flat"] = {"build_s": None, "calibrated": {}, "ladder": flat_rows,
+                                        "bytes": len(faiss.serialize_index(flat))}
         print(name, kind, f"build {build_s:.1f} s", calibration, flush=True)
     return out
+
+
+def float32_lists(index: Any, matrix: np.ndarray) -> Any:
+    """IVF-Flat over the same lists as ``index``: the 8-bit lists' float32 counterpart."""
+    import faiss
+
+    quantizer = faiss.IndexFlatIP(index.d)
+    quantizer.add(index.quantizer.reconstruct_n(0, index.nlist))
+    flat = faiss.IndexIVFFlat(quantizer, index.d, index.nlist, faiss.METRIC_INNER_PRODUCT)
+    flat.add(matrix)
+    return flat
 
 
 def report(results: dict[str, dict[str, Any]]) -> str:
@@ -110,12 +130,14 @@ def report(results: dict[str, dict[str, Any]]) -> str:
                      " / ".join(fmt_ms(r["exact_ms@100"][p]) for p in ("p50", "p95"))])
         for kind, k in r["kinds"].items():
             for row in k["ladder"]:
-                label = "nprobe" if kind == "ivf" else "ef"
+                label = "ef" if kind == "hnsw" else "nprobe"
                 rows.append(["", kind, f"{label} {row['setting']}",
                              f"{row['recall@30']:.3f}", f"{row['recall@100']:.3f}",
                              *(" / ".join(fmt_ms(row[f"latency_ms@{n}"][p]) for p in ("p50", "p95"))
                                for n in KS)])
-    builds = "; ".join(f"{name} {kind}: build {k['build_s']:.1f} s, calibrated {k['calibrated']}"
+    builds = "; ".join(f"{name} {kind}: " + ("" if k["build_s"] is None else
+                                             f"build {k['build_s']:.1f} s, calibrated "
+                                             f"{k['calibrated']}, ") + f"{k['bytes']:,} bytes"
                        for name, r in results.items() for kind, k in r["kinds"].items())
     return (markdown_table(headers, rows) + f"\n\nBuilds (2 threads): {builds}.\n"
             "Searches: one query at a time, one thread; shared 2-core machine.")

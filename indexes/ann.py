@@ -1,13 +1,19 @@
-"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF-Flat;
-HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
+"""The dense leg: approximate nearest neighbours over every document vector (faiss IVF with
+8-bit lists; HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors (the lists trained in two levels on a sample,
 ``indexes.ann_train``; every vector added to its nearest list) and stored as
 ``ann/ivf.faiss`` (checksummed in the manifest like every file) plus ``ann/ann.json`` (kind,
-nlist, nprobe). ``nprobe`` is the smallest value of a ladder whose recall@100 against exact
-search, measured at build time on a sample of the corpus' own vectors used as queries, is at
-least ``CALIBRATION_RECALL`` (0.99, so that real queries reach ``TARGET_RECALL`` 0.98;
-tests/test_dense_leg.py checks that).
+nlist, nprobe). The lists hold each vector in 8 bits a dimension (faiss' ``QT_8bit``: a range
+per dimension, as the re-rank store ``indexes.vectors`` keeps them), a quarter of float32's
+bytes: at 10M vectors 3.9 GB instead of 15.4, which is what lets a 10M build's lists stay in
+memory. ``nprobe`` is the smallest value of a ladder whose recall@100 against exact search
+over those same 8-bit vectors, measured at build time on a sample of the corpus' own vectors
+used as queries, is at least ``CALIBRATION_RECALL`` (0.99, so that real queries reach
+``TARGET_RECALL`` 0.98; tests/test_dense_leg.py checks that against exact search over the
+re-rank store). Calibrating against float32 neighbours instead would charge the probing for
+the 8 bits' rounding: on clustered vectors that capped recall near 0.99 whatever ``nprobe``.
+Builds whose lists are float32 (IVF-Flat, written before) load and search as they were.
 
 Filters stay exact: the filter mask is handed to faiss as an ``IDSelectorBitmap``, so only
 allowed rows can come back; when that returns fewer rows than asked, the probe count widens,
@@ -69,7 +75,8 @@ def ivf_params(nprobe: int) -> Any:
 
 
 class IvfDense(WideningDense):
-    """faiss IVF-Flat (inner product) with a calibrated ``nprobe``; filter-aware."""
+    """faiss IVF (inner product, 8-bit or float32 lists) with a calibrated ``nprobe``;
+    filter-aware."""
 
     kind = "ivf"
 
@@ -148,34 +155,27 @@ def exact_fallback(directory: Path, n: int, nlist: int, calibration: list[dict[s
 
 
 def trained_ivf(sample: np.ndarray, nlist: int, seed: int) -> Any:
-    """An empty IVF-Flat (inner product) index with ``nlist`` lists trained on ``sample``:
-    faiss' flat k-means below ``TWO_LEVEL_LISTS`` lists, two levels from there."""
-    if nlist >= TWO_LEVEL_LISTS:
-        return ivf_over(train_two_level(sample, nlist, seed))
+    """An empty IVF index (inner product, 8-bit lists) with ``nlist`` lists trained on
+    ``sample``: faiss' flat k-means below ``TWO_LEVEL_LISTS`` lists, two levels from there."""
     import faiss
 
-    dim = sample.shape[1]
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-    index.train(sample)
-    return index
-
-
-def ivf_over(centroids: np.ndarray) -> Any:
-    """An empty IVF-Flat (inner product) index whose lists are ``centroids``."""
-    import faiss
-
-    quantizer = faiss.IndexFlatIP(centroids.shape[1])
-    quantizer.add(centroids)
-    index = faiss.IndexIVFFlat(quantizer, centroids.shape[1], len(centroids),
-                               faiss.METRIC_INNER_PRODUCT)
-    index.is_trained = True
+    quantizer = faiss.IndexFlatIP(sample.shape[1])
+    if nlist >= TWO_LEVEL_LISTS:  # given lists: faiss' train keeps them, ranges only
+        quantizer.add(train_two_level(sample, nlist, seed))
+        nlist = quantizer.ntotal  # fewer when the sample has fewer points
+    index = faiss.IndexIVFScalarQuantizer(quantizer, sample.shape[1], nlist,
+                                          faiss.ScalarQuantizer.QT_8bit,
+                                          faiss.METRIC_INNER_PRODUCT, False)
+    index.train(sample)  # the lists (unless given) and each dimension's 8-bit range
     return index
 
 
 def calibrate(index: Any, matrix: np.ndarray, queries: np.ndarray, k: int = 100,
               stop_at: float = 0.999) -> list[tuple[int, float]]:
-    """Recall@k against exact search per ``nprobe`` of the ladder (stops once near 1)."""
-    truth = exact_neighbours(matrix, queries, k)
+    """Recall@k against exact search over the lists' own 8-bit vectors per ``nprobe`` of the
+    ladder (stops once near 1)."""
+    truth = exact_neighbours(matrix, queries, k, stored=lambda rows: index.sq.decode(
+        index.sq.compute_codes(rows)))
     ladder = []
     for nprobe in (p for p in NPROBE_LADDER if p <= index.nlist):
         _, found = index.search(queries, k, params=ivf_params(nprobe))

@@ -14,6 +14,8 @@ Assigning through the coarse cells instead was measured and dropped: on clustere
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 # k-means rounds per level: at 111k clustered vectors 10 rounds (flat or in two levels)
@@ -64,16 +66,18 @@ def nearest(vectors: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     return out
 
 
-def exact_neighbours(matrix: np.ndarray, queries: np.ndarray, k: int,
-                     block: int = BLOCK) -> np.ndarray:
+def exact_neighbours(matrix: np.ndarray, queries: np.ndarray, k: int, block: int = BLOCK,
+                     stored: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """The ``k`` highest inner-product rows of ``matrix`` per query (unordered), scored
     ``block`` rows at a time: for calibration's 200 queries over 1M vectors faiss' exact
-    search took 18 s on 2 cores, its reservoir of k per query being the cost at k=100."""
+    search took 18 s on 2 cores, its reservoir of k per query being the cost at k=100.
+    ``stored`` maps a block of rows to the vectors as an index stores them (8-bit, decoded)."""
     k = min(k, len(matrix))
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     best_rows = np.empty((len(queries), 0), dtype=np.int64)
     for start in range(0, len(matrix), block):
-        scores = queries @ matrix[start:start + block].T
+        vectors = matrix[start:start + block]
+        scores = queries @ (vectors if stored is None else stored(vectors)).T
         rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
         scores = np.hstack([best_scores, scores])
         rows = np.hstack([best_rows, rows])

@@ -308,3 +308,40 @@ def test_a_build_with_many_lists_calibrates_with_a_few_probed(tmp_path):
     assert meta["kind"] == "ivf" and meta["nlist"] == lists
     assert meta["nprobe"] < lists // 4
     assert meta["calibration"][-1]["recall_at_100"] >= 0.99
+
+
+def test_lists_hold_8_bit_vectors_and_float32_lists_still_load(tmp_path):
+    """A build's IVF lists hold 8 bits a dimension (a quarter of float32's bytes), calibrated
+    against exact search over those same 8-bit vectors; a build whose lists are float32
+    (IVF-Flat, as builds wrote them before) loads and searches with its nprobe as it did."""
+    import faiss
+
+    from benchmarks.ann import float32_lists
+    from benchmarks.synthetic import clustered_unit_vectors
+    from indexes.vectors import VectorStore
+
+    matrix = clustered_unit_vectors(20_000, 384, seed=11)  # clusters as loose as SciFact's
+    meta = build_ann(matrix, tmp_path / ANN_DIR)
+    assert meta["kind"] == "ivf" and meta["calibration"][-1]["recall_at_100"] >= 0.99
+    vectors = VectorStore.build(matrix)
+    dense = load_dense(tmp_path, vectors)
+    assert isinstance(dense.index, faiss.IndexIVFScalarQuantizer)
+    assert dense.index.code_size == matrix.shape[1]  # one byte a dimension
+    flat = float32_lists(dense.index, matrix)
+    flat_size = len(faiss.serialize_index(flat))
+    assert (tmp_path / ANN_DIR / "ivf.faiss").stat().st_size < flat_size / 3
+
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / ANN_DIR, old / ANN_DIR)
+    faiss.write_index(flat, str(old / ANN_DIR / "ivf.faiss"))
+    old_dense = load_dense(old, vectors)
+    assert isinstance(old_dense, IvfDense) and old_dense.nprobe == meta["nprobe"]
+    assert isinstance(old_dense.index, faiss.IndexIVFFlat)
+    queries = clustered_unit_vectors(40, 384, seed=12, centers_of=len(matrix))
+    for query in queries:
+        rows, _ = old_dense.search(query, 10)
+        assert rows.tolist() == flat.search(query.reshape(1, -1), 10,
+                                            params=ivf_params(meta["nprobe"]))[1][0].tolist()
+    truth = np.stack([exact_top(vectors, q, 100)[0] for q in queries])  # the re-rank store
+    found = np.stack([dense.search(q, 100)[0] for q in queries])
+    assert recall_at(found, truth) >= 0.98
