@@ -93,7 +93,7 @@ def texts_of(corpus: SyntheticCorpus, block: int = 10_000) -> list[str]:
     return texts
 
 
-def build(n_docs: int, shards: int, root: Path, cpus_per_task: float) -> dict[str, Any]:
+def build(n_docs: int, shards: int, root: Path, cpus_per_write: float) -> dict[str, Any]:
     import ray
 
     from indexes.build import BuildConfig
@@ -107,9 +107,9 @@ def build(n_docs: int, shards: int, root: Path, cpus_per_task: float) -> dict[st
     try:
         began = time.perf_counter()
         report = build_streamed(sources, root, encoder_info=info,
-                                run=ray_runner(cpus_per_task),
+                                run=ray_runner(1.0), run_writes=ray_runner(cpus_per_write),
                                 config=BuildConfig(vector_dtype="int8",
-                                                   analysis_workers=int(cpus_per_task)))
+                                                   analysis_workers=int(cpus_per_write)))
         seconds = time.perf_counter() - began
     finally:
         ray.shutdown()
@@ -178,7 +178,38 @@ def search(root: Path, n_docs: int, n_queries: int, peer: Path | None,
             index.parse_query(asked[i], ["body"]), 300)
     items = list(range(100, len(asked)))
     samples = measure_side_by_side(runners, items, warmup=list(range(100)))
-    return {name: summarize(s.wall_ms) for name, s in samples.items()}
+    out = {name: summarize(s.wall_ms) for name, s in samples.items()}
+    for policy in policies:
+        name = named[policy][0]
+        out.update(model_check(opened[f"routed, {name}"], asked, vectors, items, policy, name))
+    return out
+
+
+def model_check(routed: Any, asked: list[str], vectors: np.ndarray, items: list[int],
+                policy: str, name: str) -> dict[str, Any]:
+    """Each shard's answer to each query, timed (BM25 top C, with ``union`` the dense leg's
+    top C', and the re-rank scores of those rows: what a router asks of a shard), and what
+    the sharding latency model (``benchmarks.shards``: a router waits for its slowest shard,
+    each shard on cores of its own) predicts from them, beside the bound for this host, whose
+    2 cores take the shards' answers in turn (their sum over 2). The merge and the hop are
+    left out of both (a fraction of a millisecond at C = 300, ``benchmarks.shards``)."""
+    shards = routed.snapshot.local_builds()
+    config = routed.config
+    answers = np.empty((len(items), len(shards)))
+    for q, i in enumerate(items):
+        for s, shard in enumerate(shards):
+            began = time.perf_counter()
+            rows, _ = shard.bm25.top_candidates(shard.analyzer(asked[i]), config.candidates)
+            if policy == "union":
+                dense_rows, _ = shard.dense.search(vectors[i], config.dense_candidates)
+                rows = np.union1d(rows, dense_rows)
+            shard.vectors.scores(vectors[i], rows)
+            answers[q, s] = (time.perf_counter() - began) * 1e3
+    return {f"model, {name}: slowest of {len(shards)} shards' answers": summarize(
+                answers.max(axis=1).tolist()),
+            f"bound on 2 cores, {name}: sum of the shards' answers / 2": summarize(
+                (answers.sum(axis=1) / 2).tolist()),
+            f"one shard's answer, {name}": summarize(answers.ravel().tolist())}
 
 
 def served(root: Path, n_queries: int) -> dict[str, Any]:
@@ -196,9 +227,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--docs", type=int, default=10_000_000)
     p.add_argument("--shards", type=int, default=8)
     p.add_argument("--queries", type=int, default=500)
-    p.add_argument("--cpus-per-task", type=float, default=1.0,
-                   help="2 on a 2-core machine: one shard at a time (for shards whose build "
-                   "needs more than half the memory)")
+    p.add_argument("--cpus-per-write", type=float, default=1.0,
+                   help="CPUs of each shard's write task (surveys take one each): 2 on a "
+                   "2-core machine writes one shard at a time, for shards whose write needs "
+                   "more than half the memory")
     p.add_argument("--tantivy", action="store_true", help="also build tantivy from the same "
                    "shards and search it beside")
     p.add_argument("--policies", nargs="+", choices=("union", "keyword"),
@@ -226,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
                        + markdown_table(["path", "p50 / p95 / p99 ms"],
                                         [[n, percentile_cells(s)] for n, s in searched.items()]))
         return
-    built = build(args.docs, args.shards, root, args.cpus_per_task)
+    built = build(args.docs, args.shards, root, args.cpus_per_write)
     print(f"built in {built['seconds']:.0f} s", flush=True)
     if peer is not None and not peer.is_dir():  # else the same passages' index, reused
         built["tantivy"] = build_tantivy(

@@ -21,7 +21,10 @@ Every shard's files equal those of ``build_index(documents, shards=S)`` over the
 byte for byte, BM25 arrays included (tests/test_shard_build.py). Tasks run where ``run``
 puts them: in this process one at a time (``run_here``, the least memory), in worker
 processes (``run_in_processes``) or on Ray (``indexes.ray_build.ray_runner``); their
-directory must be reachable from every worker (one machine, or a shared filesystem).
+directory must be reachable from every worker (one machine, or a shared filesystem). The
+writes can have a runner of their own (``run_writes``): a write holds its shard's whole index
+(12 GB at 1.25M rows), a survey a fraction of that (1.6 GB), so where one write at a time fits
+the surveys can still run side by side.
 
 A streamed build indexes whole documents with vectors given by the sources; live writes
 logged before it starts are superseded by the sources (the export), as in ``build_index``.
@@ -322,12 +325,12 @@ def hash_of(hashes: np.ndarray) -> int:
 
 def build_streamed(
     sources: Sequence[ShardSource], root: str | Path, *, encoder_info: EncoderInfo,
-    config: BuildConfig | None = None, run: Runner = run_here, publish: bool = True,
-    dense: DenseLeg = "ivf",
+    config: BuildConfig | None = None, run: Runner = run_here,
+    run_writes: Runner | None = None, publish: bool = True, dense: DenseLeg = "ivf",
 ) -> BuildReport:
     """Build one shard per source into a sharded build under ``root`` (module docstring);
-    ``encoder_info`` names the encoder of the sources' vectors, ``dense`` as ``build_index``'s.
-    """
+    ``encoder_info`` names the encoder of the sources' vectors, ``dense`` as ``build_index``'s;
+    ``run`` runs the surveys (and the writes unless ``run_writes`` is given)."""
     config = config or BuildConfig()
     if config.passages is not None:
         raise CorpusError("a streamed build indexes whole documents: give the sources passages "
@@ -354,7 +357,7 @@ def build_streamed(
                          collection, config, info, dense,
                          (surveys[i].n_rows, hash_of(surveys[i].id_hashes)))
                 for i, source in enumerate(sources)]
-        written.extend(run(write_shard, jobs))
+        written.extend((run_writes or run)(write_shard, jobs))
         write_layout(staging, build_id, entries_of(written, build_id),
                      collection.statistics.avgdl, len(collection.vocab), info, config,
                      dict(collection.fields.kinds), log_seq=log_seq,

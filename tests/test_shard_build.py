@@ -18,7 +18,7 @@ from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.manifest import EncoderInfo
-from indexes.shard_build import GivenRows, build_streamed, run_in_processes
+from indexes.shard_build import GivenRows, build_streamed, run_here, run_in_processes
 from indexes.sharding import read_layout, shard_ranges
 from retrieval import Retriever
 
@@ -162,3 +162,22 @@ def test_a_shard_task_run_again_writes_its_shard_anew(corpus, tmp_path):
     twice = build_streamed(sources(documents, vectors, 2), tmp_path / "twice",
                            encoder_info=INFO, run=run_twice)
     assert shard_files(twice.path) == shard_files(once.path)
+
+
+def test_the_writes_can_run_on_a_runner_of_their_own(corpus, tmp_path):
+    """Surveys on one runner, writes on another (as a host fitting one write at a time runs
+    its surveys side by side): each task goes to its runner, and the shards are the same."""
+    documents, vectors = corpus
+    ran: dict[str, list[str]] = {"surveys": [], "writes": []}
+
+    def runner(name):
+        def run(task, jobs):
+            ran[name].append(task.__name__)
+            return run_here(task, jobs)
+        return run
+
+    split = build_streamed(sources(documents, vectors, 2), tmp_path / "split",
+                           encoder_info=INFO, run=runner("surveys"), run_writes=runner("writes"))
+    assert ran == {"surveys": ["survey_shard"], "writes": ["write_shard"]}
+    one = build_streamed(sources(documents, vectors, 2), tmp_path / "one", encoder_info=INFO)
+    assert shard_files(split.path) == shard_files(one.path)
