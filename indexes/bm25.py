@@ -17,6 +17,7 @@ path; rank-bm25's float64 formula agrees to rtol 1e-6 (tests/test_bm25.py).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,14 +29,24 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analysis_kernels import bm25_impacts, count_terms, to_columns
 from indexes.bm25_filtered import filtered_top_rows
-from indexes.bm25_kernels import general_rows, scores_of_rows, top_rows, touched_rows
+from indexes.bm25_kernels import (
+    BLOCK_ROWS,
+    general_rows,
+    range_top_rows,
+    scores_of_rows,
+    top_rows,
+    touched_rows,
+)
 from indexes.bm25_mask_walk import CHUNK, mask_walk_top_rows
-from indexes.bm25_pruned import pruned_top_rows, term_maxima
+from indexes.bm25_pruned import candidates_top_rows, prune_candidates, term_maxima
 from indexes.bm25_restricted import RestrictedPostings
 from indexes.bm25_strategy import Kernel, MaskFacts, Plan, choose, forced
 from indexes.compact_postings import CompactPostings
+from indexes.cpu import usable_cores
+from indexes.fan_out import THREADS_FROM_POSTINGS, each_part, fans_out
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
+from indexes.topk import sorted_best
 from indexes.typos import LiveTypos, TypoIndex
 
 Variant = Literal["okapi", "lucene"]
@@ -352,8 +363,40 @@ class BM25Index:
                                       CHUNK)
         if plan.kernel is Kernel.PRUNED:
             bounds = self.term_max() if term_max is None else term_max
-            return pruned_top_rows(*postings, bounds, ids, weights, mask, use_mask, k, scratch)
-        return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
+            candidates = prune_candidates(*postings, bounds, ids, weights, mask, use_mask, k,
+                                          scratch)
+            if candidates.size:
+                return candidates_top_rows(*postings, ids, weights, candidates, k)
+            # pruning would not pay: the exhaustive kernel
+        return self._exhaustive(postings, ids, weights, mask, use_mask, k, scratch)
+
+    def _exhaustive(self, postings: tuple[np.ndarray, np.ndarray, np.ndarray], ids: np.ndarray,
+                    weights: np.ndarray, mask: np.ndarray, use_mask: bool, k: int,
+                    scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The exhaustive kernel; for a large query on a large index, searched alone
+        (``indexes.fan_out``), its rows split into one range per core, run at once."""
+        ranges = self._row_ranges(postings[0], ids)
+        if len(ranges) == 1:
+            return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
+        calls = [functools.partial(range_top_rows, *postings, ids, weights, mask, use_mask, k,
+                                   scratch, first, end, BLOCK_ROWS) for first, end in ranges]
+        answers = each_part(calls, True)
+        found_r = np.concatenate([r for r, _ in answers])
+        found_s = np.concatenate([s for _, s in answers])
+        return sorted_best(found_s, found_r, found_s.size, min(k, found_s.size))
+
+    def _row_ranges(self, indptr: np.ndarray, ids: np.ndarray) -> list[tuple[int, int]]:
+        """Row ranges of whole kernel blocks, one per core, when the query's postings reach
+        ``THREADS_FROM_POSTINGS`` and this search may fan out; else the one range of all rows."""
+        whole = [(0, self.n_docs)]
+        blocks = -(-self.n_docs // BLOCK_ROWS)
+        if blocks < 2 or not fans_out():
+            return whole
+        if int(np.sum(indptr[ids + 1] - indptr[ids])) < THREADS_FROM_POSTINGS:
+            return whole
+        parts = min(usable_cores(), blocks)
+        edges = [min(self.n_docs, BLOCK_ROWS * (blocks * i // parts)) for i in range(parts + 1)]
+        return list(zip(edges[:-1], edges[1:], strict=True))
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);

@@ -133,6 +133,14 @@ def pruned_top_rows(indptr, rows, impacts, term_max, term_ids, weights, mask, us
                                   use_mask, k, scratch)
     if candidates.shape[0] == 0:  # pruning would not pay (or no candidate): exhaustive
         return top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch)
+    return candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k)
+
+
+@njit(nogil=True, cache=True)
+def candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k
+                        ):  # pragma: no cover - compiled
+    """The top ``k`` of ``prune_candidates``' rows (non-empty), scored exactly; arguments and
+    result as ``pruned_top_rows``."""
     scores = _exact_scores(indptr, rows, impacts, term_ids, weights, candidates)
     return sorted_best(scores, candidates, candidates.shape[0], min(k, candidates.shape[0]))
 

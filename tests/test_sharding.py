@@ -17,6 +17,7 @@ from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import ArtifactError, CorruptArtifactError
+from indexes.fan_out import each_part
 from indexes.manifest import CURRENT, EncoderInfo, read_manifest
 from indexes.publish import publish_build
 from indexes.sharding import (
@@ -30,7 +31,6 @@ from retrieval.cli import main as cli
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 from retrieval.loaded_build import LoadedBuild
 from retrieval.sharding import ShardedBuild, whole
-from retrieval.sharding.fan_out import each_shard
 
 FILTER = {"department": {"in": ["cardiology", "oncology"]}, "year": {"gte": 2005}}
 # ~70 allowed documents: BM25 finds fewer than the guardrail's floor, the dense leg adds rows.
@@ -94,14 +94,14 @@ def test_shards_searched_at_once_in_threads_equal_the_whole_build(scifact_shards
 
 def test_the_fan_out_keeps_shard_order_and_raises_a_shards_error():
     calls = [lambda i=i: i * i for i in range(5)]
-    assert each_shard(calls, parallel=True) == each_shard(calls, parallel=False) == \
+    assert each_part(calls, parallel=True) == each_part(calls, parallel=False) == \
         [0, 1, 4, 9, 16]
 
     def broken() -> int:
         raise ValueError("shard 2 failed")
 
     with pytest.raises(ValueError, match="shard 2 failed"):
-        each_shard([calls[0], calls[1], broken], parallel=True)
+        each_part([calls[0], calls[1], broken], parallel=True)
 
 
 def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):

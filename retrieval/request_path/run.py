@@ -25,6 +25,7 @@ import numpy as np
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
 from indexes.errors import InvalidQueryError
+from indexes.fan_out import search_alone
 from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
@@ -51,7 +52,6 @@ from retrieval.request_path.validate import (
     check_deadline,
     validate,
 )
-from retrieval.sharding.fan_out import search_alone
 from retrieval.tracing import Observer
 
 

@@ -41,6 +41,7 @@ except ImportError as exc:
 from indexes.bm25 import BM25Index
 from indexes.docstore import Document
 from indexes.errors import RetrievalError
+from indexes.fan_out import search_alone
 from indexes.manifest import read_manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
@@ -100,6 +101,7 @@ class ShardReplica:
     def top_candidates(self, shard_dir: str, tokens: list[str], n: int,
                        mask: np.ndarray | None, kernel: str | None = None
                        ) -> tuple[np.ndarray, np.ndarray]:
+        search_alone(False)  # one part of a routed search: the other shards run beside it
         return self.build(shard_dir).bm25.top_candidates(tokens, n, mask, kernel)
 
     def dense(self, shard_dir: str, query: np.ndarray, k: int, mask: np.ndarray | None,

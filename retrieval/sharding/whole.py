@@ -31,6 +31,7 @@ from indexes.ann import ExactDense
 from indexes.bm25 import BM25Index
 from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
+from indexes.fan_out import THREADS_FROM_POSTINGS, each_part
 from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.mask_memo import MaskMemo
 from indexes.metadata import MetadataIndex
@@ -40,7 +41,6 @@ from indexes.sharding.layout import SHARDS_FILE, joined_passages
 from indexes.vectors import VectorStore
 from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
-from retrieval.sharding.fan_out import THREADS_FROM_POSTINGS, each_shard
 
 
 def open_build(path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:
@@ -157,7 +157,7 @@ class ShardedBM25(BM25Index):
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
         calls = [functools.partial(p.top_candidates, tokens, n, v, kernel)
                  for p, v in zip(self.parts, self.slices(mask), strict=True)]
-        return merged_top(each_shard(calls, self.postings(tokens) >= THREADS_FROM_POSTINGS),
+        return merged_top(each_part(calls, self.postings(tokens) >= THREADS_FROM_POSTINGS),
                           self.owners.starts, max(int(n), 0))
 
     def postings(self, tokens: Sequence[str]) -> int:

@@ -1,7 +1,8 @@
-"""Running one call per in-process shard at once: the runtime of a sharded build's fan-out.
+"""Running a search's parts at once: the shards of a sharded build, the row ranges of one
+BM25 index (``indexes.bm25``).
 
-The BM25 and dense kernels release the GIL (numba ``nogil``, faiss), so S shards' calls run on
-S cores: the caller's thread takes the first shard and a small pool the others. A hand-off to
+The BM25 and dense kernels release the GIL (numba ``nogil``, faiss), so S parts run on S
+cores: the caller's thread takes the first part and a small pool the others. A hand-off to
 a pool thread costs tens of microseconds, more than a small shard's whole BM25 top C, so a
 call fans out to threads only when its work is large (``THREADS_FROM_POSTINGS``: the query
 terms' postings over all shards); below that the shards run one after another in the caller's
@@ -35,13 +36,18 @@ _pool: ThreadPoolExecutor | None = None
 _local = threading.local()  # .alone: this thread's search is its retriever's only one
 
 
+def _not_alone() -> None:
+    _local.alone = False  # a part already runs beside others: its own parts stay in its thread
+
+
 def _shared_pool() -> ThreadPoolExecutor:
-    """One pool per process for every sharded build: a core each beyond the caller's."""
+    """One pool per process for every build: a core each beyond the caller's."""
     global _pool
     with _lock:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=max(1, usable_cores() - 1),
-                                       thread_name_prefix="retrieval-shard")
+                                       thread_name_prefix="retrieval-part",
+                                       initializer=_not_alone)
         return _pool
 
 
@@ -54,15 +60,25 @@ def search_alone(alone: bool) -> None:
     _local.alone = alone
 
 
-def each_shard(calls: Sequence[Callable[[], T]], parallel: bool) -> list[T]:
-    """The results of ``calls`` (one per shard), in order; at once on the pool when
-    ``parallel``, there are several and the search is alone (``search_alone``), else one after
-    another in this thread. A call the pool has not started by the time this thread is free
-    is taken back and run here, so a search never waits behind another for a shard."""
-    if not parallel or len(calls) < 2 or not getattr(_local, "alone", True):
+def fans_out() -> bool:
+    """Whether a search on this thread may run its parts at once now: several cores, and the
+    search is alone (``search_alone``) and not itself a part running beside others."""
+    return usable_cores() > 1 and getattr(_local, "alone", True)
+
+
+def each_part(calls: Sequence[Callable[[], T]], parallel: bool) -> list[T]:
+    """The results of ``calls`` (one per part), in order; at once on the pool when
+    ``parallel``, there are several and ``fans_out()``, else one after another in this thread.
+    A call the pool has not started by the time this thread is free is taken back and run
+    here, so a search never waits behind another for a part."""
+    if not parallel or len(calls) < 2 or not fans_out():
         return [call() for call in calls]
     futures = [_shared_pool().submit(call) for call in calls[1:]]
-    results = [calls[0]()]
-    for call, future in zip(calls[1:], futures, strict=True):
-        results.append(call() if future.cancel() else future.result())
+    _local.alone = False  # the parts this thread runs fan out no further
+    try:
+        results = [calls[0]()]
+        for call, future in zip(calls[1:], futures, strict=True):
+            results.append(call() if future.cancel() else future.result())
+    finally:
+        _local.alone = True
     return results
