@@ -93,7 +93,8 @@ def texts_of(corpus: SyntheticCorpus, block: int = 10_000) -> list[str]:
     return texts
 
 
-def build(n_docs: int, shards: int, root: Path, cpus_per_write: float) -> dict[str, Any]:
+def build(n_docs: int, shards: int, root: Path, cpus_per_write: float,
+          cpus_per_survey: float = 1.0) -> dict[str, Any]:
     import ray
 
     from indexes.build import BuildConfig
@@ -107,7 +108,8 @@ def build(n_docs: int, shards: int, root: Path, cpus_per_write: float) -> dict[s
     try:
         began = time.perf_counter()
         report = build_streamed(sources, root, encoder_info=info,
-                                run=ray_runner(1.0), run_writes=ray_runner(cpus_per_write),
+                                run=ray_runner(cpus_per_survey),
+                                run_writes=ray_runner(cpus_per_write),
                                 config=BuildConfig(vector_dtype="int8",
                                                    analysis_workers=int(cpus_per_write)))
         seconds = time.perf_counter() - began
@@ -231,6 +233,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="CPUs of each shard's write task (surveys take one each): 2 on a "
                    "2-core machine writes one shard at a time, for shards whose write needs "
                    "more than half the memory")
+    p.add_argument("--cpus-per-survey", type=float, default=1.0,
+                   help="CPUs of each shard's survey task: 1 runs two at a time on 2 cores, "
+                   "2 one at a time")
     p.add_argument("--tantivy", action="store_true", help="also build tantivy from the same "
                    "shards and search it beside")
     p.add_argument("--policies", nargs="+", choices=("union", "keyword"),
@@ -258,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
                        + markdown_table(["path", "p50 / p95 / p99 ms"],
                                         [[n, percentile_cells(s)] for n, s in searched.items()]))
         return
-    built = build(args.docs, args.shards, root, args.cpus_per_write)
+    built = build(args.docs, args.shards, root, args.cpus_per_write, args.cpus_per_survey)
     print(f"built in {built['seconds']:.0f} s", flush=True)
     if peer is not None and not peer.is_dir():  # else the same passages' index, reused
         built["tantivy"] = build_tantivy(
