@@ -17,7 +17,7 @@ from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import ArtifactError, CorruptArtifactError
-from indexes.fan_out import each_part
+from indexes.fan_out import each_part, fans_out, search_alone
 from indexes.manifest import CURRENT, EncoderInfo, read_manifest
 from indexes.publish import publish_build
 from indexes.sharding import (
@@ -102,6 +102,20 @@ def test_the_fan_out_keeps_shard_order_and_raises_a_shards_error():
 
     with pytest.raises(ValueError, match="shard 2 failed"):
         each_part([calls[0], calls[1], broken], parallel=True)
+
+
+def test_the_parts_of_a_fan_out_fan_out_no_further():
+    """A part already runs beside others (a shard, a BM25 row range): neither the caller's
+    part nor the pool's may split again, and the caller may once the parts are done."""
+    try:
+        search_alone(True)
+        assert fans_out()  # this host has two cores
+        assert each_part([fans_out] * 3, parallel=True) == [False, False, False]
+        assert fans_out()
+        search_alone(False)
+        assert not fans_out() and each_part([fans_out] * 2, parallel=True) == [False, False]
+    finally:
+        search_alone(True)
 
 
 def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):
