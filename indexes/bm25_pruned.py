@@ -26,7 +26,6 @@ import numpy as np
 from numba import njit
 
 from indexes.bm25_filtered import _gallop
-from indexes.bm25_kernels import top_rows
 from indexes.topk import sorted_best
 
 # Bounds are sums of at most a few dozen positive doubles, in another order than a score's:
@@ -118,29 +117,11 @@ def _exact_scores(indptr, rows, impacts, term_ids, weights, candidates):  # prag
 
 
 @njit(nogil=True, cache=True)
-def pruned_top_rows(indptr, rows, impacts, term_max, term_ids, weights, mask, use_mask, k,
-                    scratch):  # pragma: no cover - compiled
-    """The ``k`` best allowed rows holding a query term, best first (score desc, row asc):
-    the same as ``bm25_kernels.top_rows`` with the same arguments.
-
-    indptr int64 (n_terms + 1,), rows int32 ascending within a term, impacts float32 (nnz,);
-    term_max float32 (n_terms,): each term's largest impact; term_ids int64 / weights float64
-    (q,): distinct query terms and their counts; mask bool (n_docs,) read when ``use_mask``;
-    scratch float64 (n_docs,), zeros, left zeros.
-    Returns (rows int32 (m,), scores float64 (m,)), m <= k.
-    """
-    candidates = prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask,
-                                  use_mask, k, scratch)
-    if candidates.shape[0] == 0:  # pruning would not pay (or no candidate): exhaustive
-        return top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch)
-    return candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k)
-
-
-@njit(nogil=True, cache=True)
 def candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k
                         ):  # pragma: no cover - compiled
-    """The top ``k`` of ``prune_candidates``' rows (non-empty), scored exactly; arguments and
-    result as ``pruned_top_rows``."""
+    """The ``k`` best of ``prune_candidates``' rows (non-empty), scored exactly, best first
+    (score desc, row asc): the same as ``bm25_kernels.top_rows`` over the whole postings.
+    Returns (rows int32 (m,), scores float64 (m,)), m <= k."""
     scores = _exact_scores(indptr, rows, impacts, term_ids, weights, candidates)
     return sorted_best(scores, candidates, candidates.shape[0], min(k, candidates.shape[0]))
 
@@ -149,7 +130,12 @@ def candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k
 def prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask, use_mask, k,
                      scratch):  # pragma: no cover - compiled
     """Sorted int32 rows that may be in the top ``k`` (a superset of it), or an empty array
-    when pruning would not pay. Arguments as ``pruned_top_rows``; scratch is left zeros."""
+    when pruning would not pay (then ``bm25_kernels.top_rows`` answers).
+
+    indptr int64 (n_terms + 1,), rows int32 ascending within a term, impacts float32 (nnz,);
+    term_max float32 (n_terms,): each term's largest impact; term_ids int64 / weights float64
+    (q,): distinct query terms and their counts; mask bool (n_docs,) read when ``use_mask``;
+    scratch float64 (n_docs,), zeros, left zeros."""
     empty = np.empty(0, dtype=np.int32)
     q = term_ids.shape[0]
     bound = np.empty(q, dtype=np.float64)

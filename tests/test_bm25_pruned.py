@@ -11,8 +11,22 @@ from hypothesis import strategies as st
 from test_bm25_filtered import SETTINGS, assert_same, cases, exhaustive
 
 from indexes.bm25 import BM25Index
+from indexes.bm25_kernels import top_rows
 from indexes.bm25_mask_walk import mask_walk_top_rows
-from indexes.bm25_pruned import prune_candidates, pruned_top_rows, term_maxima
+from indexes.bm25_pruned import candidates_top_rows, prune_candidates, term_maxima
+
+
+def pruned_top_rows(indptr: np.ndarray, rows: np.ndarray, impacts: np.ndarray,
+                    term_max: np.ndarray, term_ids: np.ndarray, weights: np.ndarray,
+                    mask: np.ndarray, use_mask: bool, k: int, scratch: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """MaxScore as ``BM25Index`` runs it: the candidates scored exactly, or the exhaustive
+    kernel when pruning would not pay."""
+    candidates = prune_candidates(indptr, rows, impacts, term_max, term_ids, weights, mask,
+                                  use_mask, k, scratch)
+    if candidates.shape[0] == 0:
+        return top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch)
+    return candidates_top_rows(indptr, rows, impacts, term_ids, weights, candidates, k)
 
 
 def _positive(index: BM25Index, ids: np.ndarray) -> bool:
