@@ -31,8 +31,10 @@ system-packages:
 demo: install
 	$(BIN)/retrieval demo $(if $(DATA),--data $(DATA))
 
+# -X faulthandler: a crash, even one while the interpreter exits after the last test, prints
+# every thread's Python stack.
 test: install system-packages
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -X faulthandler -m pytest -q
 
 lint: install
 	$(BIN)/ruff check retrieval indexes benchmarks tests

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -62,4 +63,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _SKIPPED and os.environ.get("CI"):
         print(f"\n{len(_SKIPPED)} tests skipped under CI (every test must run): "
               + ", ".join(_SKIPPED[:10]))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if "ray_local" in sys.modules and (left := sys.modules["ray_local"].ray_threads()):
+        print(f"\nRay threads left running after the tests stopped their clusters: {left}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-import ray
 from live_index import build_small, scifact_docs, unit_vectors
 from passage_fixtures import CAR_QUERY, TARGET
 from ray import serve
+from ray_local import local_ray
 
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import Document
@@ -38,10 +38,8 @@ LAYOUTS = ["whole", "2 shards", RAY]
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    serve.shutdown()
-    ray.shutdown()
+    with local_ray():
+        yield
 
 
 def open_layout(layout: str, root, config=CONFIG, encoder=None, replicas: int = 1

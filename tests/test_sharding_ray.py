@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 from ray import serve
+from ray_local import local_ray
 
 from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
@@ -40,9 +41,8 @@ CONFIG = {"cache": {"backend": "none"}}
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+    with local_ray():
+        yield
 
 
 def test_a_streamed_build_on_ray_equals_it_here(cluster, tmp_path):
