@@ -161,6 +161,14 @@ def test_the_service_fronts_a_build_served_by_ray(on_ray, scifact_sharded, encod
             assert [h["doc_id"] for h in got.json()["hits"]] == [h.doc_id for h in want.hits]
 
 
+def test_the_shards_are_served_without_an_http_proxy(on_ray):
+    """Reached through deployment handles only: Serve, started by ``serve_shards``, runs its
+    controller and the replicas, and no HTTP proxy actor."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    assert any(name.startswith("SERVE_CONTROLLER") for name in names), names
+    assert not any("PROXY" in name for name in names), names
+
+
 def _replicas(deployment: str) -> list[str]:
     prefix = f"SERVE_REPLICA::{APP_NAME}#{deployment}#"
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)

@@ -227,7 +227,13 @@ def shards_app(path: str | Path, config: RetrieverConfig | dict[str, Any] | None
 def serve_shards(path: str | Path, config: RetrieverConfig | dict[str, Any] | None = None, *,
                  app_name: str = APP_NAME, **options: Any) -> None:
     """Deploy every shard of the sharded build under ``path`` in the connected Ray cluster
-    (``ray.init`` first); ``options`` as ``shards_app``. Then ``Retriever.connect(path)``."""
+    (``ray.init`` first); ``options`` as ``shards_app``. Then ``Retriever.connect(path)``.
+
+    Serve, when it is not running yet, starts without HTTP proxies: the shards are reached
+    through deployment handles only, and a proxy actor per node would hold a port and a
+    process for nothing (on a loaded 2-CPU host its start alone outlasted Serve's 60 s
+    timeout). To serve other applications over HTTP beside them, ``serve.start`` first."""
     if not ray.is_initialized():
         raise RetrievalError("connect to a Ray cluster first: ray.init() or ray.init(ADDRESS)")
+    serve.start(proxy_location="Disabled")  # connects instead when Serve already runs
     serve.run(shards_app(path, config, **options), name=app_name, route_prefix=None)
