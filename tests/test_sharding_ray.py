@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
-from ray import serve
 from ray_local import local_ray
 
 from indexes.build import BuildConfig, build_index
@@ -126,8 +125,7 @@ def on_ray(cluster, scifact_sharded, scifact_exact, encoder):
     retriever = Retriever.connect(root, CONFIG, encoder=encoder)
     assert isinstance(retriever.snapshot, RayShardedBuild)
     yield retriever, scifact_exact
-    retriever.close()
-    serve.shutdown()
+    retriever.close()  # Serve is shut down with the cluster (ray_local)
 
 
 def same(got, want) -> None:
