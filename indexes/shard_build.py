@@ -297,14 +297,17 @@ def write_shard(job: WriteJob) -> Written:
                           "read: a streamed build reads each source twice, so it must return "
                           "the same rows each time")
     texts = [d.content for d in documents]
+    hashes = content_hashes(texts)
     config = job.config
     postings = analyze(texts, config.analyzer, config.analysis_workers)
+    del texts  # as build_index: neither the strings nor the postings are held while writing
     number = {term: i for i, term in enumerate(job.collection.vocab)}
     renumber = np.fromiter((number[t] for t in postings.terms), dtype=np.int32,
                            count=len(postings.terms))
     bm25 = BM25Index.from_postings(job.collection.vocab, renumber[postings.post_terms],
                                    postings.post_rows, postings.post_tfs, postings.lengths,
                                    config.bm25, job.collection.statistics)
+    del postings
     bm25.typos = job.collection.typos
     metadata = MetadataIndex.build([d.metadata for d in documents], [d.id for d in documents],
                                    job.collection.fields)
@@ -312,7 +315,7 @@ def write_shard(job: WriteJob) -> Written:
         shutil.rmtree(job.directory)
     job.directory.mkdir(parents=True)
     write_components(job.directory, f"{job.build_id}-{job.directory.name}", documents, bm25,
-                     metadata, matrix, content_hashes(texts), job.info, config,
+                     metadata, matrix, hashes, job.info, config,
                      0 if job.dense == "exact" else None)
     return Written(job.directory.name, len(documents),
                    sha256_file(job.directory / MANIFEST), time.perf_counter() - began,

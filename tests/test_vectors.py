@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from indexes.errors import EncoderMismatchError
-from indexes.vectors import VectorStore
+from indexes.vectors import QUANTIZE_ROWS, VectorStore, quantize_int8
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +65,16 @@ def test_query_of_the_wrong_dimension_is_refused(unit_vectors):
     store = VectorStore.build(unit_vectors[:10])
     with pytest.raises(EncoderMismatchError, match="dimension 128 but the index holds 384"):
         store.scores(np.ones(128, dtype=np.float32), np.array([0, 1]))
+
+
+def test_int8_codes_quantized_in_blocks_equal_the_whole_matrix_quantized_at_once() -> None:
+    vectors = np.random.default_rng(3).standard_normal((QUANTIZE_ROWS + 1_000, 8)).astype(
+        np.float32)
+    codes, scale, low = quantize_int8(vectors)
+    whole = np.clip(np.rint((vectors - low) / scale) - 128.0, -128, 127).astype(np.int8)
+    assert np.array_equal(codes, whole)
+    assert (codes == -128).any() and (codes == 127).any()  # both ends of the range are used
+
+
+def test_a_float32_store_keeps_the_given_matrix_without_copying_it(unit_vectors) -> None:
+    assert np.shares_memory(VectorStore.build(unit_vectors, "float32").data, unit_vectors)
