@@ -6,10 +6,10 @@ Flat k-means over ``nlist`` centroids costs ``points x nlist x d`` a round: at 1
 Here ``sqrt(nlist)`` coarse centroids are trained first and each coarse cell's points are
 clustered into its share of the lists, ``points x 2 sqrt(nlist) x d`` a round.
 
-Every vector is then added to its nearest list exactly (one BLAS product of ``n x nlist x d``).
-Assigning through the coarse cells instead was measured and dropped: on clustered vectors only
-87% of the vectors' nearest lists lay under their nearest coarse cell, 98% under the nearest
-9, and the misplaced neighbours capped recall@100 at 0.974 whatever ``nprobe``.
+Every vector is then added to its nearest list exactly (``indexes.ann_assign``). Assigning
+through the coarse cells instead was measured and dropped: on clustered vectors only 87% of
+the vectors' nearest lists lay under their nearest coarse cell, 98% under the nearest 9, and
+the misplaced neighbours capped recall@100 at 0.974 whatever ``nprobe``.
 """
 
 from __future__ import annotations
@@ -71,18 +71,22 @@ def exact_neighbours(matrix: np.ndarray, queries: np.ndarray, k: int, block: int
     """The ``k`` highest inner-product rows of ``matrix`` per query (unordered), scored
     ``block`` rows at a time: for calibration's 200 queries over 1M vectors faiss' exact
     search took 18 s on 2 cores, its reservoir of k per query being the cost at k=100.
-    ``stored`` maps a block of rows to the vectors as an index stores them (8-bit, decoded)."""
+    Only the rows beating a query's k-th best so far are merged into its top k: after the
+    first block, few do. ``stored`` maps a block of rows to the vectors as an index stores them
+    (8-bit, decoded)."""
     k = min(k, len(matrix))
-    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
-    best_rows = np.empty((len(queries), 0), dtype=np.int64)
+    best_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_rows = np.full((len(queries), k), -1, dtype=np.int64)
+    floor = best_scores[:, 0].copy()  # each query's k-th best score so far
     for start in range(0, len(matrix), block):
         vectors = matrix[start:start + block]
         scores = queries @ (vectors if stored is None else stored(vectors)).T
-        rows = np.broadcast_to(np.arange(start, start + scores.shape[1]), scores.shape)
-        scores = np.hstack([best_scores, scores])
-        rows = np.hstack([best_rows, rows])
-        keep = np.argpartition(-scores, k - 1, axis=1)[:, :k] if scores.shape[1] > k else \
-            np.broadcast_to(np.arange(scores.shape[1]), scores.shape)
-        best_scores = np.take_along_axis(scores, keep, axis=1)
-        best_rows = np.take_along_axis(rows, keep, axis=1)
+        beating = scores > floor[:, None]
+        for q in np.flatnonzero(beating.any(axis=1)):
+            columns = np.flatnonzero(beating[q])
+            merged = np.concatenate([best_scores[q], scores[q, columns]])
+            rows = np.concatenate([best_rows[q], start + columns])
+            keep = np.argpartition(-merged, k - 1)[:k]
+            best_scores[q], best_rows[q] = merged[keep], rows[keep]
+            floor[q] = best_scores[q].min()
     return best_rows

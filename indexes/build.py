@@ -44,7 +44,7 @@ from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounte
 from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
-from indexes.vectors import VectorDtype, VectorStore, content_hashes
+from indexes.vectors import VectorDtype, VectorStore, content_hashes, non_finite_row
 from indexes.wal.seal import retire
 
 log = logging.getLogger(__name__)
@@ -344,6 +344,9 @@ def _vectors_for(
                               f"({len(texts)}, {encoder_info.dim}), one row per document "
                               "(per passage in a passage build: indexes.split_documents "
                               "gives the passages)")
+        if (row := non_finite_row(matrix)) is not None:
+            raise CorpusError(f"precomputed vectors: row {row} holds NaN or infinity; "
+                              "give finite vectors, one row per document")
         info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
         return matrix, info, 0
     if encoder is None:

@@ -65,7 +65,7 @@ from indexes.metadata import (
 from indexes.sharding.layout import SHARDS_DIR, ShardEntry
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
-from indexes.vectors import content_hashes
+from indexes.vectors import content_hashes, non_finite_row
 from indexes.wal.seal import retire
 
 ShardRows = tuple[list[Document], np.ndarray]  # documents, float32 (n, dim) vectors
@@ -166,6 +166,9 @@ def read_shard(shard: int, source: ShardSource, dim: int | None = None) -> Shard
         raise CorpusError(f"shard {shard}'s source gave vectors of shape {matrix.shape} for "
                           f"{len(documents)} documents; give one row of the encoder's "
                           f"dimension{f' ({dim})' if dim else ''} per document")
+    if (row := non_finite_row(matrix)) is not None:
+        raise CorpusError(f"shard {shard}'s source gave a vector holding NaN or infinity "
+                          f"(row {row}, document {documents[row].id!r}): give finite vectors")
     return documents, matrix
 
 

@@ -24,6 +24,16 @@ VectorDtype = Literal["float32", "float16", "int8"]
 QUANTIZE_ROWS = 65_536
 
 
+def non_finite_row(vectors: np.ndarray) -> int | None:
+    """The first row of ``vectors`` holding NaN or infinity; None when every value is finite
+    (checked ``QUANTIZE_ROWS`` rows at a time: no mask of the whole matrix)."""
+    for start in range(0, len(vectors), QUANTIZE_ROWS):
+        finite = np.isfinite(vectors[start:start + QUANTIZE_ROWS]).all(axis=1)
+        if not finite.all():
+            return start + int(np.argmin(finite))
+    return None
+
+
 def content_hashes(texts: Sequence[str]) -> np.ndarray:
     """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key)."""
     digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]

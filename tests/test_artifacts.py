@@ -18,7 +18,7 @@ from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
-from indexes.manifest import CURRENT, read_manifest
+from indexes.manifest import CURRENT, EncoderInfo, read_manifest
 from retrieval import (
     CorpusError,
     CorruptArtifactError,
@@ -152,6 +152,12 @@ def test_failed_build_raises_typed_error_and_publishes_nothing(small_root, tmp_p
         build_index([Document("a", "x"), Document("a", "y")], root, encoder=encoder)
     with pytest.raises(CorpusError, match="empty"):
         build_index([], root, encoder=encoder)
+    vectors = np.ones((3, 4), dtype=np.float32)
+    vectors[2, 1] = np.nan
+    with pytest.raises(CorpusError, match="row 2 holds NaN or infinity"):
+        build_index([Document(i, "x y") for i in "abc"], root, vectors=vectors,
+                    encoder_info=EncoderInfo(encoder_id="given", model="given", dim=4,
+                                             vector_dtype="float32"))
     assert (root / CURRENT).read_text() == before
 
 

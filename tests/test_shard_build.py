@@ -148,6 +148,15 @@ def test_a_source_with_no_documents_or_wrong_vectors_is_refused(corpus, tmp_path
         build_streamed([GivenRows(documents, vectors)], tmp_path, encoder_info=INFO)
 
 
+def test_a_source_with_a_non_finite_vector_is_refused(corpus, tmp_path):
+    documents, vectors = corpus[0][:10], corpus[1][:10].copy()
+    vectors[7, 3] = np.inf
+    with pytest.raises(CorpusError, match=rf"NaN or infinity \(row 7, document "
+                                          rf"'{documents[7].id}'\)"):
+        build_streamed([GivenRows(documents, vectors)], tmp_path, encoder_info=INFO)
+    assert not (tmp_path / "builds").exists()
+
+
 def run_twice(task, jobs):
     """Every task run once more after it finished, as Ray runs again a task whose worker it
     killed (out of memory) after it had written part of its shard."""
