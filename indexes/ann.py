@@ -2,8 +2,7 @@
 8-bit lists; HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors (the lists trained in two levels on a sample,
-``indexes.ann_train``; every vector added to its nearest list, found by ``indexes.ann_assign``)
-and stored as
+``indexes.ann_train``; every vector added to its nearest list) and stored as
 ``ann/ivf.faiss`` (checksummed in the manifest like every file) plus ``ann/ann.json`` (kind,
 nlist, nprobe). The lists hold each vector in 8 bits a dimension (faiss' ``QT_8bit``: a range
 per dimension, as the re-rank store ``indexes.vectors`` keeps them), a quarter of float32's
@@ -33,7 +32,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexes.ann_assign import nearest_lists
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
 from indexes.ann_hnsw import build_hnsw, load_hnsw
 from indexes.ann_train import exact_neighbours, train_two_level
@@ -125,7 +123,7 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
     index = trained_ivf(sample, nlist, seed)
-    assignment = fill_lists(index, matrix)
+    index.add(matrix)
     nlist = index.nlist
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
     ladder = calibrate(index, matrix, queries)
@@ -136,7 +134,7 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
     faiss.write_index(index, str(directory / INDEX_FILE))
     meta = {"kind": "ivf", "n_docs": n, "nlist": nlist, "nprobe": nprobe,
             "target_recall_at_100": TARGET_RECALL, "calibrated_to": CALIBRATION_RECALL,
-            "calibration": calibration, "assignment": assignment}
+            "calibration": calibration}
     write_json(directory / "ann.json", meta)
     return meta
 
@@ -170,20 +168,6 @@ def trained_ivf(sample: np.ndarray, nlist: int, seed: int) -> Any:
                                           faiss.METRIC_INNER_PRODUCT, False)
     index.train(sample)  # the lists (unless given) and each dimension's 8-bit range
     return index
-
-
-def fill_lists(index: Any, matrix: np.ndarray, bf16: bool | None = None) -> str:
-    """Add every row of ``matrix`` to its nearest list of the trained ``index`` (the lists
-    found by ``indexes.ann_assign``, ``bf16`` as there); returns how they were found."""
-    from faiss.contrib.ivf_tools import add_preassigned
-
-    centroids = index.quantizer.reconstruct_n(0, index.nlist)
-    lists, how = nearest_lists(matrix, centroids, bf16=bf16)
-    if (lists < 0).any():  # only a non-finite vector has no nearest list
-        raise ValueError(f"row {int(np.argmax(lists < 0))} of the vectors is not finite: "
-                         "every vector must hold finite numbers")
-    add_preassigned(index, matrix, lists)
-    return how
 
 
 def calibrate(index: Any, matrix: np.ndarray, queries: np.ndarray, k: int = 100,
