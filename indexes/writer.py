@@ -46,7 +46,7 @@ from indexes.manifest import Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_path
-from indexes.vectors import content_hashes
+from indexes.vectors import content_hashes, non_finite_row
 from indexes.wal.checks import check_documents, check_ids, merged_kinds, merged_schema
 from indexes.wal.log import (
     ACKED,
@@ -352,6 +352,9 @@ class IndexWriter:
                 f"vectors have shape {matrix.shape}; expected ({len(docs)}, {dim}): one "
                 f"{dim}-dimensional row per {unit}, from the index's encoder "
                 f"{self.manifest.encoder.encoder_id!r}")
+        if (row := non_finite_row(matrix)) is not None:  # logged, it would fail every rebuild
+            raise InvalidWriteError(f"vector row {row} holds NaN or infinity: give finite "
+                                    "vectors")
         return matrix
 
     def vectors_for_texts(self, texts: Sequence[str]) -> np.ndarray:

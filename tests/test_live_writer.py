@@ -56,6 +56,8 @@ BAD_UPSERTS = [
     ("duplicate", [{"id": "x1", "text": "a"}, {"id": "x1", "text": "b"}], None, "duplicate id"),
     ("wrong dim", [{"id": "x1", "text": "a"}], np.zeros((1, DIM + 1)), r"expected \(1, 8\)"),
     ("vector count", [{"id": "x1", "text": "a"}], np.zeros((2, DIM)), "one 8-dimensional row"),
+    ("not finite", [{"id": "x1", "text": "a"}, {"id": "x2", "text": "b"}],
+     np.array([np.ones(DIM), [np.inf] * DIM]), "row 1 holds NaN or infinity"),
     ("kind", [{"id": "x1", "text": "a", "metadata": {"year": "recent"}}], None, "number"),
     ("not json", [{"id": "x1", "text": "a", "metadata": {"when": object()}}], None, "not JSON"),
     ("metadata list", [{"id": "x1", "text": "a", "metadata": ["x"]}], None, "an object"),
