@@ -11,16 +11,25 @@ index size, bytes per BM25 posting, peak RSS), and tantivy 0.27 (``en_stem``, an
 text, one and two writer threads, committed and merged). tantivy builds only a keyword index;
 the project's build also writes the metadata index, the typo dictionary, the document store
 and the dense leg (IVF trained, filled and calibrated), inside "write+publish".
+
+Each build also reports its CPU seconds over all its threads: a one-worker build of the
+project still runs faiss and the checksums on every core, so wall seconds alone mix a
+build's work with its parallelism. ``--cores N`` pins every build to N cores (1: what each
+engine does per core):
+
+    python -m benchmarks.build_speed --docs 1000000 --configs project:1 tantivy:1 --cores 1
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,16 +64,17 @@ def build_project(n_docs: int, workers: int, work: Path, postings: str = "plain"
             for i, (t, r) in enumerate(zip(texts, records, strict=True))]
     vectors = clustered_unit_vectors(n_docs, 384)
     info = EncoderInfo(encoder_id="given", model="given", dim=384, vector_dtype="float32")
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     report = build_index(docs, work, vectors=vectors, encoder_info=info, progress=False,
                          config=BuildConfig(analysis_workers=workers,
                                             postings=postings))  # type: ignore[arg-type]
-    seconds = time.perf_counter() - began
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
     bm25 = report.path / "bm25"
     size = sum((bm25 / f"{name}.npy").stat().st_size for name in POSTING_FILES[postings])
     nnz = int(np.load(bm25 / "indptr.npy", mmap_mode="r")[-1])
     ann = json.loads((report.path / "ann" / "ann.json").read_text())
-    return {"seconds": seconds, "stages": report.seconds, "size_bytes": report.size_bytes,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "stages": report.seconds,
+            "size_bytes": report.size_bytes,
             "peak_rss_bytes": report.peak_rss_bytes, "postings": nnz,
             "bytes_per_posting": size / nnz, "ann": ann.get("kind"),
             "nprobe": ann.get("nprobe")}
@@ -80,21 +90,22 @@ def build_tantivy(n_docs: int, threads: int, work: Path) -> dict[str, Any]:
     schema.add_text_field("id", stored=True, tokenizer_name="raw")
     schema.add_text_field("body", tokenizer_name="en_stem")
     work.mkdir(parents=True)
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     index = tantivy.Index(schema.build(), path=str(work))
     writer = index.writer(heap_size=512_000_000, num_threads=threads)
     for i, text in enumerate(texts):
         writer.add_document(tantivy.Document(id=f"p{i}", body=text))
     writer.commit()
     writer.wait_merging_threads()
-    seconds = time.perf_counter() - began
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
     size = sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
-    return {"seconds": seconds, "size_bytes": size,
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "size_bytes": size,
             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def run_one(config: str, n_docs: int) -> dict[str, Any]:
-    """One build in this process; the JSON line the parent reads."""
+    """One build in this process; the JSON line the parent reads. ``cpu_seconds``: the
+    build's CPU time over all its threads (the corpus is made before, and not counted)."""
     engine, workers, *postings = config.split(":")
     with tempfile.TemporaryDirectory() as tmp:
         if engine == "project":
@@ -102,9 +113,20 @@ def run_one(config: str, n_docs: int) -> dict[str, Any]:
         return build_tantivy(n_docs, int(workers), Path(tmp) / "index")
 
 
-def in_fresh_process(config: str, n_docs: int) -> dict[str, Any]:
+def on_cores(cores: int | None) -> Callable[[], None] | None:
+    """A child's set-up pinning it to the first ``cores`` usable cores (None: all), before it
+    imports anything: BLAS, OpenMP (faiss) and numba size their threads by the cores they
+    see, so a pinned build runs as it would on a machine of that many cores."""
+    if cores is None:
+        return None
+    chosen = sorted(os.sched_getaffinity(0))[:cores]
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def in_fresh_process(config: str, n_docs: int, cores: int | None = None) -> dict[str, Any]:
     out = subprocess.run([sys.executable, "-m", "benchmarks.build_speed", "--one", config,
-                          "--docs", str(n_docs)], check=True, capture_output=True, text=True)
+                          "--docs", str(n_docs)], check=True, capture_output=True, text=True,
+                         preexec_fn=on_cores(cores))
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"{n_docs} {config}: {result['seconds']:.1f} s", file=sys.stderr)
     return result
@@ -116,7 +138,7 @@ def rows_of(n_docs: int, results: dict[str, dict[str, Any]]) -> list[list[str]]:
         stages = r.get("stages", {})
         keyword = sum(v for k, v in stages.items() if k not in ("vectors", "write+publish"))
         rows.append([f"{n_docs:,}", config, f"{r['seconds']:.1f}",
-                     f"{n_docs / r['seconds']:,.0f}",
+                     f"{r['cpu_seconds']:.1f}", f"{n_docs / r['seconds']:,.0f}",
                      f"{keyword:.1f}" if stages else "",
                      f"{stages.get('write+publish', 0):.1f}" if stages else "",
                      f"{r['size_bytes'] / 2**20:,.0f}", f"{r['peak_rss_bytes'] / 2**20:,.0f}",
@@ -128,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--docs", type=int, nargs="+", default=[111_269])
     p.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    p.add_argument("--cores", type=int, default=None,
+                   help="pin every build to this many cores (default: all usable)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = p.parse_args(argv)
@@ -137,14 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, dict[str, dict[str, Any]]] = {}
     rows = []
     for n_docs in args.docs:
-        results[str(n_docs)] = {c: in_fresh_process(c, n_docs) for c in args.configs}
+        results[str(n_docs)] = {c: in_fresh_process(c, n_docs, args.cores)
+                                 for c in args.configs}
         rows += rows_of(n_docs, results[str(n_docs)])
-    table = markdown_table(["passages", "build (engine:workers)", "seconds", "docs/s",
+    cores = f", pinned to {args.cores} core(s)" if args.cores else ""
+    table = markdown_table(["passages", "build (engine:workers)", "seconds", "CPU s", "docs/s",
                             "analysis+BM25+typos+metadata s", "write+publish s (dense leg, "
                             "docstore, checksums)", "index MiB", "peak RSS MiB",
                             "bytes/posting"], rows)
     publish_report("build-speed", args, results,
-                   "## Build throughput, vectors given, against tantivy\n\n" + table)
+                   f"## Build throughput, vectors given, against tantivy{cores}\n\n" + table)
 
 
 if __name__ == "__main__":
