@@ -32,10 +32,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexes.ann_built import BuiltDense
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
-from indexes.ann_hnsw import build_hnsw, load_hnsw
+from indexes.ann_hnsw import load_hnsw, make_hnsw
 from indexes.ann_train import exact_neighbours, train_two_level
-from indexes.storage import read_json, write_json
+from indexes.storage import read_json
 from indexes.vectors import VectorStore
 
 log = logging.getLogger(__name__)
@@ -105,21 +106,24 @@ class IvfDense(WideningDense):
 def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
               nlist: int | None = None, calibration_queries: int = 200, seed: int = 0
               ) -> dict[str, Any]:
-    """Build, calibrate and save the dense leg (``kind`` IVF or HNSW) of ``matrix`` float32
-    (n, d) under ``directory``; returns what was written to ``ann.json`` (with the recall
-    ladder). Corpora too small for IVF lists get exact search whatever the kind."""
-    import faiss
+    """Build, calibrate and save the dense leg of ``matrix`` under ``directory``
+    (``make_dense``); returns what was written to ``ann.json``."""
+    return make_dense(matrix, kind=kind, nlist=nlist, calibration_queries=calibration_queries,
+                      seed=seed).save(directory)
 
+
+def make_dense(matrix: np.ndarray, *, kind: AnnKind = "ivf", nlist: int | None = None,
+               calibration_queries: int = 200, seed: int = 0) -> BuiltDense:
+    """Build and calibrate the dense leg (``kind`` IVF or HNSW) of ``matrix`` float32 (n, d);
+    its meta holds the recall ladder. Corpora too small for IVF lists get exact search
+    whatever the kind."""
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     n = len(matrix)
     nlist = default_nlist(n) if nlist is None else nlist
-    directory.mkdir(parents=True, exist_ok=True)
     if nlist == 0:
-        meta: dict[str, Any] = {"kind": "exact", "n_docs": n}
-        write_json(directory / "ann.json", meta)
-        return meta
+        return BuiltDense({"kind": "exact", "n_docs": n})
     if kind == "hnsw":
-        return build_hnsw(matrix, directory, calibration_queries=calibration_queries, seed=seed)
+        return make_hnsw(matrix, calibration_queries=calibration_queries, seed=seed)
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
     index = trained_ivf(sample, nlist, seed)
@@ -130,17 +134,14 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
     nprobe = next((p for p, r in ladder if r >= CALIBRATION_RECALL), nlist)
     calibration = [{"nprobe": p, "recall_at_100": round(r, 4)} for p, r in ladder]
     if nprobe >= nlist:
-        return exact_fallback(directory, n, nlist, calibration)
-    faiss.write_index(index, str(directory / INDEX_FILE))
-    meta = {"kind": "ivf", "n_docs": n, "nlist": nlist, "nprobe": nprobe,
-            "target_recall_at_100": TARGET_RECALL, "calibrated_to": CALIBRATION_RECALL,
-            "calibration": calibration}
-    write_json(directory / "ann.json", meta)
-    return meta
+        return exact_fallback(n, nlist, calibration)
+    return BuiltDense({"kind": "ivf", "n_docs": n, "nlist": nlist, "nprobe": nprobe,
+                       "target_recall_at_100": TARGET_RECALL,
+                       "calibrated_to": CALIBRATION_RECALL, "calibration": calibration},
+                      index, INDEX_FILE)
 
 
-def exact_fallback(directory: Path, n: int, nlist: int, calibration: list[dict[str, Any]]
-                   ) -> dict[str, Any]:
+def exact_fallback(n: int, nlist: int, calibration: list[dict[str, Any]]) -> BuiltDense:
     """The vectors do not cluster: IVF reaches the recall only by probing every list, which
     scans every vector plus the list overhead (on 111k random vectors it cost several times an
     exact scan), so the dense leg is the exact scan, and ``ann.json`` says why."""
@@ -148,10 +149,9 @@ def exact_fallback(directory: Path, n: int, nlist: int, calibration: list[dict[s
     reason = (f"IVF with {nlist} lists reached recall@100 {best['recall_at_100']} at nprobe "
               f"{best['nprobe']} and needs every list for {CALIBRATION_RECALL}: an exact scan "
               "costs less (the vectors do not cluster)")
-    log.info("%s: %s", directory, reason)
-    meta = {"kind": "exact", "n_docs": n, "fallback": reason, "calibration": calibration}
-    write_json(directory / "ann.json", meta)
-    return meta
+    log.info("dense leg of %d vectors: %s", n, reason)
+    return BuiltDense({"kind": "exact", "n_docs": n, "fallback": reason,
+                       "calibration": calibration})
 
 
 def trained_ivf(sample: np.ndarray, nlist: int, seed: int) -> Any:

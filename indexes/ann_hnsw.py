@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from indexes.ann_built import BuiltDense
 from indexes.ann_exact import TARGET_RECALL, WideningDense, recall_at
-from indexes.storage import write_json
 from indexes.vectors import VectorStore
 
 HNSW_FILE = "hnsw.faiss"
@@ -72,10 +72,10 @@ class HnswDense(WideningDense):
         return hnsw_params(breadth)
 
 
-def build_hnsw(matrix: np.ndarray, directory: Path, *, calibration_queries: int = 200,
-               seed: int = 0) -> dict[str, Any]:
-    """Build, calibrate and save the HNSW graph of ``matrix`` float32 (n, d) C-contiguous;
-    returns what was written to ``ann.json`` (with the recall ladder per k)."""
+def make_hnsw(matrix: np.ndarray, *, calibration_queries: int = 200, seed: int = 0
+              ) -> BuiltDense:
+    """Build and calibrate the HNSW graph of ``matrix`` float32 (n, d) C-contiguous; its meta
+    holds the recall ladder per k."""
     import faiss
 
     n, dim = matrix.shape
@@ -87,14 +87,12 @@ def build_hnsw(matrix: np.ndarray, directory: Path, *, calibration_queries: int 
     ladders = calibrate_hnsw(index, matrix, queries)
     ef_by_k = {k: next((ef for ef, r in ladder if r >= CALIBRATION_RECALL), MAX_EF)
                for k, ladder in ladders.items()}
-    faiss.write_index(index, str(directory / HNSW_FILE))
     meta = {"kind": "hnsw", "n_docs": n, "M": M, "ef_construction": EF_CONSTRUCTION,
             "ef_search": {str(k): ef for k, ef in ef_by_k.items()},
             "target_recall_at_100": TARGET_RECALL, "calibrated_to": CALIBRATION_RECALL,
             "calibration": {str(k): [{"ef": ef, f"recall_at_{k}": round(r, 4)}
                                      for ef, r in ladder] for k, ladder in ladders.items()}}
-    write_json(directory / "ann.json", meta)
-    return meta
+    return BuiltDense(meta, index, HNSW_FILE)
 
 
 def calibrate_hnsw(index: Any, matrix: np.ndarray, queries: np.ndarray,

@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from indexes import rebuild
 from indexes.analysis import CollectionPostings, analyze
 from indexes.analyzer import AnalyzerConfig
-from indexes.ann import AnnKind
+from indexes.ann import AnnKind, make_dense
+from indexes.ann_built import DenseBuild, dense_beside
 from indexes.bm25 import BM25Index, BM25Params, PostingsFormat
 from indexes.build_write import DenseLeg, write_components, write_sharded
 from indexes.cpu import peak_rss_bytes
@@ -230,6 +231,10 @@ def build_index(
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
     texts = [d.content for d in docs]
+    precomputed = _given_vectors(vectors, encoder_info, len(texts), config)
+    # Given vectors: the dense leg starts now, beside the keyword side and the writers.
+    beside = (_dense_beside(precomputed[0], config)
+              if precomputed is not None and ranges is None else None)
     postings = (analysis(texts) if analysis is not None
                 else analyze(texts, config.analyzer, config.analysis_workers))
     bm25 = BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
@@ -242,10 +247,14 @@ def build_index(
     metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
     timer.lap("typos+metadata")
     hashes = content_hashes(texts)
-    matrix, info, reused = _vectors_for(texts, hashes, root, encoder, vectors, encoder_info,
-                                        config, progress)
+    if precomputed is not None:
+        (matrix, info), reused = precomputed, 0
+    else:
+        matrix, info, reused = _encoded_vectors(texts, hashes, root, encoder, config, progress)
     del texts  # ~0.6 GB at 1M passages; the doc store writes the documents themselves
     timer.lap("vectors")
+    if beside is None and ranges is None:  # encoded vectors: beside the writers
+        beside = _dense_beside(matrix, config)
     build_id = new_build_id()
 
     def write(staging: Path) -> None:
@@ -257,7 +266,7 @@ def build_index(
                           allow_new_fields=config.allow_new_fields, live_writes=contract)
             return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
-                         passage_map=passage_map, log_seq=log_seq, window=window,
+                         passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
                          passages=passage_info, allow_new_fields=config.allow_new_fields,
                          live_writes=contract)
 
@@ -330,31 +339,43 @@ def row_ranges(doc_ranges: list[tuple[int, int]], passage_map: PassageMap | None
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-def _vectors_for(
+def _given_vectors(vectors: np.ndarray | None, encoder_info: EncoderInfo | None, n_rows: int,
+                   config: BuildConfig) -> tuple[np.ndarray, EncoderInfo] | None:
+    """Precomputed vectors checked (one finite row per document) with their encoder info;
+    None when the build encodes its own."""
+    if vectors is None:
+        return None
+    if encoder_info is None:
+        raise CorpusError("precomputed vectors need encoder_info naming their encoder")
+    matrix = np.ascontiguousarray(vectors, dtype=np.float32)
+    if matrix.shape != (n_rows, encoder_info.dim):
+        raise CorpusError(f"vectors have shape {matrix.shape}; expected "
+                          f"({n_rows}, {encoder_info.dim}), one row per document "
+                          "(per passage in a passage build: indexes.split_documents "
+                          "gives the passages)")
+    if (row := non_finite_row(matrix)) is not None:
+        raise CorpusError(f"precomputed vectors: row {row} holds NaN or infinity; "
+                          "give finite vectors, one row per document")
+    return matrix, encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
+
+
+def _encoded_vectors(
     texts: Sequence[str], hashes: np.ndarray, root: Path, encoder: Encoder | None,
-    vectors: np.ndarray | None, encoder_info: EncoderInfo | None, config: BuildConfig,
-    progress: bool,
+    config: BuildConfig, progress: bool,
 ) -> tuple[np.ndarray, EncoderInfo, int]:
-    if vectors is not None:
-        if encoder_info is None:
-            raise CorpusError("precomputed vectors need encoder_info naming their encoder")
-        matrix = np.ascontiguousarray(vectors, dtype=np.float32)
-        if matrix.shape != (len(texts), encoder_info.dim):
-            raise CorpusError(f"vectors have shape {matrix.shape}; expected "
-                              f"({len(texts)}, {encoder_info.dim}), one row per document "
-                              "(per passage in a passage build: indexes.split_documents "
-                              "gives the passages)")
-        if (row := non_finite_row(matrix)) is not None:
-            raise CorpusError(f"precomputed vectors: row {row} holds NaN or infinity; "
-                              "give finite vectors, one row per document")
-        info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
-        return matrix, info, 0
+    """The documents' vectors from ``encoder`` (reused by content hash where they can be),
+    their encoder info and how many were reused."""
     if encoder is None:
         raise CorpusError("give an encoder, or precomputed vectors with encoder_info")
     matrix, reused = embed_documents(texts, hashes, encoder, root, config, progress)
     info = EncoderInfo(encoder_id=encoder.encoder_id, model=encoder.model, dim=encoder.dim,
                        vector_dtype=config.vector_dtype)
     return matrix, info, reused
+
+
+def _dense_beside(matrix: np.ndarray, config: BuildConfig) -> DenseBuild:
+    """The whole build's dense leg, started beside the rest of the build."""
+    return dense_beside(matrix, lambda m: make_dense(m, kind=config.ann))
 
 
 class _Stopwatch:

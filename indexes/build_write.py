@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from indexes.analyzer import Analyzer
-from indexes.ann import ANN_DIR, build_ann
+from indexes.ann import ANN_DIR, make_dense
+from indexes.ann_built import DenseBuild
 from indexes.bm25 import BM25Index
 from indexes.docstore import DocStore, Document
 from indexes.manifest import (
@@ -46,20 +47,24 @@ def write_components(
     directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
     config: BuildConfig, ann_nlist: int | None = None, passage_map: PassageMap | None = None,
-    **manifest_fields: Any,
+    dense: DenseBuild | None = None, **manifest_fields: Any,
 ) -> None:
     """Write every component of one build and its manifest into ``directory`` (a whole build,
     or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
-    dense leg (None = by corpus size, 0 = exact search); ``manifest_fields``: the manifest's
-    optional fields (``log_seq``, ``window``, ``passages``)."""
+    dense leg (None = by corpus size, 0 = exact search); ``dense``: the dense leg already
+    being built (``indexes.ann_built.dense_beside``), waited for once the other files are
+    written; ``manifest_fields``: the manifest's optional fields (``log_seq``, ``window``,
+    ``passages``)."""
     bm25.save(directory / "bm25", config.postings)
     metadata.save(directory / "metadata")
     VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
     save_array(directory / "vectors" / "content_hashes.npy", hashes)
-    build_ann(matrix, directory / ANN_DIR, kind=config.ann, nlist=ann_nlist)  # the dense leg
     DocStore.build(docs).save(directory / "docstore")
     if passage_map is not None:
         passage_map.save(directory / "passages")
+    built = dense() if dense is not None else make_dense(matrix, kind=config.ann,
+                                                         nlist=ann_nlist)
+    built.save(directory / ANN_DIR)
     analyzer = Analyzer(config.analyzer)
     write_manifest(directory, Manifest(
         format_version=FORMAT_VERSION, build_id=build_id,
@@ -88,7 +93,7 @@ def write_sharded(
         directory.mkdir(parents=True)
         shard_id = f"{build_id}-{name}"
         part = None if passage_map is None else passage_map.sliced(start, stop)
-        shard_fields = {} if part is None else {
+        shard_fields: dict[str, Any] = {} if part is None else {
             "passages": part.info_like(manifest_fields["passages"])}
         write_components(directory, shard_id, docs[start:stop], slice_bm25(bm25, start, stop),
                          slice_metadata(metadata, start, stop), matrix[start:stop],

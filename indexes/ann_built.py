@@ -1,0 +1,70 @@
+"""A dense leg built and calibrated in memory (``indexes.ann.make_dense``), written when the
+build's other files are, and the thread that builds one beside the rest of a build.
+
+faiss releases the GIL, so the dense leg (IVF lists trained, filled and calibrated: a matrix
+product of every vector against every list) runs on one core while the analysis, BM25 and the
+writers run in Python on the other. In its thread faiss keeps to one OpenMP thread
+(``omp_set_num_threads`` sets the calling thread's own count), so the two sides do not fight
+over the cores: with faiss on both, an earlier try gained nothing. At 1M passages, vectors
+given, one analysis worker on two cores, the whole build took 39.5 s beside against 55.2 s one
+after the other, with 645 MiB more at its peak (benchmarks/README.md, "The dense leg built
+beside the keyword side").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexes.cpu import usable_cores
+from indexes.storage import write_json
+
+
+@dataclass(frozen=True)
+class BuiltDense:
+    """``ann.json``'s content and the faiss index it names (``file`` under ``ann/``; no index
+    when the dense leg is exact search)."""
+
+    meta: dict[str, Any]
+    index: Any = None
+    file: str = ""
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        """Write the index, then ``ann.json``, under ``directory``; returns the meta."""
+        import faiss
+
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.index is not None:
+            faiss.write_index(self.index, str(directory / self.file))
+        write_json(directory / "ann.json", self.meta)
+        return self.meta
+
+
+DenseBuild = Callable[[], BuiltDense]
+
+
+def dense_beside(matrix: np.ndarray, build: Callable[[np.ndarray], BuiltDense]
+                 ) -> DenseBuild:
+    """``build(matrix)`` started now in a thread of its own (faiss on one OpenMP thread there)
+    when this process has two cores or more; the function returned waits for it and gives the
+    built leg, raising what it raised. On one core it builds when asked, in the caller's
+    thread. A build that fails before asking leaves the thread to finish on its own."""
+    if usable_cores() < 2:
+        return lambda: build(matrix)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="dense-leg")
+    future = pool.submit(_on_one_thread, build, matrix)
+    pool.shutdown(wait=False)
+    return future.result
+
+
+def _on_one_thread(build: Callable[[np.ndarray], BuiltDense], matrix: np.ndarray
+                   ) -> BuiltDense:
+    import faiss
+
+    faiss.omp_set_num_threads(1)  # this thread's own count: the build's other side keeps a core
+    return build(matrix)
