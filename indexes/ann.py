@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from indexes.ann_built import BuiltDense
+from indexes.ann_coarse import coarse_lists, search_lists
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
 from indexes.ann_hnsw import load_hnsw, make_hnsw
 from indexes.ann_train import exact_neighbours, train_two_level
@@ -85,6 +86,7 @@ class IvfDense(WideningDense):
         super().__init__(vectors)
         self.index = index
         self.nprobe = nprobe
+        self.coarse = coarse_lists(index)
 
     @property
     def nlist(self) -> int:
@@ -101,6 +103,15 @@ class IvfDense(WideningDense):
 
     def search_params(self, breadth: int) -> Any:
         return ivf_params(breadth)
+
+    def search_once(self, query: np.ndarray, k: int, breadth: int, params: Any
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """The lists chosen by ``indexes.ann_coarse`` (the same ones faiss would choose),
+        searched by faiss; every list at once is faiss' own search."""
+        if self.coarse is None or breadth >= self.nlist:
+            return super().search_once(query, k, breadth, params)
+        lists, scores = self.coarse.nearest(query, breadth)
+        return search_lists(self.index, query, k, lists, scores, params)
 
 
 def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",

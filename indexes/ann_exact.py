@@ -96,6 +96,11 @@ class WideningDense(ExactDense):
     def search_params(self, breadth: int) -> Any:
         raise NotImplementedError
 
+    def search_once(self, query: np.ndarray, k: int, breadth: int, params: Any
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """One faiss search at ``breadth`` (``params`` made for it): (scores, rows) (1, k)."""
+        return self.index.search(query.reshape(1, -1), k, params=params)  # type: ignore[no-any-return]
+
     def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         query = self.vectors.check_query(query)
@@ -116,7 +121,7 @@ class WideningDense(ExactDense):
             params = self.search_params(min(breadth, last))
             if bitmap is not None:  # kept alive by ``bitmap`` while faiss reads it
                 params.sel = faiss.IDSelectorBitmap(self.vectors.n_docs, faiss.swig_ptr(bitmap))
-            scores, rows = self.index.search(query.reshape(1, -1), k, params=params)
+            scores, rows = self.search_once(query, k, min(breadth, last), params)
             found = rows[0] >= 0
             if int(found.sum()) >= wanted:
                 return rows[0][found].astype(np.int64), scores[0][found]

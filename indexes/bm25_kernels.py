@@ -234,20 +234,32 @@ def scores_of_rows(indptr, rows, impacts, term_ids, weights, targets
                    ):  # pragma: no cover - compiled
     """BM25 scores float64 (m,) of ``targets`` int64 (m,): a binary search of each target in
     each query term's postings (rows ascend within a term), terms in query order, so each sum
-    is the same float64 sequence of adds as the top-k kernels'."""
-    out = np.zeros(targets.shape[0], dtype=np.float64)
+    is the same float64 sequence of adds as the top-k kernels'.
+
+    The searches of one term run in lockstep, one halving step for every target at a time:
+    all of them halve the same length, so the step has no branch but a select, and the
+    targets' loads are independent, so their cache misses overlap instead of following one
+    another. At 1M passages (100 dense-leg rows, ~8 terms) 2.6x faster than one search after
+    another (benchmarks/README.md)."""
+    m = targets.shape[0]
+    out = np.zeros(m, dtype=np.float64)
+    base = np.empty(m, dtype=np.int64)
     for i in range(term_ids.shape[0]):
         t = term_ids[i]
         w = weights[i]
         start, end = indptr[t], indptr[t + 1]
-        for j in range(targets.shape[0]):
-            lo, hi = start, end
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if rows[mid] < targets[j]:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            if lo < end and rows[lo] == targets[j]:
-                out[j] += w * impacts[lo]
+        n = end - start
+        if n == 0:
+            continue
+        base[:] = start
+        # Invariant: rows[base[j]] <= targets[j], unless every row of the term is greater.
+        while n > 1:
+            half = n >> 1
+            for j in range(m):
+                at = base[j]
+                base[j] = at + half if rows[at + half] <= targets[j] else at
+            n -= half
+        for j in range(m):
+            if rows[base[j]] == targets[j]:
+                out[j] += w * impacts[base[j]]
     return out

@@ -148,6 +148,25 @@ def test_top_candidates_equal_reference_rows_scores_and_ties(variant):
                 expected.get(int(r), 0.0) for r in probe]
 
 
+def test_score_rows_of_every_row_in_any_order_equal_the_touched_scores():
+    # The lockstep binary search at its edges: terms of one posting (the rare words of a
+    # random corpus) and of every row, the first and last rows, repeated and unsorted rows.
+    docs = [["common", "rare"] if i == 0 else ["common", f"w{i % 7}"] for i in range(300)]
+    docs[-1] = ["common", "last"]
+    index = BM25Index.build(docs)
+    tokens = ["last", "w3", "common", "rare", "unknown"]
+    rows, scores = index.score_touched(tokens)
+    expected = dict(zip(rows.tolist(), scores.tolist(), strict=True))
+    probe = np.array([299, 0, 5, 5, 298, 0, 150], dtype=np.int64)
+    assert index.score_rows(tokens, probe).tolist() == [expected[int(r)] for r in probe]
+    assert index.score_rows(tokens, np.arange(300)).tolist() == [expected[r] for r in range(300)]
+    assert index.score_rows(tokens, np.empty(0, dtype=np.int64)).size == 0
+    rare_rows, rare_scores = index.score_touched(["rare"])
+    assert rare_rows.tolist() == [0]
+    assert index.score_rows(["rare"], np.array([1, 0, 299])).tolist() == [
+        0.0, rare_scores[0], 0.0]
+
+
 def test_cut_off_ties_keep_lowest_rows():
     docs = [["tie", "pad"]] * 20 + [["tie", "tie"]] * 3 + [["other", "pad"]] * 60
     index = BM25Index.build(docs)
