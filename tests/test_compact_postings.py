@@ -130,3 +130,77 @@ def test_a_compact_build_searches_like_a_plain_one_whole_and_sharded(tmp_path):
     for shards in (None, 2):
         files = {p.name for p in roots["compact", shards].rglob("bm25/*")}
         assert "row_bytes.npy" in files and "rows.npy" not in files and "impacts.npy" not in files
+
+
+def test_a_large_query_decodes_its_terms_on_every_core_with_the_same_answers(tmp_path,
+                                                                            monkeypatch):
+    """Past ``THREADS_FROM_POSTINGS`` a query searched alone decodes its terms in parts at
+    once (``term_parts``: longest first, each to the lightest part); the gathered arrays are
+    those of one decode after another, bit for bit."""
+    from indexes import compact_postings
+    from indexes.compact_postings import gather_terms, gathered_indptr, term_parts
+    from indexes.fan_out import THREADS_FROM_POSTINGS
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(12)]
+    docs = [list(rng.choice(words, size=int(rng.integers(3, 12)), p=np.linspace(2, 0.2, 12)
+                            / np.linspace(2, 0.2, 12).sum())) for _ in range(30_000)]
+    plain = BM25Index.build(docs)
+    compact = compact_copy(plain, tmp_path)
+    query = ["w0", "w5", "w1", "w11", "w3", "w0"]
+    ids, _ = compact.query_terms(query)
+    lengths = compact.indptr[ids + 1] - compact.indptr[ids]
+    assert lengths.sum() >= THREADS_FROM_POSTINGS
+    parts = term_parts(lengths, 2)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(ids.size)) and len(parts) == 2
+    loads = [int(lengths[p].sum()) for p in parts]
+    assert max(loads) - min(loads) <= lengths.max()
+    c = compact.compact
+    assert c is not None
+    indptr = gathered_indptr(compact.indptr, ids)
+    rows = np.empty(indptr[-1], dtype=np.int32)
+    impacts = np.empty(indptr[-1], dtype=np.float32)
+    gather_terms(c.row_offsets, c.row_bytes, compact.indptr, c.tf, c.tf_exceptions, c.idf,
+                 c.norms, c.k1, c.okapi, ids, np.arange(ids.size), indptr, rows, impacts)
+    calls = []
+    run_parts = compact_postings.each_part
+
+    def counted(parts_calls, parallel):  # the real fan-out, its parts counted
+        calls.append((len(parts_calls), parallel))
+        return run_parts(parts_calls, parallel)
+
+    monkeypatch.setattr(compact_postings, "each_part", counted)
+    got = c.gather(compact.indptr, ids)
+    assert calls == [(2, True)] or (calls == [(1, False)] and compact_postings.usable_cores() == 1)
+    assert got[0].tolist() == indptr.tolist()
+    assert got[1].tobytes() == rows.tobytes() and got[2].tobytes() == impacts.tobytes()
+    assert_same_answers(plain, compact, query, None, 300)
+
+
+def test_a_search_decodes_its_terms_once_for_bm25_and_the_dense_rows(tmp_path, monkeypatch):
+    """The dense-only rows' BM25 (``score_rows``) reads the postings the BM25 stage gathered
+    on this thread; other terms, or postings past ``KEEP_GATHERED_BYTES``, are decoded anew."""
+    from indexes import bm25 as bm25_module
+    from indexes.compact_postings import CompactPostings
+
+    docs = [[f"w{(i * 7 + j) % 40}" for j in range(i % 9 + 1)] for i in range(2_000)]
+    plain = BM25Index.build(docs)
+    compact = compact_copy(plain, tmp_path)
+    decoded = []
+    decode = CompactPostings.gather
+
+    def counted(self, indptr, term_ids):  # the real decode, its calls counted
+        decoded.append(term_ids.tolist())
+        return decode(self, indptr, term_ids)
+
+    monkeypatch.setattr(CompactPostings, "gather", counted)
+    rows = np.arange(0, 2_000, 11)
+    for query in (["w3", "w17", "w3"], ["w3", "w17"], ["w5"]):
+        compact.top_candidates(query, 50)
+        assert compact.score_rows(query, rows).tobytes() == plain.score_rows(query, rows).tobytes()
+    assert len(decoded) == 2  # once for w3 w17 (twice asked), once for w5
+    monkeypatch.setattr(bm25_module, "KEEP_GATHERED_BYTES", 16)
+    compact.top_candidates(["w3", "w17"], 50)
+    compact.score_rows(["w3", "w17"], rows)
+    assert len(decoded) == 4
+
