@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from indexes.vectors import quantize_int8
+
 # Relative float32 rounding of a sum of d non-negative terms is at most d * 2^-24; this is
 # that bound for d up to 2048 with room to spare (the bound is added as a score margin).
 _ROUNDING = 2048 * 2.0 ** -23
@@ -48,14 +50,13 @@ class CoarseLists:
 
     def __init__(self, centres: np.ndarray) -> None:
         self.centres = centres
-        self.low = centres.min(axis=0).astype(np.float32)
-        self.step = np.maximum((centres.max(axis=0) - self.low) / 255.0, 1e-12
-                               ).astype(np.float32)
-        codes = np.clip(np.rint((centres - self.low) / self.step), 0, 255).astype(np.uint8)
+        # The re-rank store's 8-bit quantization: centre ~= (code + 128) * step + low.
+        codes, self.step, low = quantize_int8(centres)
         self.codes_t = np.ascontiguousarray(codes.T)
+        self.offset = 128.0 * self.step + low
         # The half step is exact only if the codes were rounded to nearest: measured, not
         # assumed (a range of float32 rounding makes it a hair more).
-        self.reach = np.abs(codes * self.step + self.low - centres).max(axis=0)
+        self.reach = np.abs(codes * self.step + self.offset - centres).max(axis=0)
 
     @property
     def n_lists(self) -> int:
@@ -66,14 +67,15 @@ class CoarseLists:
         float32 (d,), best first: (list ids int64 (n,), exact float32 scores (n,))."""
         n = min(n, self.n_lists)
         folded = query * self.step
-        approx = _approximate(self.codes_t, folded, np.float32(query @ self.low))
+        bias = np.float32(query @ self.offset)
+        approx = _approximate(self.codes_t, folded, bias)
         margin = float(np.abs(query) @ self.reach)
-        margin += _ROUNDING * float(np.abs(folded).sum() * 255.0 + abs(query @ self.low))
+        margin += _ROUNDING * float(np.abs(folded).sum() * 128.0 + abs(bias))
         nth = np.partition(approx, approx.size - n)[approx.size - n]
         shortlist = np.flatnonzero(approx >= nth - 2.0 * margin)
         exact = self.centres[shortlist] @ query
         best = np.lexsort((shortlist, -exact))[:n]
-        return shortlist[best].astype(np.int64), exact[best].astype(np.float32)
+        return shortlist[best], exact[best]  # fresh int64 and float32 arrays
 
 
 def coarse_lists(index: Any) -> CoarseLists | None:

@@ -121,6 +121,8 @@ def gather_terms(row_offsets, row_bytes, indptr, tf, tf_exceptions, idf, norms, 
 def term_parts(lengths: np.ndarray, parts: int) -> list[np.ndarray]:
     """The query terms (indices) split into at most ``parts`` groups of about equal postings:
     longest first, each to the group holding the fewest so far."""
+    if parts == 1:  # a query decoded in its thread: no assignment to make
+        return [np.arange(lengths.size, dtype=np.int64)]
     groups: list[list[int]] = [[] for _ in range(parts)]
     loads = [0] * parts
     for i in np.argsort(-lengths, kind="stable").tolist():

@@ -54,7 +54,7 @@ def test_the_choice_is_exact_where_the_8_bit_scores_mislead():
         query = centres[0] + 0.01 * rng.standard_normal(16).astype(np.float32)
         exact = centres.astype(np.float64) @ query.astype(np.float64)
         approx = _approximate(coarse.codes_t, query * coarse.step,
-                              np.float32(query @ coarse.low))
+                              np.float32(query @ coarse.offset))
         for n in (1, 5, 30):
             got, _ = coarse.nearest(query, n)
             # The best n, up to float32's resolution at these scores (about 16: 2e-6).
