@@ -8,6 +8,7 @@ buckets (a cache hit takes tens of microseconds inside the retriever).
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,27 @@ BREAKER_STATES = ("closed", "open", "half_open")
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class WorkerFiles:
+    """prometheus-client's multiprocess collector over the workers' files, less those still at
+    0 bytes. A worker creates its file before sizing it; a scrape in between failed on it
+    (``struct.error``), and a worker killed in between left it empty for good, so every later
+    scrape failed (prometheus/client_python#1199, open). An empty file holds no sample yet."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def collect(self) -> Any:
+        files = []
+        for name in sorted(glob.glob(os.path.join(self._path, "*.db"))):
+            try:
+                if os.path.getsize(name) > 0:
+                    files.append(name)
+            except FileNotFoundError:  # a dead worker's live gauges, removed meanwhile
+                continue
+        return prometheus_multiprocess.MultiProcessCollector.merge(  # type: ignore[no-untyped-call]
+            files, accumulate=True)
 
 
 class ServiceMetrics:
@@ -119,7 +141,7 @@ class ServiceMetrics:
         if self._own is not None:
             return generate_latest(self._own)
         registry = CollectorRegistry()
-        prometheus_multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(WorkerFiles(multiprocess_dir() or ""))
         return generate_latest(registry)
 
     @staticmethod
