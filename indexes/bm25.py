@@ -28,11 +28,14 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.analysis_kernels import bm25_impacts, count_terms, to_columns
+from indexes.atomics import wait_for
 from indexes.bm25_filtered import filtered_top_rows
 from indexes.bm25_kernels import (
     BLOCK_ROWS,
+    best_found,
+    claimed_top_rows,
     general_rows,
-    range_top_rows,
+    new_found,
     scores_of_rows,
     top_rows,
     touched_rows,
@@ -43,10 +46,9 @@ from indexes.bm25_restricted import RestrictedPostings
 from indexes.bm25_strategy import Kernel, MaskFacts, Plan, choose, forced
 from indexes.compact_postings import CompactPostings
 from indexes.cpu import usable_cores
-from indexes.fan_out import THREADS_FROM_POSTINGS, each_part, fans_out
+from indexes.fan_out import THREADS_FROM_POSTINGS, by_threads, fans_out
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, read_json, save_array, write_json
-from indexes.topk import sorted_best
 from indexes.typos import LiveTypos, TypoIndex
 
 Variant = Literal["okapi", "lucene"]
@@ -55,6 +57,10 @@ _NO_MASK = np.zeros(1, dtype=np.bool_)  # placeholder: numba needs an array even
 # The most a thread keeps of its last query's gathered compact postings (4M postings: past the
 # p99 query at 1M passages); a larger query's are decoded again when its dense rows are scored.
 KEEP_GATHERED_BYTES = 32 << 20
+# How long a search waits without sleeping for the other threads' last row blocks (reads of
+# an atomic counter, about 2 ms here): a block takes tens of microseconds, and a sleeping
+# thread's wake-up (a futex, then the GIL) about 70. Past it the search blocks on the threads.
+SPINS = 400_000
 
 
 class BM25Params(BaseModel):
@@ -391,29 +397,33 @@ class BM25Index:
                     weights: np.ndarray, mask: np.ndarray, use_mask: bool, k: int,
                     scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The exhaustive kernel; for a large query on a large index, searched alone
-        (``indexes.fan_out``), its rows split into one range per core, run at once."""
-        ranges = self._row_ranges(postings[0], ids)
-        if len(ranges) == 1:
+        (``indexes.fan_out``), on one thread per core, taking its row blocks in turn."""
+        threads = self._threads(postings[0], ids)
+        if threads == 1:
             return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
-        calls = [functools.partial(range_top_rows, *postings, ids, weights, mask, use_mask, k,
-                                   scratch, first, end, BLOCK_ROWS) for first, end in ranges]
-        answers = each_part(calls, True)
-        found_r = np.concatenate([r for r, _ in answers])
-        found_s = np.concatenate([s for _, s in answers])
-        return sorted_best(found_s, found_r, found_s.size, min(k, found_s.size))
+        return self.shared_blocks(postings, ids, weights, mask, use_mask, k, threads)
 
-    def _row_ranges(self, indptr: np.ndarray, ids: np.ndarray) -> list[tuple[int, int]]:
-        """Row ranges of whole kernel blocks, one per core, when the query's postings reach
-        ``THREADS_FROM_POSTINGS`` and this search may fan out; else the one range of all rows."""
-        whole = [(0, self.n_docs)]
+    def shared_blocks(self, postings: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      ids: np.ndarray, weights: np.ndarray, mask: np.ndarray, use_mask: bool,
+                      k: int, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """The exhaustive kernel on ``threads`` threads at once (this one and the pool's,
+        ``indexes.fan_out.by_threads``), each taking the next row block as it goes."""
+        claims, found_r, found_s, sizes = new_found(threads, k)
+        by_threads(functools.partial(claimed_top_rows, *postings, ids, weights, mask, use_mask,
+                                     k, self._buffer(), BLOCK_ROWS, claims, found_r, found_s,
+                                     sizes),
+                   threads, lambda: wait_for(claims, 1, -(-self.n_docs // BLOCK_ROWS), SPINS))
+        return best_found(found_s, found_r, sizes, k)
+
+    def _threads(self, indptr: np.ndarray, ids: np.ndarray) -> int:
+        """Threads for the exhaustive kernel: one per core (at most one per block) when the
+        query's postings reach ``THREADS_FROM_POSTINGS`` and this search may fan out."""
         blocks = -(-self.n_docs // BLOCK_ROWS)
         if blocks < 2 or not fans_out():
-            return whole
+            return 1
         if int(np.sum(indptr[ids + 1] - indptr[ids])) < THREADS_FROM_POSTINGS:
-            return whole
-        parts = min(usable_cores(), blocks)
-        edges = [min(self.n_docs, BLOCK_ROWS * (blocks * i // parts)) for i in range(parts + 1)]
-        return list(zip(edges[:-1], edges[1:], strict=True))
+            return 1
+        return min(usable_cores(), blocks)
 
     def term_max(self) -> np.ndarray:
         """float32 (n_terms,): each term's largest impact (the bounds MaxScore prunes with);

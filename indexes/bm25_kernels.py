@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from indexes.atomics import atomic_add
 from indexes.bm25_filtered import _gallop
 from indexes.topk import compact, new_buffer, sorted_best
 
@@ -60,46 +61,88 @@ def top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratc
     zeros, left zeros. Every impact of the query's terms must be positive (else use
     ``general_rows``). Returns (rows int32 (m,), scores float64 (m,)), m <= k.
     """
-    return range_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
-                          0, scratch.shape[0], BLOCK_ROWS)
+    claims, found_r, found_s, sizes = new_found(1, k)
+    claimed_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
+                     BLOCK_ROWS, claims, found_r, found_s, sizes, 0)
+    return sorted_best(found_s[0], found_r[0], sizes[0], sizes[0])
 
 
 @njit(nogil=True, cache=True)
-def range_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
-                   first_row, end_row, block):  # pragma: no cover - compiled
-    """``top_rows`` among rows ``first_row`` <= row < ``end_row`` only: ranges that split
-    the rows run at once on several cores (their slots of ``scratch`` are disjoint).
+def new_found(threads, k):  # pragma: no cover - compiled
+    """What the threads of one ``claimed_top_rows`` search share: ``claims`` int64 (2,) (the
+    next block to take, the blocks finished) and each thread's best: ``sizes[slot]`` rows
+    and scores in row ``slot`` of ``found_r`` / ``found_s``, unsorted (sizes 0 until then)."""
+    k = max(k, 0)
+    return (np.zeros(2, dtype=np.int64), np.empty((threads, k), dtype=np.int32),
+            np.empty((threads, k), dtype=np.float64), np.zeros(threads, dtype=np.int64))
 
-    The rows are taken in blocks of ``block`` rows (``BLOCK_ROWS``): each block's postings of
-    every term are added into the scratch, then walked again, so the scattered writes of a
-    block stay within a core's second-level cache instead of spreading over the whole
-    scratch (8 MB at 1M).
+
+@njit(nogil=True, cache=True)
+def best_found(found_s, found_r, sizes, k):  # pragma: no cover - compiled
+    """The ``k`` best of every thread's found rows (``new_found``), as ``sorted_best``."""
+    total = 0
+    for slot in range(sizes.shape[0]):
+        total += sizes[slot]
+    buf_s = np.empty(total, dtype=np.float64)
+    buf_r = np.empty(total, dtype=np.int32)
+    at = 0
+    for slot in range(sizes.shape[0]):
+        n = sizes[slot]
+        buf_s[at:at + n] = found_s[slot, :n]
+        buf_r[at:at + n] = found_r[slot, :n]
+        at += n
+    return sorted_best(buf_s, buf_r, total, min(k, total))
+
+
+@njit(nogil=True, cache=True)
+def claimed_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, scratch,
+                     block, claims, found_r, found_s, found_n, slot
+                     ):  # pragma: no cover - compiled
+    """``top_rows`` over the blocks of ``block`` rows this thread claims; the same call runs
+    on several threads at once, each with its own ``slot`` (``new_found``).
+
+    A thread takes the next unclaimed block (an atomic add on ``claims[0]``) until none is
+    left, so a thread that starts late, or runs on a busier core, takes fewer blocks; blocks
+    hold disjoint rows, so their slots of ``scratch`` are disjoint. Its ``k`` best go to
+    ``found_*[slot]`` (in no order), then its count of blocks is added to ``claims[1]``:
+    once that reaches the number of blocks every slot is written and ``scratch`` is zeros.
+
+    Each block's postings of every term are added into the scratch, then walked again, so
+    the scattered writes of a block stay within a core's second-level cache instead of
+    spreading over the whole scratch (8 MB at 1M). A thread finds its blocks' postings
+    itself, galloping on from its last block's (blocks are claimed in ascending order).
     Rows are appended to an ``indexes.topk`` buffer unless they rank below its cut-off: once
     that has risen most rows cost one well-predicted comparison. The last term's postings
     complete their rows' sums, so they are offered as they are added: that term is walked
     once, not twice.
     """
     n_terms = term_ids.shape[0]
-    if n_terms == 0:
-        return np.empty(0, dtype=np.int32), np.empty(0, dtype=np.float64)
     if n_terms == 2 and _length(indptr, term_ids[0]) > _length(indptr, term_ids[1]):
         # Make the longer list the single-walk last term. Exact: 0.0 + a + b == 0.0 + b + a
         # (addition commutes; only three or more terms depend on the order).
         term_ids, weights = term_ids[::-1], weights[::-1]
-    edges = block_edges(indptr, rows, term_ids, first_row, end_row, block)
-    n_blocks = edges.shape[1] - 1
-    total = 0
-    for i in range(n_terms):
-        total += edges[i, n_blocks] - edges[i, 0]
-    buf_s, buf_r, k = new_buffer(k, total)
+    n_rows = scratch.shape[0]
+    n_blocks = max(1, (n_rows + block - 1) // block)
+    starts, ends = indptr[term_ids], indptr[term_ids + 1]
+    buf_s, buf_r, k = new_buffer(k, np.sum(ends - starts))
     cap = buf_s.shape[0]
     size, cut_s, cut_r = 0, -np.inf if k > 0 else np.inf, np.int32(-1)
     last = n_terms - 1
-    w = weights[last]
-    for b in range(n_blocks):
-        _add_postings(rows, impacts, edges[:last, b], edges[:last, b + 1], weights[:last],
-                      scratch)
-        for p in range(edges[last, b], edges[last, b + 1]):
+    w = weights[last] if n_terms else 0.0
+    lo, hi = starts.copy(), starts.copy()  # this thread's block: postings lo[i]:hi[i]
+    taken = 0
+    while True:
+        b = atomic_add(claims, 0, 1)
+        if b >= n_blocks:
+            break
+        taken += 1
+        if n_terms == 0:
+            continue
+        for i in range(n_terms):
+            lo[i] = _gallop(rows, hi[i], ends[i], b * block)
+            hi[i] = _gallop(rows, lo[i], ends[i], min((b + 1) * block, n_rows))
+        _add_postings(rows, impacts, lo[:last], hi[:last], weights[:last], scratch)
+        for p in range(lo[last], hi[last]):
             r = rows[p]
             s = scratch[r] + w * impacts[p]  # the row's final score (0.0 + x == x if new)
             scratch[r] = 0.0
@@ -118,7 +161,7 @@ def range_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, 
                 size, cut_s, cut_r = compact(buf_s, buf_r, k)
         # Rows without the last term: the first visit reads the final score, zeroes the slot.
         for i in range(last):
-            for p in range(edges[i, b], edges[i, b + 1]):
+            for p in range(lo[i], hi[i]):
                 r = rows[p]
                 s = scratch[r]
                 scratch[r] = 0.0
@@ -136,24 +179,12 @@ def range_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k, 
                 size += 1
                 if size == cap:
                     size, cut_s, cut_r = compact(buf_s, buf_r, k)
-    return sorted_best(buf_s, buf_r, size, k)
-
-
-@njit(nogil=True, cache=True)
-def block_edges(indptr, rows, term_ids, first_row, end_row, block
-                ):  # pragma: no cover - compiled
-    """int64 (q, n_blocks + 1): ``edges[i, b]`` is term i's first posting at or past row
-    ``first_row + b * block`` (the last column: past ``end_row - 1``), each galloping on from
-    the previous edge."""
-    n_blocks = max(1, (end_row - first_row + block - 1) // block)
-    edges = np.empty((term_ids.shape[0], n_blocks + 1), dtype=np.int64)
-    for i in range(term_ids.shape[0]):
-        t = term_ids[i]
-        at, end = indptr[t], indptr[t + 1]
-        for b in range(n_blocks + 1):
-            at = _gallop(rows, at, end, min(first_row + b * block, end_row))
-            edges[i, b] = at
-    return edges
+    if size > k:
+        size = compact(buf_s[:size], buf_r[:size], k)[0]
+    found_s[slot, :size] = buf_s[:size]
+    found_r[slot, :size] = buf_r[:size]
+    found_n[slot] = size
+    atomic_add(claims, 1, taken)
 
 
 @njit(nogil=True, cache=True)

@@ -1,5 +1,5 @@
-"""Running a search's parts at once: the shards of a sharded build, the row ranges of one
-BM25 index (``indexes.bm25``).
+"""Running a search's parts at once: the shards of a sharded build (``each_part``), the row
+blocks of one BM25 index (``by_threads``, ``indexes.bm25``).
 
 The BM25 and dense kernels release the GIL (numba ``nogil``, faiss), so S parts run on S
 cores: the caller's thread takes the first part and a small pool the others. A hand-off to
@@ -17,6 +17,7 @@ at 2 and 4 concurrent callers throughput and latency stayed as they were.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,16 @@ def _shared_pool() -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool() -> None:
+    """In a forked child: the parent's pool threads do not exist here (a pool made before a
+    fork would take work and never run it); the next fan-out makes the child's own."""
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def search_alone(alone: bool) -> None:
     """Say whether the search about to run on this thread is its retriever's only one in
     flight (``RequestPath`` calls it before each search): only a lone search fans out to
@@ -82,3 +93,21 @@ def each_part(calls: Sequence[Callable[[], T]], parallel: bool) -> list[T]:
     finally:
         _local.alone = True
     return results
+
+
+def by_threads(call: Callable[[int], object], threads: int, finished: Callable[[], bool]
+               ) -> None:
+    """Run ``call(slot)`` on this thread (slot 0) and on ``threads - 1`` pool threads at once,
+    for work the calls share out among themselves as they go (``bm25_kernels.
+    claimed_top_rows``): a pool thread that starts late takes less of it, and one that has
+    not started when the work is done is not waited for. ``finished()``: whether every call's
+    share is done, waiting a little without sleeping; when it says no, this thread blocks on
+    the pool threads' calls instead."""
+    futures = [_shared_pool().submit(call, slot) for slot in range(1, threads)]
+    call(0)
+    if finished():
+        for future in futures:
+            future.cancel()  # not started: nothing left for it
+        return
+    for future in futures:
+        future.result()

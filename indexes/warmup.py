@@ -22,7 +22,7 @@ def frequent_terms(bm25: BM25Index, count: int = 2) -> list[str]:
 
 def warm_bm25(bm25: BM25Index) -> None:
     """Run the unfiltered, filtered (dense and selective mask), all-rows and given-rows
-    kernels once."""
+    kernels once, and those of a large query searched alone."""
     tokens = frequent_terms(bm25)
     if not tokens:  # an empty index has nothing to run
         return
@@ -33,3 +33,9 @@ def warm_bm25(bm25: BM25Index) -> None:
     selective = np.zeros(bm25.n_docs, dtype=np.bool_)
     selective[0] = True  # one allowed row: the kernel that follows the allowed rows
     bm25.top_candidates(tokens, 10, selective)
+    # A large query's blocks shared by threads, run here by this thread alone: a process
+    # about to fork its workers must not start the pool's threads.
+    ids, weights = bm25.query_terms(tokens)
+    postings, local = bm25.postings_of(ids)
+    bm25.shared_blocks(postings, local, weights, np.ones(bm25.n_docs, dtype=np.bool_), True,
+                       10, threads=1)

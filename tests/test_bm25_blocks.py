@@ -1,18 +1,27 @@
-"""The exhaustive BM25 kernel by blocks of rows and by row ranges (``range_top_rows``), and
-one index's rows split across cores (``BM25Index``, ``indexes.fan_out``): the same top C,
-scores bit for bit and ties, as ``general_rows``, which keeps its own list of touched rows."""
+"""The exhaustive BM25 kernel by blocks of rows claimed by threads (``claimed_top_rows``),
+and one index's blocks shared by one thread per core (``BM25Index``, ``indexes.fan_out``):
+the same top C, scores bit for bit and ties, as ``general_rows``, which keeps its own list of
+touched rows, whichever thread takes which block, or none."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_bm25_filtered import SETTINGS, assert_same, cases
 
 from indexes.bm25 import BM25Index
-from indexes.bm25_kernels import BLOCK_ROWS, general_rows, range_top_rows
-from indexes.fan_out import search_alone
-from indexes.topk import sorted_best
+from indexes.bm25_kernels import (
+    BLOCK_ROWS,
+    best_found,
+    claimed_top_rows,
+    general_rows,
+    new_found,
+)
+from indexes.fan_out import by_threads, search_alone
 
 
 def reference(index: BM25Index, tokens: list[str], mask: np.ndarray, k: int
@@ -23,30 +32,70 @@ def reference(index: BM25Index, tokens: list[str], mask: np.ndarray, k: int
                         np.zeros(n), np.zeros(n, dtype=np.bool_), np.empty(n, dtype=np.int32))
 
 
-@SETTINGS
-@given(cases(), st.sampled_from([1, 2, 3, 16, BLOCK_ROWS]), st.floats(0.0, 1.0))
-def test_blocks_and_ranges_equal_the_reference(
-        case: tuple[BM25Index, list[str], np.ndarray, int], block: int, cut: float) -> None:
-    index, tokens, mask, k = case
+def claimed_by(index: BM25Index, tokens: list[str], mask: np.ndarray, k: int, block: int,
+               threads: int, late: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` with ``threads`` real threads claiming blocks of ``block`` rows at once,
+    then ``late`` more calls after every block was taken (threads that started too late)."""
     ids, weights = index.query_terms(tokens)
+    scratch = np.zeros(index.n_docs)
+    claims, found_r, found_s, sizes = new_found(threads + late, k)
+
+    def run(slot: int) -> None:
+        claimed_top_rows(index.indptr, index.rows, index.impacts, ids, weights, mask, True, k,
+                         scratch, block, claims, found_r, found_s, sizes, slot)
+
+    workers = [threading.Thread(target=run, args=(slot,)) for slot in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for slot in range(threads, threads + late):
+        run(slot)
+    assert claims[1] == -(-index.n_docs // block)  # every block finished, once
+    assert not scratch.any()  # the scratch contract: left all zeros
+    return best_found(found_s, found_r, sizes, k)
+
+
+@SETTINGS
+@given(cases(), st.sampled_from([1, 2, 3, 16, BLOCK_ROWS]), st.integers(1, 3), st.integers(0, 1))
+def test_claimed_blocks_equal_the_reference(
+        case: tuple[BM25Index, list[str], np.ndarray, int], block: int, threads: int,
+        late: int) -> None:
+    index, tokens, mask, k = case
+    ids, _ = index.query_terms(tokens)
     if index._nonpositive and not index._nonpositive.isdisjoint(ids.tolist()):
         return  # the kernel needs positive impacts; general_rows handles these queries
-    scratch = np.zeros(index.n_docs)
-    split = int(cut * index.n_docs)
-    parts = [range_top_rows(index.indptr, index.rows, index.impacts, ids, weights, mask, True,
-                            k, scratch, first, end, block)
-             for first, end in ((0, split), (split, index.n_docs))]
-    assert not scratch.any()  # the scratch contract: left all zeros
-    found_s = np.concatenate([s for _, s in parts])
-    found_r = np.concatenate([r for r, _ in parts])
-    got = sorted_best(found_s, found_r, found_s.size, min(k, found_s.size))
-    assert_same(got, reference(index, tokens, mask, k))
+    assert_same(claimed_by(index, tokens, mask, k, block, threads, late),
+                reference(index, tokens, mask, k))
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_by_threads_waits_for_the_pool_only_when_the_work_is_not_finished(finished: bool
+                                                                           ) -> None:
+    """Slot 0 runs in the caller, slot 1 on the pool. When ``finished`` says the shared work
+    is done the caller returns at once, its pool slot still running; otherwise it blocks
+    until the pool's slot returns."""
+    release, pool_done, ran = threading.Event(), threading.Event(), []
+
+    def call(slot: int) -> None:
+        ran.append(slot)
+        if slot == 1:
+            release.wait(10)
+            pool_done.set()
+
+    search_alone(True)
+    if not finished:
+        release.set()  # the pool's slot returns as soon as it runs
+    by_threads(call, 2, lambda: finished)
+    assert 0 in ran
+    assert pool_done.is_set() is not finished
+    release.set()
 
 
 def test_a_large_query_on_a_large_index_splits_its_rows_and_answers_the_same() -> None:
-    """Three row blocks and a query of ~100,000 postings: searched alone, the rows split into
-    one range per core (this host has two); under concurrency they stay whole. Both answers
-    equal the reference, ties included (many documents repeat)."""
+    """Three row blocks and a query of ~100,000 postings: searched alone, the blocks are
+    shared by one thread per core (this host has two); under concurrency one thread takes
+    them all. Both answers equal the reference, ties included (many documents repeat)."""
     rng = np.random.default_rng(5)
     n_docs = 2 * BLOCK_ROWS + 1_000
     docs = [[f"w{t}" for t in rng.integers(0, 12, size=rng.integers(1, 6))]
@@ -58,12 +107,10 @@ def test_a_large_query_on_a_large_index_splits_its_rows_and_answers_the_same() -
     want = reference(index, query, everything, 300)
     try:
         search_alone(False)
-        assert index._row_ranges(index.indptr, ids) == [(0, n_docs)]
+        assert index._threads(index.indptr, ids) == 1
         assert_same(index.top_candidates(query, 300), want)
         search_alone(True)
-        ranges = index._row_ranges(index.indptr, ids)
-        assert len(ranges) == 2 and ranges[0][0] == 0 and ranges[-1][1] == n_docs
-        assert ranges[0][1] % BLOCK_ROWS == 0
+        assert index._threads(index.indptr, ids) == 2
         assert_same(index.top_candidates(query, 300), want)
         assert_same(index.top_candidates(query, 300, everything), want)
         assert_same(index.top_candidates(query, 300, kernel="exhaustive"), want)
@@ -71,3 +118,22 @@ def test_a_large_query_on_a_large_index_splits_its_rows_and_answers_the_same() -
                     reference(index, query, everything, 7))
     finally:
         search_alone(True)
+
+
+def _pool_answers_in_child() -> bool:
+    from indexes import fan_out
+
+    return fan_out._shared_pool().submit(lambda: True).result(timeout=10)
+
+
+def test_a_forked_child_makes_its_own_pool() -> None:
+    """A pool started before a fork (its threads are the parent's): the child's first part
+    still runs, on a pool of the child's own, instead of waiting for threads it does not
+    have."""
+    import multiprocessing
+
+    from indexes import fan_out
+
+    assert fan_out._shared_pool().submit(lambda: True).result(timeout=10)
+    with multiprocessing.get_context("fork").Pool(1) as child:
+        assert child.apply(_pool_answers_in_child)
