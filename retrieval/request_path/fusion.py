@@ -1,7 +1,12 @@
-"""Score fusion of BM25 and vector scores over one candidate set (pure numpy functions).
+"""Score fusion of BM25 and vector scores over one candidate set.
 
 Raw BM25 scores and cosines live on different scales, so they are never added directly: either
 min-max normalize both over the candidates and mix linearly, or fuse ranks (RRF).
+
+The default fusion (z-score) and the top-k order are compiled: on a search's few hundred
+candidates, a dozen numpy calls cost more than their arithmetic, and more again right after
+the BM25 kernel has pushed the interpreter's own code and data out of the caches (at 1M
+passages, 55 µs a search against 7 in the request path).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 
 def minmax(scores: np.ndarray) -> np.ndarray:
@@ -39,8 +45,43 @@ def zscore(scores: np.ndarray) -> np.ndarray:
 def zscore_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
     """``minmax(w * z(cosine) + (1 - w) * z(bm25))``: less sensitive than min-max to one
     outlying top BM25 score. The mix is rescaled to [0, 1] (order unchanged) so fused scores
-    keep min-max fusion's scale, which feature weights are added on."""
-    return minmax(vector_weight * zscore(cosine) + (1.0 - vector_weight) * zscore(bm25))
+    keep min-max fusion's scale, which feature weights are added on. float64 (n,)."""
+    return _zscore_mix(np.asarray(bm25, dtype=np.float64), np.asarray(cosine),
+                       float(vector_weight))
+
+
+@njit(cache=True)
+def _standardized(scores):  # pragma: no cover - compiled
+    """(mean, spread) of ``scores`` as float64; ``zscore`` maps x to (x - mean) / spread."""
+    n = scores.shape[0]
+    total = 0.0
+    for x in scores:
+        total += float(x)
+    mean = total / n
+    squares = 0.0
+    for x in scores:
+        squares += (float(x) - mean) ** 2
+    return mean, math.sqrt(squares / n)
+
+
+@njit(cache=True)
+def _zscore_mix(bm25, cosine, weight):  # pragma: no cover - compiled
+    """``zscore_fusion``: all-equal scores standardize to 0, an all-equal mix maps to 1."""
+    n = bm25.shape[0]
+    mix = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return mix
+    mean_b, spread_b = _standardized(bm25)
+    mean_c, spread_c = _standardized(cosine)
+    for i in range(n):
+        z_c = (float(cosine[i]) - mean_c) / spread_c if spread_c > 0 else 0.0
+        z_b = (bm25[i] - mean_b) / spread_b if spread_b > 0 else 0.0
+        mix[i] = weight * z_c + (1.0 - weight) * z_b
+    low, high = mix.min(), mix.max()
+    if high - low <= 0:
+        mix[:] = 1.0
+        return mix
+    return (mix - low) / (high - low)
 
 
 def linear_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) -> np.ndarray:
@@ -62,9 +103,16 @@ def rrf_fusion(bm25: np.ndarray, cosine: np.ndarray, k: int = 60) -> np.ndarray:
 
 
 def top_k_order(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` highest scores, best first, ties by lower index."""
-    if scores.size > k:
-        keep = np.argpartition(-scores, k - 1)[:k]
-    else:
-        keep = np.arange(scores.size)
-    return keep[np.lexsort((keep, -scores[keep]))]
+    """Indices int64 of the ``k`` highest scores, best first, ties by lower index (also at
+    the cut: of the scores tied with the k-th, the lowest indices are kept)."""
+    return _top_k_order(np.asarray(scores, dtype=np.float64), int(k))
+
+
+@njit(cache=True)
+def _top_k_order(scores, k):  # pragma: no cover - compiled
+    return np.argsort(-scores, kind="mergesort")[:max(k, 0)].copy()  # mergesort: stable
+
+
+def warm_fusion() -> None:
+    """Load the compiled fusion's machine code (``indexes.warmup``)."""
+    top_k_order(zscore_fusion(np.ones(2), np.ones(2, dtype=np.float32), 0.5), 1)

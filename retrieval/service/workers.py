@@ -45,9 +45,11 @@ def preload(index_root: Path) -> None:
     import retrieval.service.app  # noqa: F401
     from indexes.warmup import warm_bm25
     from retrieval.loaded_build import LoadedBuild
+    from retrieval.request_path.fusion import warm_fusion
 
     # The workers verify the build when they load it; here only its arrays' types matter.
     warm_bm25(LoadedBuild.load(index_root, verify=False).bm25)
+    warm_fusion()
 
     if threading.active_count() > 1:
         log.warning("threads running before fork: %s", threading.enumerate())
