@@ -360,7 +360,8 @@ class BM25Index:
         if kernel is None:
             lengths = self.indptr[ids + 1] - self.indptr[ids]
             plan = choose(lengths, self.n_docs, mask, self._mask_facts,
-                          self.restricted.budget_bytes > 0 and self.compact is None)
+                          self.restricted.budget_bytes > 0 and self.compact is None,
+                          self._threads(int(lengths.sum())) > 1)
         else:
             plan = forced(Kernel(kernel), mask, self._mask_facts)
             if plan.kernel is Kernel.RESTRICTED and self.compact is not None:
@@ -398,7 +399,8 @@ class BM25Index:
                     scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The exhaustive kernel; for a large query on a large index, searched alone
         (``indexes.fan_out``), on one thread per core, taking its row blocks in turn."""
-        threads = self._threads(postings[0], ids)
+        indptr = postings[0]
+        threads = self._threads(int(np.sum(indptr[ids + 1] - indptr[ids])))
         if threads == 1:
             return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
         return self.shared_blocks(postings, ids, weights, mask, use_mask, k, threads)
@@ -415,13 +417,12 @@ class BM25Index:
                    threads, lambda: wait_for(claims, 1, -(-self.n_docs // BLOCK_ROWS), SPINS))
         return best_found(found_s, found_r, sizes, k)
 
-    def _threads(self, indptr: np.ndarray, ids: np.ndarray) -> int:
-        """Threads for the exhaustive kernel: one per core (at most one per block) when the
-        query's postings reach ``THREADS_FROM_POSTINGS`` and this search may fan out."""
+    def _threads(self, postings: int) -> int:
+        """Threads for the exhaustive kernel over a query's ``postings``: one per core (at
+        most one per block) when they reach ``THREADS_FROM_POSTINGS`` and this search may fan
+        out."""
         blocks = -(-self.n_docs // BLOCK_ROWS)
-        if blocks < 2 or not fans_out():
-            return 1
-        if int(np.sum(indptr[ids + 1] - indptr[ids])) < THREADS_FROM_POSTINGS:
+        if blocks < 2 or postings < THREADS_FROM_POSTINGS or not fans_out():
             return 1
         return min(usable_cores(), blocks)
 

@@ -103,14 +103,15 @@ def test_a_large_query_on_a_large_index_splits_its_rows_and_answers_the_same() -
     index = BM25Index.build(docs)
     query = ["w1", "w2", "w3", "w1"]
     ids, _ = index.query_terms(query)
+    postings = int(np.sum(index.indptr[ids + 1] - index.indptr[ids]))
     everything = np.ones(n_docs, dtype=bool)
     want = reference(index, query, everything, 300)
     try:
         search_alone(False)
-        assert index._threads(index.indptr, ids) == 1
+        assert index._threads(postings) == 1
         assert_same(index.top_candidates(query, 300), want)
         search_alone(True)
-        assert index._threads(index.indptr, ids) == 2
+        assert index._threads(postings) == 2
         assert_same(index.top_candidates(query, 300), want)
         assert_same(index.top_candidates(query, 300, everything), want)
         assert_same(index.top_candidates(query, 300, kernel="exhaustive"), want)

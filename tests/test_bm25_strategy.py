@@ -62,6 +62,9 @@ def test_each_regime_gets_its_kernel(index: BM25Index) -> None:
     no_restricted = choose(lengths_of(index, common), N_DOCS, read_only(share_mask(0.03, 1)),
                            MaskFacts(), False)
     assert no_restricted.kernel is Kernel.MASK_WALK
+    # The exhaustive kernel shared by one thread per core beats MaxScore on one.
+    shared = choose(lengths_of(index, common), N_DOCS, None, MaskFacts(), True, shared=True)
+    assert shared.kernel is Kernel.EXHAUSTIVE
 
 
 @pytest.mark.parametrize("kernel", [k for k in Kernel
