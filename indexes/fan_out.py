@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Generic, TypeVar
 
 from indexes.cpu import usable_cores
 
@@ -95,6 +96,49 @@ def each_part(calls: Sequence[Callable[[], T]], parallel: bool) -> list[T]:
     return results
 
 
+class Beside(Generic[T]):
+    """A search's other stage (its dense leg), run by the first pool thread of the next
+    ``by_threads`` fan-out of this thread's search before that pool thread takes its share:
+    so it runs beside the caller's share, and the blocks it would have taken are the
+    caller's. Not handed to a pool thread (no fan-out happened, or the pool thread had not
+    started by the end), ``result`` runs it in the caller. Made by ``beside``."""
+
+    def __init__(self, stage: Callable[[], T]) -> None:
+        self._stage = stage
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self.future: Future[None] | None = None  # the pool's call running it, once handed
+
+    def run(self) -> None:
+        try:
+            self._value = self._stage()
+        except BaseException as exc:  # raised again in the caller, by ``result``
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> T:
+        if self.future is None or self.future.cancel():  # never handed over, or not started
+            if not self._done.is_set():
+                self.run()
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+@contextmanager
+def beside(stage: Callable[[], T]) -> Iterator[Beside[T]]:
+    """``stage`` offered to the fan-outs this thread starts inside the block."""
+    part = Beside(stage)
+    _local.beside = part
+    try:
+        yield part
+    finally:
+        _local.beside = None
+
+
 def by_threads(call: Callable[[int], object], threads: int, finished: Callable[[], bool]
                ) -> None:
     """Run ``call(slot)`` on this thread (slot 0) and on ``threads - 1`` pool threads at once,
@@ -102,8 +146,22 @@ def by_threads(call: Callable[[int], object], threads: int, finished: Callable[[
     claimed_top_rows``): a pool thread that starts late takes less of it, and one that has
     not started when the work is done is not waited for. ``finished()``: whether every call's
     share is done, waiting a little without sleeping; when it says no, this thread blocks on
-    the pool threads' calls instead."""
-    futures = [_shared_pool().submit(call, slot) for slot in range(1, threads)]
+    the pool threads' calls instead. A pending ``Beside`` stage runs on the first pool thread
+    before its share."""
+    part: Beside[Any] | None = getattr(_local, "beside", None)
+    futures: list[Future[Any]] = []
+    for slot in range(1, threads):
+        if slot == 1 and part is not None:
+            _local.beside = None  # one fan-out takes it
+
+            def first(part: Beside[Any] = part) -> None:
+                part.run()
+                call(1)
+
+            part.future = _shared_pool().submit(first)
+            futures.append(part.future)
+        else:
+            futures.append(_shared_pool().submit(call, slot))
     call(0)
     if finished():
         for future in futures:

@@ -21,7 +21,7 @@ from indexes.bm25_kernels import (
     general_rows,
     new_found,
 )
-from indexes.fan_out import by_threads, search_alone
+from indexes.fan_out import beside, by_threads, search_alone
 
 
 def reference(index: BM25Index, tokens: list[str], mask: np.ndarray, k: int
@@ -117,6 +117,38 @@ def test_a_large_query_on_a_large_index_splits_its_rows_and_answers_the_same() -
         assert_same(index.top_candidates(query, 300, kernel="exhaustive"), want)
         assert_same(index.top_candidates(query, 7, everything, kernel="exhaustive"),
                     reference(index, query, everything, 7))
+    finally:
+        search_alone(True)
+
+
+def test_a_stage_beside_the_blocks_runs_on_the_pool_thread_or_else_in_the_caller() -> None:
+    """A ``Beside`` stage pending when a large query fans out runs on the pool thread before
+    its share (unless the caller took every block before that thread started: then in the
+    caller), the answer unchanged; with no fan-out (under concurrency) ``result`` runs it in
+    the caller; a stage's error is raised by ``result``."""
+    rng = np.random.default_rng(6)
+    n_docs = 2 * BLOCK_ROWS + 1_000
+    docs = [[f"w{t}" for t in rng.integers(0, 12, size=rng.integers(1, 6))]
+            for _ in range(n_docs)]
+    index = BM25Index.build(docs)
+    query = ["w1", "w2", "w3"]
+    want = reference(index, query, np.ones(n_docs, dtype=bool), 300)
+    caller = threading.get_ident()
+    try:
+        ran_on = set()
+        for _ in range(30):
+            with beside(threading.get_ident) as stage:
+                assert_same(index.top_candidates(query, 300), want)
+            ran_on.add(stage.result())
+        assert ran_on - {caller}  # the pool thread ran it
+        search_alone(False)
+        with beside(threading.get_ident) as stage:
+            assert_same(index.top_candidates(query, 300), want)
+        assert stage.result() == caller
+        with beside(lambda: 1 // 0) as failing:
+            index.top_candidates(query, 300)
+        with pytest.raises(ZeroDivisionError):
+            failing.result()
     finally:
         search_alone(True)
 

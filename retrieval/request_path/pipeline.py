@@ -8,7 +8,11 @@ real BM25 score: 0 when BM25 returned fewer than C rows (then every row sharing 
 already a candidate), else a binary search of each row in the query terms' postings.
 
 The query embedding arrives as a ``PendingVector``: already known (cache hit, caller-supplied,
-batch-encoded) or still being computed concurrently while filter and BM25 run.
+batch-encoded) or still being computed concurrently while filter and BM25 run. With the union
+policy and the vector known, the dense leg is searched by the pool thread of a BM25 stage
+shared by the cores, before it takes BM25's blocks (``dense_rows_early``): at 1M passages
+the union search path took 1.44-1.46 / 2.14-2.21 ms p50 / p95 instead of 1.59-1.65 /
+2.30-2.46. The "dense" stage is then only the wait for it and the merge.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from indexes.bm25 import Corrected
 from indexes.docstore import Document
 from indexes.errors import LimitExceededError
+from indexes.fan_out import beside
 from retrieval.config import RetrieverConfig
 from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
@@ -99,7 +104,8 @@ def run_pipeline(
     mask, allowed = filter_mask(snapshot, request)
     timer.lap("filter")
     terms = keyword_terms(snapshot, request.query, config)
-    rows, bm25 = snapshot.bm25.top_candidates(terms.tokens, request.candidates, mask)
+    with beside(dense_rows_early(snapshot, request, pending, mask, config)) as early:
+        rows, bm25 = snapshot.bm25.top_candidates(terms.tokens, request.candidates, mask)
     timer.lap("bm25")
     query_vector, embed_ms = pending.get(deadline.remaining())
     timer.lap("embed_wait")  # how long the caller waited for the encoder after BM25 finished
@@ -113,7 +119,7 @@ def run_pipeline(
             timer.record("embed", embed_ms)
         if wants_dense(config, request, bm25, snapshot):
             rows, bm25 = add_dense(snapshot, request, terms.tokens, query_vector, mask, rows,
-                                   bm25, config)
+                                   bm25, config, early.result())
             timer.lap("dense")
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
@@ -251,16 +257,36 @@ def has_unknown_term(snapshot: LoadedBuild, query: str) -> bool:
     return any(token not in vocab for token in snapshot.analyzer(query))
 
 
+def dense_rows_early(snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector,
+                     mask: np.ndarray | None, config: RetrieverConfig
+                     ) -> Callable[[], np.ndarray | None]:
+    """The dense leg's search as a stage that may run beside BM25 (``indexes.fan_out.
+    beside``): with the union policy the dense leg is searched whatever BM25 finds, so when
+    the query vector is already at hand (given, cached or encoded before), a BM25 stage
+    shared by the cores hands it to the pool thread, which searches it while the caller
+    takes BM25's blocks, then takes what blocks are left. None (the stage's answer)
+    otherwise: ``add_dense`` then searches it after BM25, as the other policies do."""
+    if config.candidate_policy != "union" or not isinstance(pending, ReadyVector):
+        return lambda: None
+    vector = pending.get()[0]
+    assert vector is not None
+    k = max(config.dense_candidates, request.k)
+    return lambda: snapshot.dense.search(vector, k, mask)[0]
+
+
 def add_dense(
     snapshot: LoadedBuild, request: SearchRequest, tokens: list[str], query_vector: np.ndarray,
     mask: np.ndarray | None, rows: np.ndarray, bm25: np.ndarray, config: RetrieverConfig,
+    dense_rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """BM25 candidates plus the dense leg's top rows within ``mask``, with their BM25 scores.
+    """BM25 candidates plus the dense leg's top rows within ``mask`` (``dense_rows`` when
+    already searched for this request), with their BM25 scores.
 
     Asks for at least k dense rows, so a search returns min(k, allowed) hits.
     """
-    dense_rows, _ = snapshot.dense.search(query_vector, max(config.dense_candidates, request.k),
-                                          mask)
+    if dense_rows is None:
+        dense_rows, _ = snapshot.dense.search(
+            query_vector, max(config.dense_candidates, request.k), mask)
     known = np.sort(rows)  # a sorted lookup: np.isin costs ~10x more at these sizes
     at = np.minimum(np.searchsorted(known, dense_rows), max(known.size - 1, 0))
     new = dense_rows[known[at] != dense_rows] if known.size else dense_rows
