@@ -6,7 +6,7 @@ min-max normalize both over the candidates and mix linearly, or fuse ranks (RRF)
 The default fusion (z-score) and the top-k order are compiled: on a search's few hundred
 candidates, a dozen numpy calls cost more than their arithmetic, and more again right after
 the BM25 kernel has pushed the interpreter's own code and data out of the caches (at 1M
-passages, 55 µs a search against 7 in the request path).
+passages, 54 µs a search against 12 in the request path).
 """
 
 from __future__ import annotations
@@ -108,9 +108,33 @@ def top_k_order(scores: np.ndarray, k: int) -> np.ndarray:
     return _top_k_order(np.asarray(scores, dtype=np.float64), int(k))
 
 
+# Up to this k the best are kept by insertion (a hit list: k = 10 took 1 µs where sorting all
+# 300 candidates took 4); past it, a stable sort of all of them.
+INSERTION_MAX_K = 32
+
+
 @njit(cache=True)
 def _top_k_order(scores, k):  # pragma: no cover - compiled
-    return np.argsort(-scores, kind="mergesort")[:max(k, 0)].copy()  # mergesort: stable
+    n = scores.shape[0]
+    k = max(0, min(k, n))
+    if k > INSERTION_MAX_K:
+        return np.argsort(-scores, kind="mergesort")[:k].copy()  # mergesort: stable
+    best = np.empty(k, dtype=np.int64)
+    size = 0
+    for i in range(n):
+        s = scores[i]
+        if size == k:
+            if k == 0 or not s > scores[best[k - 1]]:
+                continue  # not above the k-th best (a tie keeps the lower index)
+            j = k - 1
+        else:
+            j = size
+            size += 1
+        while j > 0 and scores[best[j - 1]] < s:
+            best[j] = best[j - 1]
+            j -= 1
+        best[j] = i
+    return best
 
 
 def warm_fusion() -> None:
