@@ -357,11 +357,12 @@ class BM25Index:
             return general_rows(*args, k, self._buffer(), *self._general_buffers())
         if k < 0:
             return touched_rows(*args, self._buffer())
+        lengths = self.indptr[ids + 1] - self.indptr[ids]
+        threads = self._threads(int(lengths.sum()))  # the exhaustive kernel's
         if kernel is None:
-            lengths = self.indptr[ids + 1] - self.indptr[ids]
             plan = choose(lengths, self.n_docs, mask, self._mask_facts,
                           self.restricted.budget_bytes > 0 and self.compact is None,
-                          self._threads(int(lengths.sum())) > 1)
+                          threads > 1)
         else:
             plan = forced(Kernel(kernel), mask, self._mask_facts)
             if plan.kernel is Kernel.RESTRICTED and self.compact is not None:
@@ -369,13 +370,15 @@ class BM25Index:
                                  "only; this index holds compact postings")
         return self._run(plan, postings, local, self.term_max()[ids] if plan.kernel is
                          Kernel.PRUNED and self.compact is not None else None,
-                         weights, mask_arr, use_mask, k)
+                         weights, mask_arr, use_mask, k, threads)
 
     def _run(self, plan: Plan, postings: tuple[np.ndarray, np.ndarray, np.ndarray],
              ids: np.ndarray, term_max: np.ndarray | None, weights: np.ndarray,
-             mask: np.ndarray, use_mask: bool, k: int) -> tuple[np.ndarray, np.ndarray]:
+             mask: np.ndarray, use_mask: bool, k: int, threads: int
+             ) -> tuple[np.ndarray, np.ndarray]:
         """Run ``plan``'s kernel over ``postings`` (``ids`` index them; ``term_max``: the
-        bounds of gathered postings, aligned with ``ids``)."""
+        bounds of gathered postings, aligned with ``ids``; ``threads``: the exhaustive
+        kernel's, ``_threads``)."""
         scratch = self._buffer()
         if plan.kernel is Kernel.GALLOP:
             return filtered_top_rows(*postings, ids, weights, plan.allowed, k, scratch)
@@ -392,15 +395,8 @@ class BM25Index:
             if candidates.size:
                 return candidates_top_rows(*postings, ids, weights, candidates, k)
             # pruning would not pay: the exhaustive kernel
-        return self._exhaustive(postings, ids, weights, mask, use_mask, k, scratch)
-
-    def _exhaustive(self, postings: tuple[np.ndarray, np.ndarray, np.ndarray], ids: np.ndarray,
-                    weights: np.ndarray, mask: np.ndarray, use_mask: bool, k: int,
-                    scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The exhaustive kernel; for a large query on a large index, searched alone
-        (``indexes.fan_out``), on one thread per core, taking its row blocks in turn."""
-        indptr = postings[0]
-        threads = self._threads(int(np.sum(indptr[ids + 1] - indptr[ids])))
+        # The exhaustive kernel; for a large query on a large index, searched alone
+        # (``indexes.fan_out``), on one thread per core, taking its row blocks in turn.
         if threads == 1:
             return top_rows(*postings, ids, weights, mask, use_mask, k, scratch)
         return self.shared_blocks(postings, ids, weights, mask, use_mask, k, threads)

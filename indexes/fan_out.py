@@ -101,9 +101,10 @@ class Beside(Generic[T]):
     ``by_threads`` fan-out of this thread's search before that pool thread takes its share:
     so it runs beside the caller's share, and the blocks it would have taken are the
     caller's. Not handed to a pool thread (no fan-out happened, or the pool thread had not
-    started by the end), ``result`` runs it in the caller. Made by ``beside``."""
+    started by the end), ``result`` runs it in the caller. Made by ``beside``; a stage of
+    None is offered to no fan-out, and its result is None."""
 
-    def __init__(self, stage: Callable[[], T]) -> None:
+    def __init__(self, stage: Callable[[], T] | None) -> None:
         self._stage = stage
         self._done = threading.Event()
         self._value: T | None = None
@@ -112,7 +113,7 @@ class Beside(Generic[T]):
 
     def run(self) -> None:
         try:
-            self._value = self._stage()
+            self._value = self._stage() if self._stage is not None else None
         except BaseException as exc:  # raised again in the caller, by ``result``
             self._error = exc
         finally:
@@ -129,10 +130,10 @@ class Beside(Generic[T]):
 
 
 @contextmanager
-def beside(stage: Callable[[], T]) -> Iterator[Beside[T]]:
+def beside(stage: Callable[[], T] | None) -> Iterator[Beside[T]]:
     """``stage`` offered to the fan-outs this thread starts inside the block."""
     part = Beside(stage)
-    _local.beside = part
+    _local.beside = part if stage is not None else None
     try:
         yield part
     finally:

@@ -142,6 +142,9 @@ def test_a_stage_beside_the_blocks_runs_on_the_pool_thread_or_else_in_the_caller
         with beside(threading.get_ident) as stage:
             assert_same(index.top_candidates(query, 300), want)
         assert stage.result() == caller
+        with beside(None) as nothing:  # no stage: nothing offered, nothing to wait for
+            assert_same(index.top_candidates(query, 300), want)
+        assert nothing.result() is None
         with beside(lambda: 1 // 0) as failing:
             index.top_candidates(query, 300)
         with pytest.raises(ZeroDivisionError):

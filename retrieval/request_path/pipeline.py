@@ -259,15 +259,15 @@ def has_unknown_term(snapshot: LoadedBuild, query: str) -> bool:
 
 def dense_rows_early(snapshot: LoadedBuild, request: SearchRequest, pending: PendingVector,
                      mask: np.ndarray | None, config: RetrieverConfig
-                     ) -> Callable[[], np.ndarray | None]:
+                     ) -> Callable[[], np.ndarray] | None:
     """The dense leg's search as a stage that may run beside BM25 (``indexes.fan_out.
     beside``): with the union policy the dense leg is searched whatever BM25 finds, so when
     the query vector is already at hand (given, cached or encoded before), a BM25 stage
     shared by the cores hands it to the pool thread, which searches it while the caller
-    takes BM25's blocks, then takes what blocks are left. None (the stage's answer)
-    otherwise: ``add_dense`` then searches it after BM25, as the other policies do."""
+    takes BM25's blocks, then takes what blocks are left. None otherwise: ``add_dense``
+    then searches it after BM25, as the other policies do."""
     if config.candidate_policy != "union" or not isinstance(pending, ReadyVector):
-        return lambda: None
+        return None
     vector = pending.get()[0]
     assert vector is not None
     k = max(config.dense_candidates, request.k)
