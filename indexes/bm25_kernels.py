@@ -4,7 +4,9 @@ Scratch protocol: ``scratch`` (float64, one slot per document, per thread) is al
 calls. A call adds every posting's ``weight * impact`` into its row's slot, then walks the same
 postings again: the first visit of a row reads its final score and zeroes the slot, so later
 visits see 0.0 and skip it. That second walk both resets the scratch and feeds the selection,
-so a call costs O(postings), never O(n_docs), and needs no list of touched rows.
+so a call costs O(postings), never O(n_docs), and needs no list of touched rows. Where a
+block's postings outnumber a quarter of its rows, its slots are scanned in order instead of
+its postings walked again (``_offer_slots``): still O(postings).
 
 Telling "visited" from "untouched" by 0.0 needs every contribution to be positive (a sum of
 positive doubles is never 0.0). BM25 impacts share the sign of their term's idf, which is
@@ -30,6 +32,18 @@ from indexes.topk import compact, new_buffer, sorted_best
 # rows ran the kernel 1.2x faster than one block at p50 and p95; 256k rows less so.
 BLOCK_ROWS = 1 << 16
 
+# A block's slots are scanned (``_offer_slots``) instead of its postings walked a second time
+# when those postings number more than its rows / SCAN_FROM. A scan costs about 0.1 ns a row
+# (compares on 8 slots at once, then a memset), the walk 1.4-1.65 ns a posting (a random read
+# and write each). At 1M passages, BM25 top 300 on one thread: 1.46 ms p95 walking, 1.13 with
+# scans at 4 or 8, 1.18 at 2 or 16; p50 unchanged at 4.
+SCAN_FROM = 4
+# Slots compared at once by the scan before any is looked at one by one.
+SCAN_CHUNK = 256
+# The smallest positive double: a scan's cut-off while the buffer is not yet full, so that
+# slots never touched (0.0) are not offered.
+_TINY = 5e-324
+
 
 @njit(nogil=True, cache=True, inline="always")
 def _length(indptr, t):  # pragma: no cover - compiled
@@ -48,6 +62,60 @@ def _add_postings(rows, impacts, starts, ends, weights, scratch):  # pragma: no 
         else:
             for p in range(starts[i], ends[i]):
                 scratch[rows[p]] += w * impacts[p]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _offer(s, r, mask, use_mask, k, buf_s, buf_r, size, cut_s, cut_r
+           ):  # pragma: no cover - compiled
+    """Append row ``r``'s final score ``s`` (already found not below ``cut_s``) to the
+    ``indexes.topk`` buffer unless ``mask`` excludes it or it ties the cut-off from a higher
+    row; returns the buffer's (size, cut_s, cut_r), cut back to ``k`` when full. The walks
+    of ``claimed_top_rows`` keep this inline: through this function their loops ran 15%
+    slower at 1M."""
+    if use_mask and not mask[r]:
+        return size, cut_s, cut_r
+    if s == cut_s and r > cut_r:
+        return size, cut_s, cut_r
+    buf_s[size], buf_r[size] = s, r
+    size += 1
+    if size == buf_s.shape[0]:
+        return compact(buf_s, buf_r, k)
+    return size, cut_s, cut_r
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _at_least(slots, cut):  # pragma: no cover - compiled
+    """How many of ``slots`` are >= ``cut``: a branch-free count the compiler vectorizes."""
+    hits = 0
+    for j in range(slots.shape[0]):
+        hits += slots[j] >= cut
+    return hits
+
+
+@njit(nogil=True, cache=True)
+def _offer_slots(scratch, first, end, mask, use_mask, k, buf_s, buf_r, size, cut_s, cut_r
+                 ):  # pragma: no cover - compiled
+    """Offer every final score in ``scratch[first:end]`` to the ``indexes.topk`` buffer and
+    zero those slots, in row order; returns the buffer's (size, cut_s, cut_r).
+
+    Chunks of ``SCAN_CHUNK`` slots are counted against the cut-off first (slices, so indices
+    start at 0 and the count vectorizes); only chunks holding a slot at or above it are read
+    one by one. Slots holding 0.0 (never touched, or zeroed by the last term's walk) are
+    never offered: every score is positive."""
+    cut = cut_s if cut_s > 0.0 else _TINY
+    for c in range(first, end, SCAN_CHUNK):
+        slots = scratch[c:min(c + SCAN_CHUNK, end)]
+        if _at_least(slots, cut):
+            for j in range(slots.shape[0]):
+                s = slots[j]
+                if s < cut:
+                    continue
+                size, cut_s, cut_r = _offer(s, np.int32(c + j), mask, use_mask, k, buf_s,
+                                            buf_r, size, cut_s, cut_r)
+                cut = cut_s if cut_s > 0.0 else _TINY
+        for j in range(slots.shape[0]):
+            slots[j] = 0.0
+    return size, cut_s, cut_r
 
 
 @njit(nogil=True, cache=True)
@@ -114,7 +182,9 @@ def claimed_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k
     Rows are appended to an ``indexes.topk`` buffer unless they rank below its cut-off: once
     that has risen most rows cost one well-predicted comparison. The last term's postings
     complete their rows' sums, so they are offered as they are added: that term is walked
-    once, not twice.
+    once, not twice. Where the other terms' postings in a block outnumber its rows /
+    ``SCAN_FROM``, the block's slots are scanned (``_offer_slots``) instead of those postings
+    walked again.
     """
     n_terms = term_ids.shape[0]
     if n_terms == 2 and _length(indptr, term_ids[0]) > _length(indptr, term_ids[1]):
@@ -138,9 +208,12 @@ def claimed_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k
         taken += 1
         if n_terms == 0:
             continue
+        first, end = b * block, min((b + 1) * block, n_rows)
+        others = 0  # postings of every term but the last in this block
         for i in range(n_terms):
-            lo[i] = _gallop(rows, hi[i], ends[i], b * block)
-            hi[i] = _gallop(rows, lo[i], ends[i], min((b + 1) * block, n_rows))
+            lo[i] = _gallop(rows, hi[i], ends[i], first)
+            hi[i] = _gallop(rows, lo[i], ends[i], end)
+            others += hi[i] - lo[i] if i < last else 0
         _add_postings(rows, impacts, lo[:last], hi[:last], weights[:last], scratch)
         for p in range(lo[last], hi[last]):
             r = rows[p]
@@ -159,6 +232,10 @@ def claimed_top_rows(indptr, rows, impacts, term_ids, weights, mask, use_mask, k
             size += 1
             if size == cap:
                 size, cut_s, cut_r = compact(buf_s, buf_r, k)
+        if others * SCAN_FROM > end - first:
+            size, cut_s, cut_r = _offer_slots(scratch, first, end, mask, use_mask, k, buf_s,
+                                              buf_r, size, cut_s, cut_r)
+            continue
         # Rows without the last term: the first visit reads the final score, zeroes the slot.
         for i in range(last):
             for p in range(lo[i], hi[i]):

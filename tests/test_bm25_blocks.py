@@ -16,6 +16,7 @@ from test_bm25_filtered import SETTINGS, assert_same, cases
 from indexes.bm25 import BM25Index
 from indexes.bm25_kernels import (
     BLOCK_ROWS,
+    SCAN_FROM,
     best_found,
     claimed_top_rows,
     general_rows,
@@ -193,3 +194,27 @@ def test_a_forked_child_makes_its_own_pool() -> None:
     assert fan_out._shared_pool().submit(lambda: True).result(timeout=10)
     with multiprocessing.get_context("fork").Pool(1) as child:
         assert child.apply(_pool_answers_in_child)
+
+
+@pytest.mark.parametrize("block", [64, 1024])
+def test_blocks_scanned_or_walked_again_give_the_same_answer(block: int) -> None:
+    """Common query terms fill some blocks (their slots are scanned, ``_offer_slots``) and
+    leave others sparse (their postings are walked again); a mask excludes half the rows,
+    ties abound. Every top k equals the reference, and both ways were taken."""
+    rng = np.random.default_rng(7)
+    n_docs = 8 * block
+    dense = np.arange(n_docs) < 3 * block  # the first 3 blocks hold w1 and w2 in every row
+    docs = [[f"w{t}" for t in rng.integers(3, 40, size=rng.integers(1, 5))]
+            + (["w1", "w2"] if dense[row] else []) for row in range(n_docs)]
+    index = BM25Index.build(docs)
+    query = ["w1", "w2", "w3"]
+    ids, _ = index.query_terms(query)
+    assert not index._nonpositive & set(ids.tolist())  # the kernel's positive impacts
+    others = np.concatenate([index.rows[index.indptr[t]:index.indptr[t + 1]] for t in ids[:2]])
+    per_block = np.bincount(others // block, minlength=8)  # postings of w1 and w2 by block
+    assert (per_block * SCAN_FROM > block).any() and (per_block * SCAN_FROM <= block).any()
+    mask = rng.random(n_docs) < 0.5
+    for k in (1, 10, 300):
+        for threads in (1, 2):
+            assert_same(claimed_by(index, query, mask, k, block, threads),
+                        reference(index, query, mask, k))
