@@ -59,6 +59,18 @@ def _config(proxy: FaultProxy, cache: str) -> dict:
     }
 
 
+def _healthy(retriever: Retriever, within: float = 5.0) -> bool:
+    """The precondition of a cell: features reach the results. A busy machine may miss a
+    20 ms timeout, the load-time probe's too, and then every search says features are
+    unavailable until the next background probe (every second): tries for a few seconds do."""
+    give_up = time.monotonic() + within
+    while not retriever.search(QUERIES[0], k=5).features_available:
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _inject(fault: str, server: RedisProcess, proxy: FaultProxy) -> None:
     if fault == "paused":
         server.pause()
@@ -77,8 +89,7 @@ def test_fault_cell(index, query_encoder, redis_behind_proxy, cache: str, fault:
     server, proxy = redis_behind_proxy
     retriever = Retriever.load(index, _config(proxy, cache), encoder=query_encoder)
     try:
-        # Precondition: healthy. A busy machine may miss one 20 ms timeout; a few tries do.
-        assert any(retriever.search(QUERIES[0], k=5).features_available for _ in range(5))
+        assert _healthy(retriever)
         hits_before = (retriever.stats()["cache"] or {}).get("result_hits", 0)
         _inject(fault, server, proxy)
         worst, slowest = 0.0, {}
