@@ -72,8 +72,8 @@ def _offer(s, r, mask, use_mask, k, buf_s, buf_r, size, cut_s, cut_r
     """Append row ``r``'s final score ``s`` (already found not below ``cut_s``) to the
     ``indexes.topk`` buffer unless ``mask`` excludes it or it ties the cut-off from a higher
     row; returns the buffer's (size, cut_s, cut_r), cut back to ``k`` when full. The walks
-    of ``claimed_top_rows`` keep this inline: through this function their loops ran 15%
-    slower at 1M."""
+    of ``claimed_top_rows`` keep this inline: through this function BM25 top 300 at 1M
+    looked slower (0.49-0.60 ms p50 against 0.41-0.59 in three noisy alternations)."""
     if use_mask and not mask[r]:
         return size, cut_s, cut_r
     if s == cut_s and r > cut_r:
