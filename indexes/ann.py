@@ -2,7 +2,8 @@
 8-bit lists; HNSW in ``indexes.ann_hnsw``, chosen by ``BuildConfig.ann``).
 
 Built at build time from the float32 vectors (the lists trained in two levels on a sample,
-``indexes.ann_train``; every vector added to its nearest list) and stored as
+``indexes.ann_train``; every vector added to its nearest list, found from 8-bit products at
+scale, ``indexes.ann_assign``) and stored as
 ``ann/ivf.faiss`` (checksummed in the manifest like every file) plus ``ann/ann.json`` (kind,
 nlist, nprobe). The lists hold each vector in 8 bits a dimension (faiss' ``QT_8bit``: a range
 per dimension, as the re-rank store ``indexes.vectors`` keeps them), a quarter of float32's
@@ -32,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexes.ann_assign import add_to_lists
 from indexes.ann_built import BuiltDense
 from indexes.ann_coarse import coarse_lists, search_lists
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
@@ -138,7 +140,7 @@ def make_dense(matrix: np.ndarray, *, kind: AnnKind = "ivf", nlist: int | None =
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
     index = trained_ivf(sample, nlist, seed)
-    index.add(matrix)
+    add_to_lists(index, matrix)
     nlist = index.nlist
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
     ladder = calibrate(index, matrix, queries)
