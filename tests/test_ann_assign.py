@@ -77,3 +77,17 @@ def test_lists_filled_from_8_bit_products_equal_faiss_add():
         got = ours.search(queries, 20, params=ivf_params(nprobe))
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_the_8_bit_products_keep_to_the_callers_thread_count():
+    import torch
+
+    from indexes.ann_assign import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError), torch_threads(1):
+        raise ValueError("the count comes back on failure too")
+    assert torch.get_num_threads() == before
