@@ -87,7 +87,7 @@ class _WordTable:
     """The growable arrays ``split_words`` keeps its words in."""
 
     def __init__(self) -> None:
-        self.slots = np.zeros(1 << 16, dtype=np.int64)
+        self.slots = np.zeros((1 << 16, 2), dtype=np.int64)  # a word's bytes, tag | id + 1
         self.records = np.empty((1 << 15, 3), dtype=np.int64)  # hash, arena start, length
         self.arena = np.empty(1 << 20, dtype=np.uint8)
         self.state = np.zeros(4, dtype=np.int64)  # words, arena used, tokens, documents done
@@ -100,7 +100,7 @@ class _WordTable:
         size = self.slots.shape[0]
         while size < 2 * need_words:
             size *= 2
-        self.slots = rehash(self.records, int(self.state[0]), size)
+        self.slots = rehash(self.records, self.arena, int(self.state[0]), size)
 
     def words(self, first: int, stop: int) -> list[str]:
         """Words ``first..stop-1`` (added in order, so their bytes are contiguous)."""

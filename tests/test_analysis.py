@@ -118,3 +118,26 @@ def test_the_words_before_stemming_map_to_their_terms():
     postings = analyze(["Running runners ran", "the runs"], AnalyzerConfig())
     assert postings.words == {"running": "run", "runners": "runner", "ran": "ran",
                               "runs": "run"}
+
+
+def test_every_distinct_word_gets_one_id_as_the_table_grows():
+    """The word table answers a word of 8 bytes or fewer from its slot alone and compares the
+    rest of a longer word's bytes in the arena; its slots are rebuilt from the arena as it
+    grows. Words alike in their first 8 bytes, multi-byte characters across the 8th byte, and
+    words met again after the table grew each keep exactly one id."""
+    from indexes.analysis import _split_compiled, _WordTable
+
+    rng = np.random.default_rng(8)
+    letters = list("abcdefgh") + ["é", "ß", "ж", "日"]
+    stems = ["".join(rng.choice(letters, rng.integers(2, 8))) for _ in range(40_000)]
+    words = stems + [w + "x" * int(rng.integers(1, 8)) + "é" for w in stems[:20_000]]
+    texts = [" ".join(words[i:i + 40]) for i in range(0, len(words), 40)]
+    texts += list(reversed(texts))  # every word met again once the table has grown
+    analyzer = Analyzer(AnalyzerConfig(stop_words=()))  # the table keeps stop words too
+    table = _WordTable()
+    ids, ends = _split_compiled(texts, analyzer, table)
+    tokens = [w for t in texts for w in analyzer.words(t)]
+    known = table.words(0, int(table.state[0]))
+    assert len(known) == len(set(tokens))  # one id per distinct word
+    assert [known[i] for i in ids] == tokens
+    assert ends[-1] == len(tokens)
