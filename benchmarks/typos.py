@@ -122,7 +122,7 @@ def structure_at(n_passages: int, probes: int) -> dict[str, Any]:
     bm25 = bm25_index(corpus)
     analyzer = Analyzer()
     started = time.perf_counter()
-    typos = TypoIndex.build(bm25.vocab_list, analyzer.stem, bm25.doc_freq)
+    typos = TypoIndex.build(bm25.vocab_list, analyzer.stem, bm25.doc_freqs)
     seconds = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as tmp:
         typos.save(Path(tmp))

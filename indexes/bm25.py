@@ -18,6 +18,7 @@ path; rank-bm25's float64 formula agrees to rtol 1e-6 (tests/test_bm25.py).
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -90,6 +91,15 @@ def impacts_for(
     norm = params.k1 * (1.0 - params.b + params.b * doc_len / max(avgdl, 1e-9))
     numerator = tf * (params.k1 + 1.0) if params.variant == "okapi" else tf
     return idf * numerator / (tf + norm)
+
+
+def doc_freqs_of(vocab: dict[str, int], doc_freq: np.ndarray, terms: Sequence[str]
+                 ) -> np.ndarray:
+    """Rows holding each of ``terms`` (int64; 0 for a term not in ``vocab``), where
+    ``doc_freq[vocab[term]]`` counts a term's rows."""
+    ids = np.fromiter(map(vocab.get, terms, itertools.repeat(-1)), dtype=np.int64,
+                      count=len(terms))
+    return np.where(ids >= 0, np.asarray(doc_freq, dtype=np.int64)[ids], 0)
 
 
 @dataclass(frozen=True)
@@ -304,6 +314,10 @@ class BM25Index:
         """Rows holding ``term`` (0 when no row does)."""
         i = self.vocab.get(term)
         return 0 if i is None else int(self.indptr[i + 1] - self.indptr[i])
+
+    def doc_freqs(self, terms: Sequence[str]) -> np.ndarray:
+        """``doc_freq`` of each of ``terms``, int64, in one pass."""
+        return doc_freqs_of(self.vocab, np.diff(self.indptr), terms)
 
     def query_terms(self, tokens: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Known term ids int64 (q,) in first-occurrence order and their query counts float64

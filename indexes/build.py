@@ -243,7 +243,7 @@ def build_index(
                                    postings.post_tfs, postings.lengths, config.bm25)
     timer.lap("bm25")
     if config.typo_tolerance:
-        bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freq)
+        bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freqs)
     avgdl = float(postings.lengths.mean()) if len(docs) else 0.0
     del postings  # every posting is in bm25 now: 0.9 GB at 1M passages, not held while writing
     metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])

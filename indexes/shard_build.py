@@ -46,7 +46,7 @@ import numpy as np
 
 from indexes import rebuild
 from indexes.analysis import analyze
-from indexes.bm25 import BM25Index, CollectionStatistics
+from indexes.bm25 import BM25Index, CollectionStatistics, doc_freqs_of
 from indexes.build import BuildConfig, BuildReport, stage_and_place
 from indexes.build_write import DenseLeg, write_components, write_layout
 from indexes.cpu import peak_rss_bytes
@@ -234,7 +234,7 @@ def reduce_surveys(surveys: Sequence[Survey], config: BuildConfig) -> Collection
     typos = None
     if config.typo_tolerance:
         typos = TypoIndex.build(words, lambda ws: [words[w] for w in ws],
-                                lambda term: int(doc_freq[ids[term]]) if term in ids else 0)
+                                lambda stems: doc_freqs_of(ids, doc_freq, stems))
     return Collection(list(ids), statistics, typos, collection_fields(surveys))
 
 

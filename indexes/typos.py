@@ -87,17 +87,18 @@ class TypoIndex:
 
     @classmethod
     def build(cls, words: Iterable[str], stem: Callable[[list[str]], list[str]],
-              rows_of_stem: Callable[[str], int]) -> TypoIndex:
-        """Over ``words`` (the corpus's, before stemming); ``rows_of_stem``: how many rows
-        hold a stem (the BM25 document frequency)."""
-        candidates = sorted(w for w in set(words) if len(w) >= MIN_LETTERS and w.isalpha())
+              rows_of_stems: Callable[[list[str]], np.ndarray]) -> TypoIndex:
+        """Over ``words`` (the corpus's distinct words, before stemming); ``rows_of_stems``:
+        how many rows hold each of a list of stems (the BM25 document frequencies, in one
+        call: a Python call per word was a third of this at 111k passages)."""
+        candidates = sorted(w for w in words if len(w) >= MIN_LETTERS and w.isalpha())
         stems = stem(candidates)
-        kept = [(w, s, rows_of_stem(s)) for w, s in zip(candidates, stems, strict=True)]
-        kept = [entry for entry in kept if entry[2] >= MIN_ROWS]
-        words = [w for w, _, _ in kept]
+        rows = np.asarray(rows_of_stems(stems), dtype=np.int64)
+        kept = np.flatnonzero(rows >= MIN_ROWS).tolist()
+        words = [candidates[i] for i in kept]
         keys, ids = word_keys(words, [max_edits(w) for w in words])
         order = np.argsort(keys, kind="stable")
-        return cls(words, [s for _, s, _ in kept], [n for _, _, n in kept], keys[order],
+        return cls(words, [stems[i] for i in kept], rows[kept].tolist(), keys[order],
                    ids[order])
 
     def save(self, directory: Path) -> None:
@@ -184,7 +185,8 @@ class LiveTypos:
                  stem: Callable[[list[str]], list[str]]) -> None:
         self.base = base
         new = [w for w in set(live_words) if w not in base.word_set]
-        self.delta = TypoIndex.build(new, stem, lambda _: MIN_ROWS)  # rows checked when used
+        # Each stem counted as enough rows: rows are checked when a correction is used.
+        self.delta = TypoIndex.build(new, stem, lambda stems: np.full(len(stems), MIN_ROWS))
 
     def closest(self, word: str, rows_of_stem: Callable[[str], int]) -> str | None:
         return nearest((self.base, self.delta), word, rows_of_stem)

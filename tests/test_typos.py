@@ -140,9 +140,9 @@ def test_whole_sharded_and_live_builds_correct_alike(tmp_path, dataset):
 def test_the_dictionary_round_trips_and_leaves_rare_words_out(tmp_path: Path):
     words = ["protein", "proteins", "transcription", "zzzzzz", "cells"]
     rows = {"protein": 5, "transcript": 3, "zzzzzz": 1, "cell": 9}
-    typos = TypoIndex.build(words, lambda ws: [{"proteins": "protein", "transcription":
-                                                "transcript", "cells": "cell"}.get(w, w)
-                                               for w in ws], lambda s: rows.get(s, 0))
+    stems = {"proteins": "protein", "transcription": "transcript", "cells": "cell"}
+    typos = TypoIndex.build(words, lambda ws: [stems.get(w, w) for w in ws],
+                            lambda ss: [rows.get(s, 0) for s in ss])
     assert "zzzzzz" not in typos.words  # one row holds it: not a correction target
     typos.save(tmp_path)
     loaded = TypoIndex.load(tmp_path)
@@ -197,5 +197,5 @@ def test_a_build_hashed_the_older_way_still_finds_its_corrections(tmp_path):
     loaded = TypoIndex.load(tmp_path)
     assert loaded is not None and loaded.key_scheme is None
     assert loaded.closest("supersoinc", lambda _: 3) == "superson"
-    assert TypoIndex.build(words, lambda ws: stems, lambda _: 3).closest(
+    assert TypoIndex.build(words, lambda ws: stems, lambda ss: [3] * len(ss)).closest(
         "trnasition", lambda _: 3) == "transit"
