@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
 from indexes.errors import CorruptArtifactError
 from indexes.mapping import prefault_mapping
@@ -23,6 +24,23 @@ COLUMNS = ("doc_id", "title", "text", "metadata")
 # One encoder for every row: json.dumps with options builds a new one per call, which was
 # most of packing a million documents' metadata.
 METADATA_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+# orjson encodes a row ~8x faster than the standard encoder (2.6 s of a 1M-passage build).
+# Subclasses, datetimes and dataclasses are passed to its (absent) default, so they raise and
+# go to the standard encoder's rules, as do non-string keys and integers past 64 bits.
+ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
+                  | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def metadata_json(metadata: dict[str, Any]) -> bytes:
+    """A document's metadata as stored: UTF-8 JSON, keys sorted, that ``json.loads`` reads
+    back as the standard encoder's output reads (orjson's, spaced tighter, where the two
+    agree; the standard encoder's otherwise)."""
+    try:
+        encoded = orjson.dumps(metadata, option=ORJSON_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return METADATA_JSON.encode(metadata).encode("utf-8")
+    # orjson writes NaN and the infinities as null, where the standard encoder keeps them.
+    return METADATA_JSON.encode(metadata).encode("utf-8") if b"null" in encoded else encoded
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,13 @@ def pack_strings(values: Sequence[str], chunk: int = PACK_CHUNK) -> tuple[np.nda
     return blob, offsets
 
 
+def pack_bytes(values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``pack_strings`` of values already encoded."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)), out=offsets[1:])
+    return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
+
+
 class _Column:
     """One string column read through memoryviews: indexing an int64 memoryview gives a
     Python int and slicing a byte memoryview copies nothing, where numpy (and np.memmap in
@@ -94,7 +119,7 @@ class DocStore:
             "doc_id": pack_strings([d.id for d in documents]),
             "title": pack_strings([d.title for d in documents]),
             "text": pack_strings([d.text for d in documents]),
-            "metadata": pack_strings([METADATA_JSON.encode(d.metadata) for d in documents]),
+            "metadata": pack_bytes([metadata_json(d.metadata) for d in documents]),
         })
 
     def __len__(self) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,3 +34,32 @@ def test_documents_come_back_from_a_saved_store(tmp_path: Path) -> None:
     store = DocStore.load(tmp_path)
     assert store.get_many([2, 0, 1]) == [documents[2], documents[0], documents[1]]
     assert store.row_of("b-ü") == 1
+
+
+class Label(str):
+    """A str subclass: orjson is told to pass these to the standard encoder."""
+
+
+@pytest.mark.parametrize("metadata", [
+    {"year": 2024, "open": True, "missing": None},
+    {"score": float("nan")},
+    {"bounds": [1.5, float("inf"), -float("inf")]},
+    {"big": 2**70, "negative_big": -(2**65)},
+    {"nested": {1: "a", False: "b", 2.5: "c"}},
+    {"label": Label("x"), "pair": (1, 2)},
+    {"text": "null", "unicode": "naïve 東京"},
+    {"floats": [1e16, -0.0, 5e-324, 0.1]},
+], ids=["plain", "nan", "infinities", "big-ints", "non-str-keys", "subclass-tuple", "null-text",
+        "floats"])
+def test_metadata_is_stored_as_the_standard_encoder_reads_back(tmp_path: Path,
+                                                               metadata: dict) -> None:
+    """orjson where it writes what the standard encoder does; otherwise the standard
+    encoder: NaN stays NaN, not null; keys and integers orjson refuses are kept."""
+    DocStore.build([Document(id="a", text="t", metadata=metadata)]).save(tmp_path)
+    stored = DocStore.load(tmp_path).get(0).metadata
+    assert repr(stored) == repr(json.loads(json.dumps(metadata, sort_keys=True)))
+
+
+def test_metadata_neither_encoder_takes_is_refused() -> None:
+    with pytest.raises(TypeError):
+        DocStore.build([Document(id="a", text="t", metadata={"tags": {"a", "b"}})])
