@@ -122,12 +122,14 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
 
 
 def column_kinds(column: list[Any]) -> set[FieldKind]:
-    """The kinds a field's values imply: by type, except strings (each distinct one matched
-    against the date pattern once) and lists (each one looked at)."""
+    """The kinds a field's values imply: by type, except strings (dates if every distinct
+    one matches the date pattern, else keywords: the match stops at the first that does not)
+    and lists (each one looked at)."""
     kinds: set[FieldKind | None] = set()
     for value_type in set(map(type, column)):
         if issubclass(value_type, str):
-            kinds.update(map(value_kind, {v for v in column if type(v) is value_type}))
+            strings = {v for v in column if type(v) is value_type}
+            kinds.add("date" if all(map(_DATE.match, strings)) else "keyword")
         elif issubclass(value_type, list):
             kinds.update(value_kind(v) for v in column if type(v) is value_type)
         else:
@@ -316,6 +318,8 @@ def _table(values: list[str]) -> StringTable | None:
 def keyword_pairs(column: list[Any]) -> tuple[list[int], list[str]]:
     """(row, indexed value) of every value of a keyword field's ``column``, in row order (a
     list's repeated items once)."""
+    if set(map(type, column)) == {str}:  # one string a row: the column is its own pairs
+        return list(range(len(column))), column
     rows: list[int] = []
     keys: list[str] = []
     for row, value in enumerate(column):
