@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexes.docstore import DocStore, Document, pack_strings
+from indexes.docstore import DocStore, Document, metadata_json, pack_metadata, pack_strings
 
 
 @settings(max_examples=200, deadline=None)
@@ -63,3 +63,13 @@ def test_metadata_is_stored_as_the_standard_encoder_reads_back(tmp_path: Path,
 def test_metadata_neither_encoder_takes_is_refused() -> None:
     with pytest.raises(TypeError):
         DocStore.build([Document(id="a", text="t", metadata={"tags": {"a", "b"}})])
+
+
+@pytest.mark.parametrize("n_docs", [0, 1, 6, 7])
+def test_metadata_packs_in_chunks_as_each_row_encoded_alone(n_docs: int) -> None:
+    docs = [Document(id=str(i), text="", metadata={"i": i, "x": "é" * i, "odd": i % 2 or None})
+            for i in range(n_docs)]
+    blob, offsets = pack_metadata(docs, chunk=3)
+    encoded = [metadata_json(d.metadata) for d in docs]
+    assert blob.tobytes() == b"".join(encoded)
+    assert offsets.tolist() == np.cumsum([0, *map(len, encoded)]).tolist()
