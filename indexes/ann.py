@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from indexes.ann_assign import add_to_lists
-from indexes.ann_built import BuiltDense
+from indexes.ann_built import BuiltDense, Rebalance, stay
 from indexes.ann_coarse import coarse_lists, search_lists
 from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
 from indexes.ann_hnsw import load_hnsw, make_hnsw
@@ -126,10 +126,12 @@ def build_ann(matrix: np.ndarray, directory: Path, *, kind: AnnKind = "ivf",
 
 
 def make_dense(matrix: np.ndarray, *, kind: AnnKind = "ivf", nlist: int | None = None,
-               calibration_queries: int = 200, seed: int = 0) -> BuiltDense:
+               calibration_queries: int = 200, seed: int = 0, rebalance: Rebalance = stay
+               ) -> BuiltDense:
     """Build and calibrate the dense leg (``kind`` IVF or HNSW) of ``matrix`` float32 (n, d);
     its meta holds the recall ladder. Corpora too small for IVF lists get exact search
-    whatever the kind."""
+    whatever the kind. ``rebalance``: called between the IVF fill's chunks and before the
+    calibration (``indexes.ann_built.dense_beside``)."""
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     n = len(matrix)
     nlist = default_nlist(n) if nlist is None else nlist
@@ -140,9 +142,10 @@ def make_dense(matrix: np.ndarray, *, kind: AnnKind = "ivf", nlist: int | None =
     rng = np.random.default_rng(seed)
     sample = matrix[rng.choice(n, size=min(n, nlist * TRAIN_POINTS_PER_LIST), replace=False)]
     index = trained_ivf(sample, nlist, seed)
-    add_to_lists(index, matrix)
+    add_to_lists(index, matrix, rebalance=rebalance)
     nlist = index.nlist
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
+    rebalance()
     ladder = calibrate(index, matrix, queries)
     nprobe = next((p for p, r in ladder if r >= CALIBRATION_RECALL), nlist)
     calibration = [{"nprobe": p, "recall_at_100": round(r, 4)} for p, r in ladder]

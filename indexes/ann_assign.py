@@ -27,14 +27,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numba import njit
 
+from indexes.ann_built import Rebalance, stay
+
 # Rows scored at once: 512-2,048 rows (at 4,000 lists a 32 MB block of int32 scores, this
 # host's last-level cache) ran the product twice as fast as 4,096 rows or more.
 BLOCK = 2048
+# Rows filled at once (faiss' own add goes by 65,536 too); the thread count may change between.
+FILL_CHUNK = 65_536
 # Below this many multiply-adds (rows x lists x dimensions) faiss' float32 assignment takes
 # under about 2 s, about what importing torch costs a process that has not loaded it.
 MIN_WORK = 10**11
@@ -113,6 +118,14 @@ class CentreCodes:
         self.l1 = float((np.abs(codes.astype(np.float32)) * self.scale).sum(axis=1).max())
         self.codes_t = torch.from_numpy(np.ascontiguousarray(codes.T))
 
+    def assign(self, vectors: np.ndarray) -> np.ndarray:
+        """Each row's nearest centre (int64), ``BLOCK`` rows at a time."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        out = np.empty(len(vectors), dtype=np.int64)
+        for start in range(0, len(vectors), BLOCK):
+            self.nearest(vectors[start:start + BLOCK], out[start:start + BLOCK])
+        return out
+
     def nearest(self, vectors: np.ndarray, out: np.ndarray) -> None:
         """``out[i]``: the nearest centre of ``vectors[i]`` (float32 (m, d), m <= BLOCK)."""
         import torch
@@ -130,29 +143,33 @@ class CentreCodes:
 def nearest_centres(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
     """Each row of ``vectors`` float32 (n, d): the id (int64) of its highest inner-product
     row of ``centres`` float32 (nlist, d)."""
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    codes = CentreCodes(centres)
-    out = np.empty(len(vectors), dtype=np.int64)
-    for start in range(0, len(vectors), BLOCK):
-        codes.nearest(vectors[start:start + BLOCK], out[start:start + BLOCK])
-    return out
+    return CentreCodes(centres).assign(vectors)
 
 
-def add_to_lists(index: Any, matrix: np.ndarray, min_work: int = MIN_WORK) -> None:
+def add_to_lists(index: Any, matrix: np.ndarray, min_work: int = MIN_WORK,
+                 rebalance: Rebalance = stay) -> None:
     """``index.add(matrix)`` for an IVF index whose quantizer is flat inner product, with the
     lists chosen by ``nearest_centres`` when the assignment (rows x lists x dimensions) is at
-    least ``min_work``; faiss encodes and appends the vectors as its own ``add`` does. The
-    8-bit products keep to the calling thread's faiss thread count (one beside the rest of a
-    build, ``indexes.ann_built``)."""
-    if fills_from_8bit(index, len(matrix), min_work):
-        fill_from_8bit(index, matrix)
-    else:
-        index.add(matrix)
+    least ``min_work``; faiss encodes and appends the vectors as its own ``add`` does. Rows go
+    in by ``FILL_CHUNK``, ``rebalance`` called before each (it may change the calling
+    thread's faiss thread count, which the 8-bit products keep to as well)."""
+    codes = centre_codes(index) if fills_from_8bit(index, len(matrix), min_work) else None
+    for start in range(0, len(matrix), FILL_CHUNK):
+        rebalance()
+        chunk = matrix[start:start + FILL_CHUNK]
+        if codes is None:
+            index.add(chunk)
+        else:
+            fill_chunk(index, codes, chunk)
 
 
 def fill_from_8bit(index: Any, matrix: np.ndarray) -> None:
-    """``add_to_lists``' 8-bit way (the quantizer flat inner product), whatever the work and
-    the CPU."""
+    """``add_to_lists``' 8-bit way, whatever the work and the CPU."""
+    fill_chunk(index, centre_codes(index), matrix)
+
+
+def centre_codes(index: Any) -> CentreCodes:
+    """The 8-bit codes of ``index``'s list centres (its quantizer flat inner product)."""
     import faiss
 
     quantizer = faiss.downcast_index(index.quantizer)
@@ -160,10 +177,16 @@ def fill_from_8bit(index: Any, matrix: np.ndarray) -> None:
         raise TypeError(f"the 8-bit fill reads a flat quantizer's centres, not a "
                         f"{type(quantizer).__name__}'s: fill this index with add_to_lists")
     centres = faiss.rev_swig_ptr(quantizer.get_xb(), quantizer.ntotal * quantizer.d)
-    with torch_threads(faiss.omp_get_max_threads()):
-        lists = nearest_centres(matrix, np.asarray(centres).reshape(quantizer.ntotal,
-                                                                    quantizer.d))
+    return CentreCodes(np.asarray(centres).reshape(quantizer.ntotal, quantizer.d))
+
+
+def fill_chunk(index: Any, codes: CentreCodes, matrix: np.ndarray) -> None:
+    """``matrix``'s rows appended to their nearest lists, found by ``codes``."""
+    import faiss
+
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    with torch_threads(faiss.omp_get_max_threads()):
+        lists = codes.assign(matrix)
     index.add_core(len(matrix), faiss.swig_ptr(matrix), None, faiss.swig_ptr(lists))
 
 
@@ -184,10 +207,14 @@ def int8_products_fast() -> bool:
     float32 rate. Without it (AVX2 alone) the product took 3.3 s a block of 2,048 rows at
     4,000 lists, 40x faiss' assignment (AMD EPYC Zen 3); onnxruntime's 8-bit product
     (u8 x s8) ran there at 1.3x faiss' float32 rate, too little to pay for the second look.
-    torch's check is private, so its absence reads as no."""
-    import torch
-
-    return bool(getattr(torch.cpu, "_is_vnni_supported", lambda: False)())
+    Read from the kernel's CPU flags (importing torch to ask it took 1-2 s of a build that
+    then did not use it); where there are none (not Linux), no."""
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(line.startswith("flags") and "avx512_vnni" in line.split()
+               for line in cpuinfo.splitlines())
 
 
 @contextmanager

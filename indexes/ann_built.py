@@ -13,6 +13,7 @@ beside the keyword side").
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -47,29 +48,50 @@ class BuiltDense:
 
 
 DenseBuild = Callable[[], BuiltDense]
+# Called by a dense leg's build between its stages and its chunks of rows: sets the calling
+# thread's faiss thread count to what the leg may use now.
+Rebalance = Callable[[], None]
 
 
-def dense_beside(matrix: np.ndarray, build: Callable[[np.ndarray], BuiltDense]
+def stay() -> None:
+    """The ``Rebalance`` of a leg built alone: its thread count is the caller's."""
+
+
+def dense_beside(matrix: np.ndarray, build: Callable[[np.ndarray, Rebalance], BuiltDense]
                  ) -> DenseBuild:
-    """``build(matrix)`` started now in a thread of its own (faiss on one OpenMP thread there)
-    when this process has two cores or more; the function returned waits for it and gives the
-    built leg, raising what it raised. On one core it builds when asked, in the caller's
-    thread. A build that fails before asking leaves the thread to finish on its own."""
+    """``build(matrix, rebalance)`` started now in a thread of its own when this process has
+    two cores or more; the function returned waits for it and gives the built leg, raising
+    what it raised. faiss keeps to one OpenMP thread there while the rest of the build works,
+    and ``rebalance`` gives it every usable core once the build waits for the leg: at 1M
+    passages on a CPU without VNNI, where faiss fills the lists and the leg outlasts the
+    rest, the builds took 50.7 and 44.2 s against 52.6 and 55.4 (paired).
+    On one core it builds when asked, in the caller's thread. A build that fails before
+    asking leaves the thread to finish on its own."""
     if usable_cores() < 2:
-        return lambda: build(matrix)
+        return lambda: build(matrix, stay)
+    waited = threading.Event()
     pool = ThreadPoolExecutor(1, thread_name_prefix="dense-leg")
-    future = pool.submit(_on_one_thread, build, matrix)
+    future = pool.submit(_on_one_thread, build, matrix, waited)
     pool.shutdown(wait=False)
-    return future.result
+
+    def wait() -> BuiltDense:
+        waited.set()
+        return future.result()
+
+    return wait
 
 
-def _on_one_thread(build: Callable[[np.ndarray], BuiltDense], matrix: np.ndarray
-                   ) -> BuiltDense:
+def _on_one_thread(build: Callable[[np.ndarray, Rebalance], BuiltDense], matrix: np.ndarray,
+                   waited: threading.Event) -> BuiltDense:
     import faiss
 
-    faiss.omp_set_num_threads(1)  # this thread's own count: the build's other side keeps a core
+    def rebalance() -> None:
+        # This thread's own count: the build's other side keeps a core until it waits.
+        faiss.omp_set_num_threads(usable_cores() if waited.is_set() else 1)
+
+    rebalance()
     with without_interrupt_checks():
-        return build(matrix)
+        return build(matrix, rebalance)
 
 
 @contextmanager

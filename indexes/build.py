@@ -375,7 +375,8 @@ def _encoded_vectors(
 
 def _dense_beside(matrix: np.ndarray, config: BuildConfig) -> DenseBuild:
     """The whole build's dense leg, started beside the rest of the build."""
-    return dense_beside(matrix, lambda m: make_dense(m, kind=config.ann))
+    return dense_beside(matrix, lambda m, rebalance: make_dense(m, kind=config.ann,
+                                                               rebalance=rebalance))
 
 
 class _Stopwatch:

@@ -103,12 +103,35 @@ def test_the_8_bit_products_keep_to_the_callers_thread_count():
 
 def test_the_8_bit_fill_is_chosen_by_its_work_and_the_cpu():
     """Without VNNI the 8-bit product runs ~40x slower than faiss' float32 assignment, so
-    the build keeps faiss' ``add`` there; torch's (private) check agrees with the kernel's
-    flags."""
+    the build keeps faiss' ``add`` there; the kernel's CPU flags agree with torch's (private)
+    check."""
     matrix = clustered_unit_vectors(2_000, 32, seed=2)
     index = trained_ivf(matrix, 40, seed=0)
     assert not fills_from_8bit(index, len(matrix), min_work=10**15)
     assert fills_from_8bit(index, len(matrix), min_work=0) == int8_products_fast()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file() and "flags" in (text := cpuinfo.read_text()):
-        assert int8_products_fast() == ("avx512_vnni" in text.split())
+    import torch
+
+    if hasattr(torch.cpu, "_is_vnni_supported") and Path("/proc/cpuinfo").is_file():
+        assert int8_products_fast() == torch.cpu._is_vnni_supported()
+
+
+def test_lists_filled_by_chunks_equal_one_add_and_rebalance_before_each(monkeypatch):
+    """Rows go in by ``FILL_CHUNK`` (the last chunk part full), the thread count looked at
+    before each; the index equals faiss' ``add`` of all rows at once."""
+    from indexes import ann_assign
+
+    monkeypatch.setattr(ann_assign, "FILL_CHUNK", 3_000)
+    matrix = clustered_unit_vectors(20_000, 64, seed=9)
+    empty = trained_ivf(matrix[:8_000], 200, seed=0)
+    theirs, ours = faiss.clone_index(empty), faiss.clone_index(empty)
+    theirs.add(matrix)
+    calls: list[int] = []
+    ann_assign.add_to_lists(ours, matrix, min_work=0, rebalance=lambda: calls.append(1))
+    assert len(calls) == 7
+    assert [ours.invlists.list_size(i) for i in range(ours.nlist)] == [
+        theirs.invlists.list_size(i) for i in range(theirs.nlist)]
+    queries = matrix[::700]
+    want = theirs.search(queries, 20, params=ivf_params(4))
+    got = ours.search(queries, 20, params=ivf_params(4))
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[0], want[0])

@@ -5,12 +5,13 @@ writes the same, byte for byte, as a dense leg built alone."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
 from indexes.ann import ANN_DIR, make_dense
-from indexes.ann_built import BuiltDense, dense_beside
+from indexes.ann_built import BuiltDense, Rebalance, dense_beside
 from indexes.build import BuildConfig, build_index
 from indexes.cpu import usable_cores
 from indexes.docstore import Document
@@ -18,7 +19,7 @@ from indexes.errors import CorpusError
 from indexes.manifest import EncoderInfo
 
 
-def where_it_ran(matrix: np.ndarray) -> BuiltDense:
+def where_it_ran(matrix: np.ndarray, rebalance: Rebalance) -> BuiltDense:
     """A build that says which thread ran it and with how many OpenMP threads."""
     import faiss
 
@@ -38,8 +39,39 @@ def test_it_builds_in_a_thread_of_its_own_with_faiss_on_one_thread():
     assert faiss.omp_get_max_threads() == callers  # the caller's own count is untouched
 
 
+def test_the_leg_takes_every_core_once_the_build_waits_for_it():
+    """One OpenMP thread while the rest of the build works; ``rebalance`` gives the leg every
+    usable core once the build asks for it (on one core the caller builds it, as it is)."""
+    import faiss
+
+    working = threading.Event()
+    counts: list[int] = []
+
+    def build(matrix: np.ndarray, rebalance: Rebalance) -> BuiltDense:
+        rebalance()
+        counts.append(faiss.omp_get_max_threads())
+        working.set()
+        for _ in range(1000 if usable_cores() >= 2 else 0):  # until the build waits (<= 10 s)
+            rebalance()
+            if faiss.omp_get_max_threads() > 1:
+                break
+            time.sleep(0.01)
+        counts.append(faiss.omp_get_max_threads())
+        return BuiltDense({})
+
+    wait = dense_beside(np.zeros((2, 4), np.float32), build)
+    if usable_cores() < 2:
+        wait()
+        assert counts == [faiss.omp_get_max_threads()] * 2
+        return
+    assert working.wait(10)
+    assert counts == [1]  # the build has not asked yet
+    wait()
+    assert counts == [1, usable_cores()]
+
+
 def test_what_the_thread_raised_reaches_the_caller():
-    def failing(matrix: np.ndarray) -> BuiltDense:
+    def failing(matrix: np.ndarray, rebalance: Rebalance) -> BuiltDense:
         raise CorpusError(f"no dense leg for {len(matrix)} rows")
 
     wait = dense_beside(np.zeros((3, 4), np.float32), failing)
