@@ -148,9 +148,9 @@ def nearest_centres(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
 
 def add_to_lists(index: Any, matrix: np.ndarray, min_work: int = MIN_WORK,
                  rebalance: Rebalance = stay) -> None:
-    """``index.add(matrix)`` for an IVF index whose quantizer is flat inner product, with the
-    lists chosen by ``nearest_centres`` when the assignment (rows x lists x dimensions) is at
-    least ``min_work``; faiss encodes and appends the vectors as its own ``add`` does. Rows go
+    """``index.add(matrix)`` for an IVF index, with the lists chosen from 8-bit products
+    (``CentreCodes``) where ``fills_from_8bit`` says so; faiss encodes and appends the vectors
+    as its own ``add`` does. Rows go
     in by ``FILL_CHUNK``, ``rebalance`` called before each (it may change the calling
     thread's faiss thread count, which the 8-bit products keep to as well)."""
     codes = centre_codes(index) if fills_from_8bit(index, len(matrix), min_work) else None
@@ -192,8 +192,8 @@ def fill_chunk(index: Any, codes: CentreCodes, matrix: np.ndarray) -> None:
 
 def fills_from_8bit(index: Any, n_rows: int, min_work: int = MIN_WORK) -> bool:
     """Whether ``add_to_lists`` finds the lists from 8-bit products: at least ``min_work``
-    multiply-adds, a flat inner-product quantizer and a CPU with int8 dot-product
-    instructions."""
+    multiply-adds, a flat inner-product quantizer and a CPU with AVX-512 VNNI
+    (``int8_products_fast``)."""
     import faiss
 
     quantizer = faiss.downcast_index(index.quantizer)

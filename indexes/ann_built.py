@@ -4,8 +4,9 @@ build's other files are, and the thread that builds one beside the rest of a bui
 faiss releases the GIL, so the dense leg (IVF lists trained, filled and calibrated: a matrix
 product of every vector against every list) runs on one core while the analysis, BM25 and the
 writers run in Python on the other. In its thread faiss keeps to one OpenMP thread
-(``omp_set_num_threads`` sets the calling thread's own count), so the two sides do not fight
-over the cores: with faiss on both, an earlier try gained nothing. At 1M passages, vectors
+(``omp_set_num_threads`` sets the calling thread's own count) until the build waits for the
+leg, so the two sides do not fight over the cores: with faiss on both, an earlier try gained
+nothing. At 1M passages, vectors
 given, one analysis worker on two cores, the whole build took 39.5 s beside against 55.2 s one
 after the other, with 645 MiB more at its peak (benchmarks/README.md, "The dense leg built
 beside the keyword side").
@@ -13,6 +14,7 @@ beside the keyword side").
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -64,9 +66,9 @@ def dense_beside(matrix: np.ndarray, build: Callable[[np.ndarray, Rebalance], Bu
     what it raised. faiss keeps to one OpenMP thread there while the rest of the build works,
     and ``rebalance`` gives it every usable core once the build waits for the leg: at 1M
     passages on a CPU without VNNI, where faiss fills the lists and the leg outlasts the
-    rest, the builds took 50.7 and 44.2 s against 52.6 and 55.4 (paired).
-    On one core it builds when asked, in the caller's thread. A build that fails before
-    asking leaves the thread to finish on its own."""
+    rest, the builds took 50.7 and 44.2 s against 52.6 and 55.4 (paired). (An HNSW leg keeps
+    to one thread.) On one core it builds when asked, in the caller's thread. A build that
+    fails before asking leaves the thread to finish on its own (with ``finer_switching``)."""
     if usable_cores() < 2:
         return lambda: build(matrix, stay)
     waited = threading.Event()
@@ -90,23 +92,40 @@ def _on_one_thread(build: Callable[[np.ndarray, Rebalance], BuiltDense], matrix:
         faiss.omp_set_num_threads(usable_cores() if waited.is_set() else 1)
 
     rebalance()
-    with without_interrupt_checks():
+    with finer_switching():
         return build(matrix, rebalance)
 
 
-@contextmanager
-def without_interrupt_checks() -> Iterator[None]:
-    """faiss' long loops (k-means rounds, blocks of a flat search) ask Python whether Ctrl-C
-    was pressed, taking the GIL for each ask. Beside a thread running Python each ask waited
-    out that thread's switch interval (5 ms): training 1,334 lists on 53,360 vectors took
-    5.7 s beside a Python loop against 1.6 s without the asks (1.0 s alone). A thread other
-    than the main one cannot act on Ctrl-C anyway. faiss keeps one callback for the process,
-    so the asks are off everywhere for the block and put back after, as faiss' own
-    ``TimeoutGuard`` puts them back."""
-    import faiss
+# The interpreter's switch interval while a dense leg is built beside the rest of a build.
+SWITCH_INTERVAL_S = 0.0005
+_switching = threading.Lock()
+_legs_switching = 0
+_interval_before = 0.0
 
-    faiss.InterruptCallback.clear_instance()  # type: ignore[attr-defined]  # not in the stubs
+
+@contextmanager
+def finer_switching() -> Iterator[None]:
+    """The interpreter's switch interval at ``SWITCH_INTERVAL_S`` for the block (the last of
+    overlapping blocks puts the one before back).
+
+    faiss' long loops (k-means rounds, blocks of a flat search) ask Python whether Ctrl-C was
+    pressed, taking the GIL for each ask, and the leg's own Python between faiss calls needs
+    it too. Beside a thread running Python each of those waited out that thread's switch
+    interval (5 ms by default): training 1,334 lists on 53,360 vectors took 2.9-3.4 s beside
+    a Python loop at 5 ms against 2.0 s at 0.5 ms (the host loaded; 1.0 s alone). Turning
+    the asks off (faiss' ``InterruptCallback.clear_instance``) was faster still, but faiss
+    deletes its one callback without its lock: a search in another thread, serving while a
+    compaction builds, could call the deleted callback."""
+    global _legs_switching, _interval_before
+    with _switching:
+        if _legs_switching == 0:
+            _interval_before = sys.getswitchinterval()
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
+        _legs_switching += 1
     try:
         yield
     finally:
-        faiss.PythonInterruptCallback.reset()
+        with _switching:
+            _legs_switching -= 1
+            if _legs_switching == 0:
+                sys.setswitchinterval(_interval_before)

@@ -79,6 +79,8 @@ def exact_neighbours(matrix: np.ndarray, queries: np.ndarray, k: int, block: int
     k = min(k, len(matrix))
     best_scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
     best_rows = np.full((len(queries), k), -1, dtype=np.int64)
+    if k <= 0:
+        return best_rows
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     for start in range(0, len(matrix), block):
         vectors = matrix[start:start + block]
@@ -97,7 +99,7 @@ def _merge_top_k(scores, start, best_scores, best_rows):  # pragma: no cover - c
         heap, rows = best_scores[q], best_rows[q]
         for j in range(scores.shape[1]):
             score = scores[q, j]
-            if score <= heap[0]:
+            if not score > heap[0]:  # NaN never enters
                 continue
             i = 0  # sift the new score down from the root
             while True:

@@ -99,7 +99,10 @@ def doc_freqs_of(vocab: dict[str, int], doc_freq: np.ndarray, terms: Sequence[st
     ``doc_freq[vocab[term]]`` counts a term's rows."""
     ids = np.fromiter(map(vocab.get, terms, itertools.repeat(-1)), dtype=np.int64,
                       count=len(terms))
-    return np.where(ids >= 0, np.asarray(doc_freq, dtype=np.int64)[ids], 0)
+    counts = np.zeros(len(terms), dtype=np.int64)
+    known = ids >= 0
+    counts[known] = np.asarray(doc_freq, dtype=np.int64)[ids[known]]
+    return counts
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,10 @@ ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS
 def metadata_json(metadata: dict[str, Any]) -> bytes:
     """A document's metadata as stored: UTF-8 JSON, keys sorted, that ``json.loads`` reads
     back as the standard encoder's output reads (orjson's, spaced tighter, where the two
-    agree; the standard encoder's otherwise)."""
+    agree; the standard encoder's otherwise). One difference is kept: a ``uuid.UUID`` or a
+    plain ``enum.Enum`` value, which the standard encoder refuses, is stored as orjson writes
+    it (its string, its value); orjson has no option to refuse them, and looking for them in
+    every row would cost what orjson saves."""
     try:
         encoded = orjson.dumps(metadata, option=ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one
@@ -89,15 +92,16 @@ def pack_metadata(documents: Sequence[Document], chunk: int = ENCODE_CHUNK
     is a bytes object of at least a page that malloc does not give back whole: 1M of them
     held at once touched a new page each (1M page faults, 4-7 s of kernel time at 1M
     passages); joined by chunks, the next chunk's reuse the pages freed."""
-    lengths, pieces = [], []
+    lengths = np.zeros(len(documents), dtype=np.int64)
+    blob = bytearray()
     for start in range(0, len(documents), chunk):
         encoded = [metadata_json(d.metadata) for d in documents[start:start + chunk]]
-        lengths.append(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
-        pieces.append(b"".join(encoded))
+        lengths[start:start + len(encoded)] = np.fromiter(map(len, encoded), dtype=np.int64,
+                                                          count=len(encoded))
+        blob += b"".join(encoded)
     offsets = np.zeros(len(documents) + 1, dtype=np.int64)
-    if lengths:
-        np.cumsum(np.concatenate(lengths), out=offsets[1:])
-    return np.frombuffer(b"".join(pieces), dtype=np.uint8), offsets
+    np.cumsum(lengths, out=offsets[1:])
+    return np.frombuffer(blob, dtype=np.uint8), offsets
 
 
 class _Column:

@@ -94,6 +94,9 @@ class TypoIndex:
         candidates = sorted(w for w in words if len(w) >= MIN_LETTERS and w.isalpha())
         stems = stem(candidates)
         rows = np.asarray(rows_of_stems(stems), dtype=np.int64)
+        if not len(stems) == len(rows) == len(candidates):
+            raise ValueError(f"{len(candidates)} words gave {len(stems)} stems and "
+                             f"{len(rows)} row counts: give one of each per word")
         kept = np.flatnonzero(rows >= MIN_ROWS).tolist()
         words = [candidates[i] for i in kept]
         keys, ids = word_keys(words, [max_edits(w) for w in words])

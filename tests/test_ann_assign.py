@@ -115,16 +115,21 @@ def test_the_8_bit_fill_is_chosen_by_its_work_and_the_cpu():
         assert int8_products_fast() == torch.cpu._is_vnni_supported()
 
 
-def test_lists_filled_by_chunks_equal_one_add_and_rebalance_before_each(monkeypatch):
+@pytest.mark.parametrize("eight_bit", [True, False], ids=["8-bit", "faiss"])
+def test_lists_filled_by_chunks_equal_one_add_and_rebalance_before_each(monkeypatch,
+                                                                       eight_bit: bool):
     """Rows go in by ``FILL_CHUNK`` (the last chunk part full), the thread count looked at
-    before each; the index equals faiss' ``add`` of all rows at once."""
+    before each, by either way of filling (the 8-bit one forced where the CPU lacks VNNI);
+    the index equals faiss' ``add`` of all rows at once."""
     from indexes import ann_assign
 
     monkeypatch.setattr(ann_assign, "FILL_CHUNK", 3_000)
+    monkeypatch.setattr(ann_assign, "int8_products_fast", lambda: eight_bit)
     matrix = clustered_unit_vectors(20_000, 64, seed=9)
     empty = trained_ivf(matrix[:8_000], 200, seed=0)
     theirs, ours = faiss.clone_index(empty), faiss.clone_index(empty)
     theirs.add(matrix)
+    assert ann_assign.fills_from_8bit(ours, len(matrix), min_work=0) is eight_bit
     calls: list[int] = []
     ann_assign.add_to_lists(ours, matrix, min_work=0, rebalance=lambda: calls.append(1))
     assert len(calls) == 7

@@ -254,6 +254,19 @@ def test_the_full_exact_scan_equals_the_gathered_one():
             assert np.allclose(got_scores, want_scores, atol=1e-5)
 
 
+def test_exact_neighbours_of_no_neighbours_and_of_nan_scores():
+    """k = 0 gives no rows; a NaN score never enters a query's best k."""
+    from indexes.ann_train import exact_neighbours
+
+    matrix = np.eye(4, dtype=np.float32)
+    matrix[3, 3] = np.nan  # row 3 scores NaN against any query
+    queries = np.array([[0, 0, 2, 1], [1, 0, 0, 1]], dtype=np.float32)
+    assert exact_neighbours(matrix, queries, 0).shape == (2, 0)
+    found = exact_neighbours(matrix, queries, 2)
+    assert 2 in found[0] and 3 not in found[0]
+    assert 0 in found[1] and 3 not in found[1]
+
+
 def test_exact_neighbours_by_blocks_are_the_exact_top_k():
     from indexes.ann_train import exact_neighbours
 

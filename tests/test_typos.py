@@ -199,3 +199,19 @@ def test_a_build_hashed_the_older_way_still_finds_its_corrections(tmp_path):
     assert loaded.closest("supersoinc", lambda _: 3) == "superson"
     assert TypoIndex.build(words, lambda ws: stems, lambda ss: [3] * len(ss)).closest(
         "trnasition", lambda _: 3) == "transit"
+
+
+def test_a_stemmer_or_counter_that_drops_words_is_refused():
+    words = ["protein", "transcription"]
+    with pytest.raises(ValueError, match="2 words gave 1 stems"):
+        TypoIndex.build(words, lambda ws: ws[:1], lambda ss: [3] * len(ss))
+    with pytest.raises(ValueError, match="2 words gave 2 stems and 1 row counts"):
+        TypoIndex.build(words, lambda ws: ws, lambda ss: [3])
+
+
+def test_document_frequencies_of_stems_the_vocabulary_lacks_are_zero():
+    from indexes.bm25 import doc_freqs_of
+
+    vocab = {"cell": 0, "protein": 1}
+    assert doc_freqs_of(vocab, np.array([4, 7]), ["protein", "zzz", "cell"]).tolist() == [7, 0, 4]
+    assert doc_freqs_of({}, np.zeros(0, dtype=np.int64), ["zzz"]).tolist() == [0]
