@@ -140,12 +140,6 @@ class CentreCodes:
         _confirm(scores, margins, vectors, self.centres, out)
 
 
-def nearest_centres(vectors: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """Each row of ``vectors`` float32 (n, d): the id (int64) of its highest inner-product
-    row of ``centres`` float32 (nlist, d)."""
-    return CentreCodes(centres).assign(vectors)
-
-
 def add_to_lists(index: Any, matrix: np.ndarray, min_work: int = MIN_WORK,
                  rebalance: Rebalance = stay) -> None:
     """``index.add(matrix)`` for an IVF index, with the lists chosen from 8-bit products
@@ -161,11 +155,6 @@ def add_to_lists(index: Any, matrix: np.ndarray, min_work: int = MIN_WORK,
             index.add(chunk)
         else:
             fill_chunk(index, codes, chunk)
-
-
-def fill_from_8bit(index: Any, matrix: np.ndarray) -> None:
-    """``add_to_lists``' 8-bit way, whatever the work and the CPU."""
-    fill_chunk(index, centre_codes(index), matrix)
 
 
 def centre_codes(index: Any) -> CentreCodes:

@@ -14,15 +14,16 @@ from benchmarks.synthetic import clustered_unit_vectors
 from indexes.ann import ivf_params, trained_ivf
 from indexes.ann_assign import (
     BLOCK,
-    fill_from_8bit,
+    CentreCodes,
+    centre_codes,
+    fill_chunk,
     fills_from_8bit,
     int8_products_fast,
-    nearest_centres,
 )
 
 
 def _check_nearest(vectors: np.ndarray, centres: np.ndarray) -> None:
-    got = nearest_centres(vectors, centres)
+    got = CentreCodes(centres).assign(vectors)
     exact = vectors.astype(np.float64) @ centres.astype(np.float64).T
     best = exact.max(axis=1)
     # The nearest centre, up to float32 rounding between centres whose scores all but tie.
@@ -67,7 +68,7 @@ def test_a_zero_vector_gets_a_list():
     rng = np.random.default_rng(4)
     centres = rng.standard_normal((10, 8)).astype(np.float32)
     vectors = np.zeros((3, 8), dtype=np.float32)
-    assert nearest_centres(vectors, centres).tolist() == [0, 0, 0]  # all tie: the first
+    assert CentreCodes(centres).assign(vectors).tolist() == [0, 0, 0]  # all tie: the first
 
 
 def test_lists_filled_from_8_bit_products_equal_faiss_add():
@@ -75,7 +76,7 @@ def test_lists_filled_from_8_bit_products_equal_faiss_add():
     empty = trained_ivf(matrix[:8_000], 300, seed=0)
     theirs, ours = faiss.clone_index(empty), faiss.clone_index(empty)
     theirs.add(matrix)
-    fill_from_8bit(ours, matrix)
+    fill_chunk(ours, centre_codes(ours), matrix)  # whatever the work and the CPU
     assert ours.ntotal == theirs.ntotal == len(matrix)
     sizes = [ours.invlists.list_size(i) for i in range(ours.nlist)]
     assert sizes == [theirs.invlists.list_size(i) for i in range(theirs.nlist)]
