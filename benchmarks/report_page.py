@@ -112,6 +112,11 @@ def machine(environment: Mapping[str, Any]) -> str:
     load = environment.get("load_average")
     parts = [f"{environment.get('cpus_usable', '?')} usable of {environment.get('cpu_count', '?')}"
              f" {environment.get('processor', '')} cores".replace("  ", " ")]
+    if environment.get("cpu_model"):
+        parts.append(str(environment["cpu_model"]))
+    if "vector_extensions" in environment:  # recorded since 2026-12-06; absent before
+        parts.append("vector extensions: "
+                     + (", ".join(environment["vector_extensions"]) or "none of those looked for"))
     if load:
         parts.append("load average " + " / ".join(f"{x:.1f}" for x in load))
     parts.append(f"Python {environment.get('python', '?')} on {environment.get('platform', '?')}")

@@ -24,16 +24,15 @@ centres whose scores all but tie).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numba import njit
 
 from indexes.ann_built import Rebalance, stay
+from indexes.cpu import cpu_flags
 
 # Rows scored at once: 512-2,048 rows (at 4,000 lists a 32 MB block of int32 scores, this
 # host's last-level cache) ran the product twice as fast as 4,096 rows or more.
@@ -190,7 +189,6 @@ def fills_from_8bit(index: Any, n_rows: int, min_work: int = MIN_WORK) -> bool:
             and quantizer.metric_type == faiss.METRIC_INNER_PRODUCT and int8_products_fast())
 
 
-@functools.cache
 def int8_products_fast() -> bool:
     """Whether this CPU has AVX-512 VNNI, where oneDNN runs ``torch._int_mm`` at ~4x faiss'
     float32 rate. Without it (AVX2 alone) the product took 3.3 s a block of 2,048 rows at
@@ -198,12 +196,7 @@ def int8_products_fast() -> bool:
     (u8 x s8) ran there at 1.3x faiss' float32 rate, too little to pay for the second look.
     Read from the kernel's CPU flags (importing torch to ask it took 1-2 s of a build that
     then did not use it); where there are none (not Linux), no."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(line.startswith("flags") and "avx512_vnni" in line.split()
-               for line in cpuinfo.splitlines())
+    return "avx512_vnni" in cpu_flags()
 
 
 @contextmanager

@@ -1,8 +1,14 @@
-"""What the machine offers this process: the cores it may run on."""
+"""What the machine offers this process: the cores it may run on, and what its CPU can do."""
 
 from __future__ import annotations
 
+import functools
 import os
+from pathlib import Path
+
+# The vector extensions that change which kernels run, or how fast (benchmarks record them).
+VECTOR_EXTENSIONS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimd",
+                     "sve")
 
 # How many processes of one service run side by side on these cores (its forked workers).
 _processes_sharing = 1
@@ -37,3 +43,30 @@ def peak_rss_bytes() -> int:
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+@functools.cache
+def cpu_info() -> dict[str, str]:
+    """The first processor's fields in the kernel's ``/proc/cpuinfo`` ("model name",
+    "flags"...; "Features" on ARM); empty where there is none (not Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.split("\n\n", 1)[0].splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    return fields
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as the kernel names them (``avx2``, ``avx512_vnni``...)."""
+    info = cpu_info()
+    return frozenset((info.get("flags") or info.get("Features") or "").split())
+
+
+def vector_extensions() -> list[str]:
+    """Which of ``VECTOR_EXTENSIONS`` this CPU has, in that order."""
+    flags = cpu_flags()
+    return [name for name in VECTOR_EXTENSIONS if name in flags]
