@@ -35,9 +35,11 @@ def metadata_json(metadata: dict[str, Any]) -> bytes:
     """A document's metadata as stored: UTF-8 JSON, keys sorted, that ``json.loads`` reads
     back as the standard encoder's output reads (orjson's, spaced tighter, where the two
     agree; the standard encoder's otherwise). One difference is kept: a ``uuid.UUID`` or a
-    plain ``enum.Enum`` value, which the standard encoder refuses, is stored as orjson writes
-    it (its string, its value); orjson has no option to refuse them, and looking for them in
-    every row would cost what orjson saves."""
+    plain ``enum.Enum`` nested in a list or an object, which the standard encoder refuses, is
+    stored as orjson writes it (its string, its value); orjson has no option to refuse them,
+    and looking for them in every row would cost what orjson saves. At the top level the
+    build refuses them first (``indexes.metadata.JSON_TYPES``), from the field's value types
+    it reads anyway."""
     try:
         encoded = orjson.dumps(metadata, option=ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one

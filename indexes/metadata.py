@@ -35,6 +35,11 @@ FieldKind = Literal["keyword", "number", "date"]
 # used for IN lists of at least PACKED_LOOKUP values; smaller ones take the dict.
 TABLE_FROM_VALUES = 1024
 PACKED_LOOKUP = 64
+# What a top-level metadata value may be: JSON's types (bool is an int) and their subclasses,
+# which the JSON encoders write as their base. The build refuses anything else, as a live
+# write does: a UUID or a plain Enum was stored by orjson as a string nothing could filter on,
+# a datetime or a Decimal refused by the standard encoder mid-build.
+JSON_TYPES = (str, int, float, list, tuple, dict, type(None))
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$")
 
 
@@ -111,7 +116,10 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
                           f"{ID_FIELD!r} match document ids; rename the field")
     result: dict[str, FieldKind] = {}
     for field in sorted(columns):
-        seen = column_kinds(columns[field])
+        types = set(map(type, columns[field]))
+        if not all(issubclass(value_type, JSON_TYPES) for value_type in types):
+            raise not_json(field, columns[field], ids)
+        seen = column_kinds(columns[field], types)
         if not seen:
             continue
         merged = merge_kinds(seen)
@@ -121,12 +129,12 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
     return result
 
 
-def column_kinds(column: list[Any]) -> set[FieldKind]:
-    """The kinds a field's values imply: by type, except strings (dates if every distinct
-    one matches the date pattern, else keywords: the match stops at the first that does not)
-    and lists (each one looked at)."""
+def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
+    """The kinds a field's values (of ``types``) imply: by type, except strings (dates if
+    every distinct one matches the date pattern, else keywords: the match stops at the first
+    that does not) and lists (each one looked at)."""
     kinds: set[FieldKind | None] = set()
-    for value_type in set(map(type, column)):
+    for value_type in types:
         if issubclass(value_type, str):
             strings = {v for v in column if type(v) is value_type}
             kinds.add("date" if all(map(_DATE.match, strings)) else "keyword")
@@ -135,6 +143,17 @@ def column_kinds(column: list[Any]) -> set[FieldKind]:
         else:
             kinds.add(type_kind(value_type))
     return {kind for kind in kinds if kind is not None}
+
+
+def not_json(field: str, column: list[Any], ids: Sequence[str] | None) -> CorpusError:
+    """The error for a field holding a value JSON has no type for, naming the first one."""
+    row, value = next((row, v) for row, v in enumerate(column)
+                      if not isinstance(v, JSON_TYPES))
+    where = f" in document {ids[row]!r}" if ids is not None else ""
+    return CorpusError(f"metadata field {field!r} holds a {type(value).__name__} ({value!r})"
+                       f"{where}, which JSON has no type for; give strings, numbers, booleans, "
+                       "lists or objects (str(value) for a UUID, .value for an Enum, .item() for "
+                       "a numpy scalar)")
 
 
 def mixed_kinds(field: str, column: list[Any], ids: Sequence[str] | None) -> CorpusError:

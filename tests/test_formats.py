@@ -105,6 +105,19 @@ def test_mixed_types_from_python_documents_name_the_documents(tmp_path):
                                              dim=8, vector_dtype="float32"))
 
 
+def test_a_uuid_in_metadata_stops_the_build_before_it_writes(tmp_path):
+    import uuid
+
+    docs = [Document("a", "x", metadata={"tenant": "t1"}),
+            Document("b", "y", metadata={"tenant": uuid.UUID(int=7)})]
+    with pytest.raises(CorpusError,
+                       match=r"'tenant' holds a UUID .* in document 'b'.*str\(value\)"):
+        build_index(docs, tmp_path / "index", vectors=random_unit_vectors(2, 8), progress=False,
+                    encoder_info=EncoderInfo(encoder_id="random:none:fp32:8", model="random",
+                                             dim=8, vector_dtype="float32"))
+    assert not (tmp_path / "index" / "CURRENT").exists()
+
+
 def test_build_report_says_precomputed_vectors_were_given_not_encoded(tmp_path):
     docs = [Document(f"d{i}", f"text {i}") for i in range(5)]
     info = EncoderInfo(encoder_id="random:none:fp32:8", model="random", dim=8,
