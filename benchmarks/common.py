@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from indexes.cpu import cpu_info, usable_cores, vector_extensions
+from indexes.cpu import cpu_model, usable_cores, vector_extensions
 from retrieval.latency import summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         # Figures move with the CPU's kind (the 8-bit IVF fill runs only with AVX-512 VNNI).
-        "cpu_model": cpu_info().get("model name") or cpu_info().get("CPU part"),
+        "cpu_model": cpu_model(),
         "vector_extensions": vector_extensions(),
         "cpu_count": os.cpu_count(),
         "cpus_usable": usable_cores(),  # what the retriever sizes its threads for

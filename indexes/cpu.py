@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 # The vector extensions that change which kernels run, or how fast (benchmarks record them).
 VECTOR_EXTENSIONS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "asimd",
@@ -46,27 +48,44 @@ def peak_rss_bytes() -> int:
 
 
 @functools.cache
-def cpu_info() -> dict[str, str]:
+def cpu_info() -> Mapping[str, str]:
     """The first processor's fields in the kernel's ``/proc/cpuinfo`` ("model name",
-    "flags"...; "Features" on ARM); empty where there is none (not Linux)."""
+    "flags"...; "Features" and "CPU part" on ARM); empty where there is none (not Linux)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
-        return {}
+        return MappingProxyType({})
+
+
+def parse_cpuinfo(text: str) -> Mapping[str, str]:
+    """``/proc/cpuinfo``'s first block (one per processor, blank-line separated) as field ->
+    value, read-only; a repeated field keeps its first value."""
     fields: dict[str, str] = {}
     for line in text.split("\n\n", 1)[0].splitlines():
         name, _, value = line.partition(":")
         fields.setdefault(name.strip(), value.strip())
-    return fields
+    return MappingProxyType(fields)
 
 
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as the kernel names them (``avx2``, ``avx512_vnni``...)."""
-    info = cpu_info()
+def cpu_model(info: Mapping[str, str] | None = None) -> str | None:
+    """The CPU's name (x86's "model name"; on ARM, whose kernel gives none, the implementer
+    and part numbers), from ``info`` (default: this machine's ``cpu_info``)."""
+    info = cpu_info() if info is None else info
+    if info.get("model name"):
+        return info["model name"]
+    if info.get("CPU part"):
+        return f"CPU implementer {info.get('CPU implementer', '?')}, part {info['CPU part']}"
+    return None
+
+
+def cpu_flags(info: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The CPU's feature flags as the kernel names them (``avx2``, ``avx512_vnni``; ARM's
+    "Features": ``asimd``, ``sve``), from ``info`` (default: this machine's)."""
+    info = cpu_info() if info is None else info
     return frozenset((info.get("flags") or info.get("Features") or "").split())
 
 
-def vector_extensions() -> list[str]:
-    """Which of ``VECTOR_EXTENSIONS`` this CPU has, in that order."""
-    flags = cpu_flags()
+def vector_extensions(info: Mapping[str, str] | None = None) -> list[str]:
+    """Which of ``VECTOR_EXTENSIONS`` the CPU has, in that order."""
+    flags = cpu_flags(info)
     return [name for name in VECTOR_EXTENSIONS if name in flags]

@@ -60,10 +60,12 @@ def date_seconds(value: str) -> float:
 
 
 def keyword_value(value: Any) -> str:
-    """The indexed form of a keyword value (booleans become ``true``/``false``)."""
+    """The indexed form of a keyword value (booleans become ``true``/``false``): a string's
+    own characters, as JSON stores it, also for a subclass whose ``str()`` says otherwise
+    (``class C(str, Enum)`` gives ``"C.RED"``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return str.__str__(value) if isinstance(value, str) else str(value)
 
 
 def value_kind(value: Any) -> FieldKind | None:
@@ -152,8 +154,8 @@ def not_json(field: str, column: list[Any], ids: Sequence[str] | None) -> Corpus
     where = f" in document {ids[row]!r}" if ids is not None else ""
     return CorpusError(f"metadata field {field!r} holds a {type(value).__name__} ({value!r})"
                        f"{where}, which JSON has no type for; give strings, numbers, booleans, "
-                       "lists or objects (str(value) for a UUID, .value for an Enum, .item() for "
-                       "a numpy scalar)")
+                       "lists or objects (str(value) for a UUID, .value for an Enum, .isoformat() "
+                       "for a date, .item() for a numpy scalar)")
 
 
 def mixed_kinds(field: str, column: list[Any], ids: Sequence[str] | None) -> CorpusError:

@@ -43,7 +43,7 @@ from indexes.errors import CorpusError
 from indexes.long_documents import split_documents
 from indexes.manifest import EncoderInfo
 from indexes.shard_build import Runner
-from indexes.sources import FieldMapping
+from indexes.sources import FieldMapping, cell_value
 
 Backend = Literal["torch", "onnx"]
 
@@ -89,6 +89,7 @@ def _plain(row: Any) -> dict[str, Any]:
     """A row as plain Python values (Arrow scalars and numpy values converted), nulls dropped:
     a column absent from some files is null in their rows."""
     def plain(value: Any) -> Any:
+        value = cell_value(value)
         if isinstance(value, np.generic):
             return value.item()
         if isinstance(value, np.ndarray):

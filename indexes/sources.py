@@ -16,10 +16,12 @@ and templates left out), never with regexes.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.docstore import Document
@@ -85,7 +87,19 @@ class FieldMapping(BaseModel):
         for name in self.drop:
             metadata.pop(name, None)
         return Document(id=str(doc_id), text=text, title=str(title),
-                        metadata={k: v for k, v in metadata.items() if v is not None})
+                        metadata={k: cell_value(v) for k, v in metadata.items()
+                                  if v is not None})
+
+
+def cell_value(value: Any) -> Any:
+    """A source's value as JSON holds it: a date or a datetime (pyarrow reads an ISO 8601
+    column of a CSV or Parquet file as one) becomes its ISO 8601 string, which the build
+    indexes as a date field; numpy's datetime64 too (a Ray Data batch's)."""
+    if isinstance(value, datetime.date):  # a datetime is a date
+        return value.isoformat()
+    if isinstance(value, np.datetime64):
+        return str(np.datetime_as_string(value))
+    return value
 
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:

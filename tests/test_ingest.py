@@ -13,6 +13,7 @@ import pytest
 
 from indexes import FieldMapping, read_corpus
 from indexes.errors import CorpusError
+from indexes.metadata import MetadataIndex
 from retrieval.cli.app import main
 
 ROWS = [{"doc": "a1", "body": "Wing flutter at subsonic speeds", "headline": "Flutter",
@@ -69,6 +70,25 @@ def test_csv_ids_that_look_like_numbers_stay_text(tmp_path):
     path = tmp_path / "ids.csv"
     path.write_text("id,text\n00123,first\n7,second\n")
     assert [d.id for d in read_corpus(path)] == ["00123", "7"]
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_iso_dates_in_a_table_are_a_date_field(tmp_path, suffix):
+    # pyarrow reads an ISO 8601 column as dates or datetimes (Parquet stores them so): they
+    # come out as ISO strings, which the build indexes as dates (filterable with < and >).
+    path = tmp_path / f"dated.{suffix}"
+    if suffix == "csv":
+        path.write_text("id,text,day,at\na,first,2020-01-31,2020-01-31T08:00:00Z\n"
+                        "b,second,2021-06-01,2021-06-01T12:30:00Z\n")
+    else:
+        pq.write_table(pa.table({"id": ["a", "b"], "text": ["first", "second"],
+                                 "day": pa.array([18292, 18779], pa.date32())}), path)
+    docs = list(read_corpus(path))
+    assert docs[0].metadata["day"] == "2020-01-31"
+    if suffix == "csv":
+        assert docs[1].metadata["at"] == "2021-06-01T12:30:00+00:00"
+    kinds = MetadataIndex.build([d.metadata for d in docs]).kinds
+    assert set(kinds.values()) == {"date"}
 
 
 def test_a_folder_of_markdown_text_and_html_files(tmp_path):

@@ -140,10 +140,17 @@ def test_subclasses_of_json_types_are_their_base():
     class Tag(str):
         pass
 
+    # Not a StrEnum: str() of this mix-in says "Shade.DARK", JSON stores "dark".
+    class Shade(str, enum.Enum):  # noqa: UP042
+        DARK = "dark"
+
     class Level(enum.IntEnum):
         HIGH = 2
 
-    index = MetadataIndex.build([{"tag": Tag("x"), "level": Level.HIGH, "score": np.float64(1)},
-                                 {"tag": "y", "level": 1, "score": 2.5}])
-    assert index.kinds == {"tag": "keyword", "level": "number", "score": "number"}
+    index = MetadataIndex.build([{"tag": Tag("x"), "level": Level.HIGH, "score": np.float64(1),
+                                  "shade": Shade.DARK},
+                                 {"tag": "y", "level": 1, "score": 2.5, "shade": "light"}])
+    assert index.kinds == {"tag": "keyword", "level": "number", "score": "number",
+                           "shade": "keyword"}
+    assert index.keyword_values("shade") == ["dark", "light"]
     np.testing.assert_array_equal(index.numeric_column("level"), [2.0, 1.0])
