@@ -2,9 +2,10 @@
 
 A query word whose stem no document holds is matched to a corpus word within a small edit
 distance, by the word's length as Meilisearch does (``max_edits``: 1 edit from 5 letters, 2
-from 9), and searched as that word's stem, weighted below exact terms. Words are matched before
-stemming: a typo often breaks the suffix the stemmer would strip ("transcritpion"), so stems
-of misspelt words are far from the right stem while the words are one swap apart.
+from 9, none past ``MAX_LETTERS``), and searched as that word's stem, weighted below exact
+terms. Words are matched before stemming: a typo often breaks the suffix the stemmer would
+strip ("transcritpion"), so stems of misspelt words are far from the right stem while the
+words are one swap apart.
 
 The dictionary maps a 64-bit hash of every string made by deleting up to ``max_edits``
 letters of a corpus word to that word (FNV-1a over its code points, computed by
@@ -34,14 +35,22 @@ from indexes.typos_kernels import word_keys
 
 MIN_LETTERS = 5
 TWO_EDITS_FROM = 9
+# Longer words are neither corrected nor corrected to. A word's deletions grow with its
+# length squared, and building each with its length: a query word of 4,096 letters took
+# about a minute of CPU, 256 letters 44 ms, 32 letters 0.5 ms (the few longer real words
+# are seldom the typo).
+MAX_LETTERS = 32
 MIN_ROWS = 2  # a stem fewer rows hold is not a correction target
 MEMO_WORDS = 65_536
 KEY_SCHEME = "fnv1a64-code-points"  # words.json "keys"; absent in builds hashed with ``key``
 
 
 def max_edits(word: str) -> int:
-    """Edits allowed for a word of this length: 0 under 5 letters, 1 from 5, 2 from 9."""
-    return 0 if len(word) < MIN_LETTERS else (1 if len(word) < TWO_EDITS_FROM else 2)
+    """Edits allowed for a word of this length: 0 under 5 letters, 1 from 5, 2 from 9, 0
+    past ``MAX_LETTERS``."""
+    if len(word) < MIN_LETTERS or len(word) > MAX_LETTERS:
+        return 0
+    return 1 if len(word) < TWO_EDITS_FROM else 2
 
 
 def deletions(word: str, edits: int) -> set[str]:
@@ -91,7 +100,8 @@ class TypoIndex:
         """Over ``words`` (the corpus's distinct words, before stemming); ``rows_of_stems``:
         how many rows hold each of a list of stems (the BM25 document frequencies, in one
         call: a Python call per word was a third of this at 111k passages)."""
-        candidates = sorted(w for w in words if len(w) >= MIN_LETTERS and w.isalpha())
+        candidates = sorted(w for w in words
+                            if MIN_LETTERS <= len(w) <= MAX_LETTERS and w.isalpha())
         stems = stem(candidates)
         rows = np.asarray(rows_of_stems(stems), dtype=np.int64)
         if not len(stems) == len(rows) == len(candidates):

@@ -36,7 +36,7 @@ from retrieval.relevance import above, calibration_for, check_min_score
 from retrieval.request_path.cache_lookup import RequestCache
 from retrieval.request_path.feature_stage import FeatureStage
 from retrieval.request_path.run import Live, RequestPath
-from retrieval.request_path.validate import FilterMemo, is_light_filter
+from retrieval.request_path.validate import FilterMemo, check_min_seq, is_light_filter
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ class Retriever:
     def wait_for_seq(self, seq: int | None) -> None:
         """Serve every write up to ``seq`` (read-your-writes): reads the log now if it is
         behind; ``SequenceNotReachedError`` when no such write is acknowledged on the root."""
-        if seq is None or self.applied_seq >= seq:
+        if seq is None or self.applied_seq >= check_min_seq(seq):
             return
         self.refresh()
         if self.applied_seq < seq:
@@ -486,7 +486,8 @@ class Retriever:
             return above(await self.asearch(query, filters, k, abandoned=abandoned, **options),
                          threshold)
         options.pop("min_score", None)
-        if options.get("min_seq") is not None and self.applied_seq < options["min_seq"]:
+        if options.get("min_seq") is not None and (
+                self.applied_seq < check_min_seq(options["min_seq"])):
             call = functools.partial(self.search, query, filters, k, **options)
             return await unless_abandoned(loop.run_in_executor(None, call), abandoned)
         options.pop("min_seq", None)

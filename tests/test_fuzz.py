@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
+from indexes.errors import EncoderMismatchError
 from retrieval import InvalidQueryError, LimitExceededError, Retriever, RetrieverConfig
 
 json_scalars = st.one_of(
@@ -98,3 +101,49 @@ def test_search_batch_raises_only_typed_errors(retriever, batch, filters):
     except InvalidQueryError:
         pass
     assert retriever.search("protein", k=2).hits
+
+
+def _vector(retriever: Retriever) -> np.ndarray:
+    return retriever.snapshot.vectors.reconstruct_rows(np.array([0]))[0]
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "2-D", "complex", "strings", "short"])
+def test_a_query_vector_that_is_not_one_vector_of_finite_numbers_is_refused(retriever, bad):
+    good = _vector(retriever)
+    vector = {"nan": np.where(np.arange(good.size) == 3, np.nan, good),
+              "inf": np.where(np.arange(good.size) == 0, np.inf, good),
+              "2-D": good.reshape(2, -1),
+              "complex": good.astype(np.complex64),
+              "strings": ["x"] * good.size,
+              "short": good[:-1]}[bad]
+    error = EncoderMismatchError if bad == "short" else InvalidQueryError
+    with pytest.raises(error):
+        retriever.search("cell", k=3, query_vector=vector)
+    with pytest.raises(error):
+        retriever.search_batch(["cell", "gene"], k=3, query_vectors=[good, vector])
+    # One vector as a row or a column is still one vector.
+    assert retriever.search("cell", k=3, query_vector=good.reshape(1, -1)).hits
+    assert retriever.search("cell", k=3, query_vector=good.reshape(-1, 1)).hits
+
+
+def test_a_batch_is_a_list_with_one_vector_per_query(retriever):
+    good = _vector(retriever)
+    with pytest.raises(InvalidQueryError, match="list of query strings, not a str"):
+        retriever.search_batch("cell", k=3)
+    with pytest.raises(InvalidQueryError, match="not a generator"):
+        retriever.search_batch(q for q in ["cell"])
+    with pytest.raises(InvalidQueryError, match="2 rows for 3 queries"):
+        retriever.search_batch(["a", "b", "c"], k=3, query_vectors=np.stack([good, good]))
+    with pytest.raises(InvalidQueryError, match="one row per query"):
+        retriever.search_batch(["a"], k=3, query_vectors=good)
+    results = retriever.search_batch(["cell", "gene"], k=3, query_vectors=np.stack([good, good]))
+    assert [len(r.hits) for r in results] == [3, 3]
+
+
+@pytest.mark.parametrize("seq", ["5", 1.5, math.nan, -1, True])
+def test_min_seq_is_a_write_seq(retriever, seq):
+    with pytest.raises(InvalidQueryError, match="min_seq must be a non-negative integer"):
+        retriever.search("cell", k=3, min_seq=seq)
+    with pytest.raises(InvalidQueryError, match="min_seq must be a non-negative integer"):
+        asyncio.run(retriever.asearch("cell", k=3, min_seq=seq))
+    assert retriever.search("cell", k=3, min_seq=0).hits

@@ -36,11 +36,33 @@ CLEAN = {"superson": "supersonic", "boundari": "boundary", "transit": "transitio
 
 
 def test_edits_grow_with_the_words_length_and_a_swap_is_one_edit():
-    assert [max_edits("a" * n) for n in (4, 5, 8, 9, 14)] == [0, 1, 1, 2, 2]
+    assert [max_edits("a" * n) for n in (4, 5, 8, 9, 14, 32, 33)] == [0, 1, 1, 2, 2, 2, 0]
     assert osa_distance("protein", "portein", 1) == 1
     assert osa_distance("protein", "protien", 2) == 1
     assert osa_distance("protein", "prtoien", 1) == 2  # past the limit: limit + 1
     assert deletions("abc", 1) == {"abc", "ab", "ac", "bc"}
+
+
+def test_a_word_past_the_longest_corrected_makes_no_deletions(monkeypatch):
+    # A query word's deletions grow with its length squared (a 4,096-letter word took about
+    # a minute of CPU): past MAX_LETTERS it is neither looked up nor entered.
+    from indexes import typos
+
+    words = ["transcription", "a" * (typos.MAX_LETTERS + 1)]
+    index = typos.TypoIndex.build(words, lambda ws: ws, lambda stems: np.full(len(stems), 5))
+    assert index.words == ["transcription"]
+
+    def no_deletions(*args):
+        raise AssertionError("deletions made for a word past MAX_LETTERS")
+
+    monkeypatch.setattr(typos, "word_keys", no_deletions)
+    assert index.closest("b" * 4096, lambda stem: 5) is None
+    assert index.closest("transcritpion" * 3, lambda stem: 5) is None
+
+
+def test_a_query_of_one_very_long_word_is_searched_without_a_correction(retriever):
+    result = retriever.search("supersonic " + "q" * 4000, k=3)
+    assert result.corrections == {} and result.hits
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,8 @@ from retrieval.request_path.timing import StageTimer
 from retrieval.request_path.validate import (
     FilterMemo,
     SearchRequest,
+    batch_vectors,
+    check_batch_queries,
     check_batch_work,
     check_deadline,
     validate,
@@ -194,14 +196,16 @@ class RequestPath:
                      candidates: int | None, query_vectors: np.ndarray | None,
                      group_by: Any = None, context: Any = 0, explain: bool = False
                      ) -> list[SearchResult]:
+        check_batch_queries(queries)
         check_batch_work(len(queries), k, candidates, self.config)
         requests = [validate(q, filters, k, candidates, self.config, live.filters, group_by,
                              context, explain) for q in queries]
+        given = None if query_vectors is None else batch_vectors(
+            query_vectors, len(queries), live.snapshot.vectors.given_query)
         with self.in_flight:
-            if query_vectors is None and self.cache is not None:
+            if given is None and self.cache is not None:
                 return self._cached_batch(live, requests)
-            vectors = query_vectors if query_vectors is not None else self.encode(
-                [r.query for r in requests])
+            vectors = given if given is not None else self.encode([r.query for r in requests])
             status = "provided" if query_vectors is not None else "miss"
             return [self._uncached(live, r, ReadyVector(v), status)
                     for r, v in zip(requests, vectors, strict=True)]
@@ -276,7 +280,7 @@ class RequestPath:
         With a deadline the encode always runs in another thread, so the search can stop
         waiting for it."""
         if query_vector is not None:
-            return ReadyVector(snapshot.vectors.check_query(query_vector))
+            return ReadyVector(snapshot.vectors.given_query(query_vector))
         in_flight = self.in_flight.count
         overlap = deadline.active or (self.overlap is not None and self.overlap.now(in_flight))
         if self.batcher is not None and in_flight > 1:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from indexes.errors import InvalidQueryError, LimitExceededError
 from indexes.lru import LRU
@@ -80,6 +82,15 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
     if value > high:
         raise LimitExceededError(f"{name}={value} exceeds the limit {high}; lower it or raise "
                                  f"limits.max_{name} in the retriever config")
+    return value
+
+
+def check_min_seq(value: Any) -> int:
+    """``min_seq``: a write's seq, a non-negative integer (a string compared as never
+    reached, a NaN as always)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidQueryError(f"min_seq must be a non-negative integer (the seq a write "
+                                f"returned), got {value!r}")
     return value
 
 
@@ -165,6 +176,31 @@ def check_deadline(deadline_ms: Any, config: RetrieverConfig) -> float | None:
         raise LimitExceededError(f"deadline_ms {deadline_ms!r} is more than a day "
                                  f"({MAX_DEADLINE_MS:,.0f} ms); pass None for no deadline")
     return float(deadline_ms)
+
+
+def check_batch_queries(queries: Any) -> None:
+    """A batch's queries must be a list (or tuple) of them: a string would be searched one
+    character at a time, a generator has no length to check the limits against."""
+    if not isinstance(queries, list | tuple):
+        raise InvalidQueryError(f"queries must be a list of query strings, not a "
+                                f"{type(queries).__name__}; search() takes one query")
+
+
+def batch_vectors(query_vectors: Any, queries: int,
+                  check: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
+    """A batch's given query vectors, one row per query, each passed through ``check`` (the
+    index's ``check_query``), before any search runs."""
+    rows = list(query_vectors) if isinstance(query_vectors, list | tuple) else None
+    if rows is None:
+        array = np.asarray(query_vectors)
+        if array.ndim != 2:
+            raise InvalidQueryError(f"query_vectors has shape {array.shape}; give one row per "
+                                    f"query, shape ({queries}, dimension)")
+        rows = list(array)
+    if len(rows) != queries:
+        raise InvalidQueryError(f"query_vectors has {len(rows)} rows for {queries} queries; "
+                                "give one row per query")
+    return [check(row) for row in rows]
 
 
 def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverConfig,
