@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -160,14 +161,38 @@ def embed_documents(
     return vectors, len(texts) - len(todo)
 
 
-def _check_ids(documents: Sequence[Document]) -> None:
+# Each document part's type, as a live write checks it: a build met an int id or a None text
+# as an AttributeError or TypeError deep in the analysis.
+PART_TYPES = (("id", str), ("text", str), ("title", str), ("metadata", dict))
+
+
+def _check_documents(documents: Sequence[Document]) -> None:
+    """Refuse what a live write refuses (``indexes.wal.checks``), naming the document: an
+    empty corpus, a part of the wrong type (types are read column by column, in C), an empty
+    or blank id (a write could never update or delete it), a repeated id."""
     if not documents:
         raise CorpusError("the corpus is empty: give at least one document")
-    seen: set[str] = set()
-    for doc in documents:
-        if doc.id in seen:
-            raise CorpusError(f"duplicate document id {doc.id!r}: ids must be unique")
-        seen.add(doc.id)
+    for part, wanted in PART_TYPES:
+        if not all(issubclass(t, wanted) for t in set(map(type, map(attrgetter(part),
+                                                                      documents)))):
+            row = next(i for i, d in enumerate(documents)
+                       if not isinstance(getattr(d, part), wanted))
+            value = getattr(documents[row], part)
+            raise CorpusError(f"document {row} ({documents[row].id!r}): its {part} is a "
+                              f"{type(value).__name__} ({value!r:.60}); give a "
+                              f"{wanted.__name__}")
+    ids = [d.id for d in documents]
+    distinct = set(ids)
+    if "" in distinct or any(map(str.isspace, distinct)):
+        row = next(i for i, doc_id in enumerate(ids) if not doc_id.strip())
+        raise CorpusError(f"document {row} has a blank id ({ids[row]!r}): give every "
+                          "document a non-empty id")
+    if len(distinct) < len(ids):
+        seen: set[str] = set()
+        for doc_id in ids:
+            if doc_id in seen:
+                raise CorpusError(f"duplicate document id {doc_id!r}: ids must be unique")
+            seen.add(doc_id)
 
 
 def build_index(
@@ -215,7 +240,7 @@ def build_index(
     config = config or BuildConfig()
     root = Path(root)
     parents = list(documents)
-    _check_ids(parents)
+    _check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     contract = None
     if log_seq is None:

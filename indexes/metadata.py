@@ -72,7 +72,7 @@ def value_kind(value: Any) -> FieldKind | None:
     """The kind a single value implies; None for values that are stored but not indexed."""
     if isinstance(value, str):
         return "date" if _DATE.match(value) else "keyword"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # JSON stores a tuple as a list
         return "keyword" if all(isinstance(v, str | bool) for v in value) else None
     return type_kind(type(value))
 
@@ -116,6 +116,12 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
         where = f" (document {ids[row]!r})" if ids is not None else ""
         raise CorpusError(f"metadata field {ID_FIELD!r}{where} is reserved: filters on "
                           f"{ID_FIELD!r} match document ids; rename the field")
+    named = next((f for f in columns if not isinstance(f, str)), None)
+    if named is not None:
+        row = next(i for i, record in enumerate(records) if named in record)
+        where = f" in document {ids[row]!r}" if ids is not None else ""
+        raise CorpusError(f"metadata field name {named!r}{where} is a "
+                          f"{type(named).__name__}; name every field with a string")
     result: dict[str, FieldKind] = {}
     for field in sorted(columns):
         types = set(map(type, columns[field]))
@@ -140,7 +146,7 @@ def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
         if issubclass(value_type, str):
             strings = {v for v in column if type(v) is value_type}
             kinds.add("date" if all(map(_DATE.match, strings)) else "keyword")
-        elif issubclass(value_type, list):
+        elif issubclass(value_type, list | tuple):
             kinds.update(value_kind(v) for v in column if type(v) is value_type)
         else:
             kinds.add(type_kind(value_type))
@@ -348,7 +354,7 @@ def keyword_pairs(column: list[Any]) -> tuple[list[int], list[str]]:
             rows.append(row)
             keys.append(value)
         elif value is not None and value_kind(value) is not None:
-            for item in set(value if isinstance(value, list) else [value]):
+            for item in set(value if isinstance(value, list | tuple) else [value]):
                 rows.append(row)
                 keys.append(keyword_value(item))
     return rows, keys
@@ -374,13 +380,13 @@ def _column(column: list[Any], field: str, kind: FieldKind) -> np.ndarray:
     try:
         return np.array([np.nan if value is None else fast(value) for value in column],
                         dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     convert = parse_date if kind == "date" else float
     for row, value in enumerate(column):  # name the first value that does not convert
         try:
             if value is not None:
                 convert(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # 10**400 has no float
             raise CorpusError(f"document row {row}: field {field!r}: {exc}") from exc
     raise AssertionError("unreachable: a value failed to convert once")  # pragma: no cover

@@ -104,13 +104,13 @@ def cell_value(value: Any) -> Any:
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
     """Documents from a CSV (header row) or Parquet file, one per row."""
-    table = _load_table(path)
+    table = _load_table(path, mapping)
     mapping.check(table.column_names, str(path))
     for number, record in enumerate(table.to_pylist(), start=1):
         yield mapping.document(record, f"{path}: row {number}")
 
 
-def _load_table(path: Path) -> Any:
+def _load_table(path: Path, mapping: FieldMapping) -> Any:
     import pyarrow as pa  # here: serving never reads tables
     import pyarrow.csv as pa_csv
     import pyarrow.parquet as pq
@@ -121,7 +121,8 @@ def _load_table(path: Path) -> Any:
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
         # Ids stay text even when they look like numbers ("00123" must not become 123).
         header = _csv_header(path, delimiter)
-        text_columns = {name: pa.string() for name in ("_id", "id") if name in header}
+        id_fields = (mapping.id_field,) if mapping.id_field else ("_id", "id")
+        text_columns = {name: pa.string() for name in id_fields if name in header}
         return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
                                convert_options=pa_csv.ConvertOptions(
                                    column_types=text_columns, strings_can_be_null=True))

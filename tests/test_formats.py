@@ -105,6 +105,27 @@ def test_mixed_types_from_python_documents_name_the_documents(tmp_path):
                                              dim=8, vector_dtype="float32"))
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"id": 1}, r"document 1 \(1\): its id is a int"),
+    ({"text": None}, "its text is a NoneType"),
+    ({"title": None}, "its title is a NoneType"),
+    ({"metadata": None}, "its metadata is a NoneType"),
+    ({"id": ""}, r"document 1 has a blank id \(''\)"),
+    ({"id": "  "}, "has a blank id"),
+    ({"metadata": {1: "x"}}, r"field name 1 in document 'b' is a int"),
+])
+def test_a_document_part_of_the_wrong_type_is_a_corpus_error_naming_it(tmp_path, change,
+                                                                       message):
+    from dataclasses import replace
+
+    docs = [Document("a", "x", metadata={"k": "v"}),
+            replace(Document("b", "y", metadata={"k": "w"}), **change)]
+    with pytest.raises(CorpusError, match=message):
+        build_index(docs, tmp_path / "index", vectors=random_unit_vectors(2, 8), progress=False,
+                    encoder_info=EncoderInfo(encoder_id="random:none:fp32:8", model="random",
+                                             dim=8, vector_dtype="float32"))
+
+
 def test_a_uuid_in_metadata_stops_the_build_before_it_writes(tmp_path):
     import uuid
 

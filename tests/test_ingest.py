@@ -70,6 +70,10 @@ def test_csv_ids_that_look_like_numbers_stay_text(tmp_path):
     path = tmp_path / "ids.csv"
     path.write_text("id,text\n00123,first\n7,second\n")
     assert [d.id for d in read_corpus(path)] == ["00123", "7"]
+    mapped = tmp_path / "keys.csv"
+    mapped.write_text("key,body\n00123,first\n0042,second\n")
+    assert [d.id for d in read_corpus(mapped, FieldMapping(id_field="key", text_field="body"))
+            ] == ["00123", "0042"]
 
 
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])

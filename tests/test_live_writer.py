@@ -32,6 +32,7 @@ from indexes.wal.log import (
     wal_dir,
 )
 from indexes.writer import IndexWriter
+from retrieval import Retriever, RetrieverConfig
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,13 @@ BAD_UPSERTS = [
     ("kind", [{"id": "x1", "text": "a", "metadata": {"year": "recent"}}], None, "number"),
     ("not json", [{"id": "x1", "text": "a", "metadata": {"when": object()}}], None, "not JSON"),
     ("metadata list", [{"id": "x1", "text": "a", "metadata": ["x"]}], None, "an object"),
+    # Values a build refuses: logged, each would stop every later compaction.
+    ("list for a number", [{"id": "x1", "text": "a", "metadata": {"year": [2020, 2021]}}],
+     None, r"'year' is a number field, and \[2020, 2021\] is no number"),
+    ("number past float", [{"id": "x1", "text": "a", "metadata": {"year": 10**400}}], None,
+     "'year' holds .* which is no number"),
+    ("id field", [{"id": "x1", "text": "a", "metadata": {"id": "custom-7"}}], None,
+     "'id' is reserved"),
     ("empty", [], None, "at least one"),
 ]
 
@@ -161,6 +169,25 @@ def test_a_build_allowing_new_fields_takes_them(tmp_path, docs):
         writer.upsert([Document("n1", "text", metadata={"team": "search"})],
                       vectors=unit_vectors(1, 1))
         assert writer.kinds["team"] == "keyword"
+
+
+def test_a_date_that_does_not_exist_is_refused_and_compaction_still_folds(tmp_path, docs):
+    build_small(tmp_path, docs[:20], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        for day in ("2020-02-30", "2020-01-01T24:00"):  # date-shaped, no such time
+            with pytest.raises(InvalidWriteError, match="'when' holds .* which is no date"):
+                writer.upsert([Document("d1", "text", metadata={"when": day})],
+                              vectors=unit_vectors(1, 1))
+        writer.upsert([Document("d1", "text", metadata={"when": "2020-02-29"})],
+                      vectors=unit_vectors(1, 1))
+        with pytest.raises(InvalidWriteError, match="which is no date"):
+            writer.upsert([Document("d2", "text", metadata={"when": "2021-02-29"})],
+                          vectors=unit_vectors(1, 1))
+        writer.compact()  # the log holds nothing a build refuses
+    with Retriever.load(tmp_path, RetrieverConfig(cache={"backend": "none"})) as retriever:
+        found = retriever.search("text", {"when": {"gte": "2020-02-01"}}, k=5,
+                                 query_vector=unit_vectors(1, 1)[0])
+    assert [hit.doc_id for hit in found.hits] == ["d1"]
 
 
 def test_torn_tail_is_truncated_with_a_warning_and_acknowledged_records_stay(root, caplog):

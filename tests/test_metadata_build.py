@@ -154,3 +154,17 @@ def test_subclasses_of_json_types_are_their_base():
                            "shade": "keyword"}
     assert index.keyword_values("shade") == ["dark", "light"]
     np.testing.assert_array_equal(index.numeric_column("level"), [2.0, 1.0])
+
+
+def test_a_number_past_a_float_names_its_row_and_field():
+    with pytest.raises(CorpusError, match=r"document row 1: field 'n': int too large"):
+        MetadataIndex.build([{"n": 1}, {"n": 10**400}])
+
+
+def test_a_tuple_is_the_list_json_stores():
+    # Read back from the doc store or the log a tuple is a list: indexed as one from the start.
+    index = MetadataIndex.build([{"tags": ("a", "b")}, {"tags": ["b"]}, {"tags": "c"}])
+    assert index.kinds == {"tags": "keyword"}
+    values, offsets, rows = index.keyword_postings("tags")
+    assert {v: rows[offsets[i]:offsets[i + 1]].tolist() for i, v in enumerate(values)} == {
+        "a": [0], "b": [0, 1], "c": [2]}

@@ -7,10 +7,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
 from indexes.errors import InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
-from indexes.metadata import FieldKind, merge_kinds, value_kind
+from indexes.metadata import FieldKind, merge_kinds, parse_date, value_kind
 from indexes.wal.log import Record
 from indexes.wal.state import Changes
 
@@ -86,15 +87,38 @@ def field_kind(doc_id: str, name: str, value: Any, known: str | None,
     """The field's kind after this value; refuses a value of another kind than the index's
     (``SchemaMismatchError``). None: only nested objects so far (stored with the document,
     not filterable)."""
+    if name == ID_FIELD:
+        raise InvalidWriteError(f"document {doc_id!r}: metadata field {ID_FIELD!r} is "
+                                f"reserved: filters on {ID_FIELD!r} match document ids; "
+                                "rename the field")
     kind = value_kind(value)
+    if kind is None and value is not None and known in ("number", "date"):
+        # A build refuses it too (its column has no number for it): accepted here, the
+        # record would stop every later compaction.
+        raise SchemaMismatchError(
+            f"document {doc_id!r}: metadata field {name!r} is a {known} field, and "
+            f"{value!r} is no {known}; give one {known} value (or leave the field out)", name)
     if kind is None or known is None:
-        return kind or known
+        return check_convertible(doc_id, name, value, kind or known)
     if merge_kinds({kind, known}) != known:  # type: ignore[arg-type]
         raise SchemaMismatchError(
             f"document {doc_id!r}: metadata field {name!r} holds a {kind} value "
             f"({value!r}) but the index's field is {known} ({describe_schema(schema)}); "
             f"give a {known} value (or rebuild the index to change the field's type)", name)
-    return known
+    return check_convertible(doc_id, name, value, known)
+
+
+def check_convertible(doc_id: str, name: str, value: Any, kind: str | None) -> str | None:
+    """``kind``, once ``value`` converts as a field of that kind stores it (a build's column
+    refuses what does not): a date-shaped string must be a real date, a number a float."""
+    if value is None or kind not in ("number", "date"):
+        return kind
+    try:
+        parse_date(value) if kind == "date" else float(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidWriteError(f"document {doc_id!r}: metadata field {name!r} holds "
+                                f"{value!r}, which is no {kind} ({exc}); fix the value") from exc
+    return kind
 
 
 def check_ids(ids: Iterable[str]) -> list[str]:

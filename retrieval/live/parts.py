@@ -155,7 +155,7 @@ def _keyword_postings(base: MetadataIndex, field: str, alive: np.ndarray,
         value = record.get(field)
         if value is None or value_kind(value) is None:
             continue
-        for item in sorted(set(value if isinstance(value, list) else [value]), key=str):
+        for item in sorted(set(value if isinstance(value, list | tuple) else [value]), key=str):
             added[keyword_value(item)].append(n_base + i)
     base_values, offsets, rows = (base.keyword_postings(field) if field in base.kinds
                                   else ([], np.zeros(1, np.int64), np.empty(0, np.int32)))

@@ -183,7 +183,9 @@ class LogFollower:
                 applied = self.apply_now()
                 pause = self._pause_after(time.perf_counter() - started if applied else 0.0)
                 self.failure = None
-            except (RetrievalError, OSError, ValueError) as exc:
+            except Exception as exc:
+                # Any failure, not only ours: a dead thread would leave every later write
+                # unserved without a word; alive, it names the failure to min_seq waits.
                 if str(exc) != self.failure:  # once per distinct failure, not every poll
                     log.error("applying the write-ahead log of %s failed: %s", self.root, exc)
                 self.failure = str(exc)
