@@ -147,3 +147,12 @@ def test_min_seq_is_a_write_seq(retriever, seq):
     with pytest.raises(InvalidQueryError, match="min_seq must be a non-negative integer"):
         asyncio.run(retriever.asearch("cell", k=3, min_seq=seq))
     assert retriever.search("cell", k=3, min_seq=0).hits
+
+
+def test_a_numpy_integer_is_an_integer(retriever):
+    good = _vector(retriever)
+    assert len(retriever.search("cell", k=np.int64(4), candidates=np.int32(50),
+                                query_vector=good).hits) == 4
+    limited = Retriever.load(retriever.root, {"limits": {"max_batch_hits": 5}})
+    with pytest.raises(LimitExceededError, match="max_batch_hits"):
+        limited.search_batch(["a", "b"], k=np.int64(3), query_vectors=np.stack([good, good]))

@@ -75,6 +75,8 @@ def is_light_filter(filters: Any, budget: int = LIGHT_FILTER_VALUES) -> bool:
 
 
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, np.integer):  # a numpy count (len of an array, a computed k) is one
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidQueryError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low:
@@ -213,8 +215,9 @@ def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverCon
     limits = config.limits
     max_hits = limits.max_batch_hits if max_hits is None else max_hits
     max_candidates = limits.max_batch_candidates if max_candidates is None else max_candidates
-    k = config.default_k if k is None else k
+    k = int(k) if isinstance(k, np.integer) else (config.default_k if k is None else k)
     c = config.candidates if candidates is None else candidates
+    c = int(c) if isinstance(c, np.integer) else c
     if not (isinstance(k, int) and isinstance(c, int)):
         return  # validate names the bad argument
     for name, total, limit, key in (
