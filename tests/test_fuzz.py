@@ -156,3 +156,8 @@ def test_a_numpy_integer_is_an_integer(retriever):
     limited = Retriever.load(retriever.root, {"limits": {"max_batch_hits": 5}})
     with pytest.raises(LimitExceededError, match="max_batch_hits"):
         limited.search_batch(["a", "b"], k=np.int64(3), query_vectors=np.stack([good, good]))
+
+
+def test_a_bad_query_in_a_batch_is_named_by_its_position(retriever):
+    with pytest.raises(InvalidQueryError, match="query 1 of the batch: query is empty"):
+        retriever.search_batch(["cell", "   ", "gene"], k=3)

@@ -15,7 +15,8 @@ lookup, so an event loop can serve in-process cache hits itself (``Retriever.ase
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -198,8 +199,9 @@ class RequestPath:
                      ) -> list[SearchResult]:
         check_batch_queries(queries)
         check_batch_work(len(queries), k, candidates, self.config)
-        requests = [validate(q, filters, k, candidates, self.config, live.filters, group_by,
-                             context, explain) for q in queries]
+        requests = [in_batch(position, functools.partial(
+                        validate, q, filters, k, candidates, self.config, live.filters, group_by,
+                        context, explain)) for position, q in enumerate(queries)]
         given = None if query_vectors is None else batch_vectors(
             query_vectors, len(queries), live.snapshot.vectors.given_query)
         with self.in_flight:
@@ -330,3 +332,11 @@ def served_from_cache(cached: SearchResult, request: SearchRequest, timer: Stage
         "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
         "cache": CacheInfo(result="hit", embedding="skipped"),
     })
+
+
+def in_batch(position: int, check: Callable[[], SearchRequest]) -> SearchRequest:
+    """``check()`` for the query at ``position`` of a batch; its error names the position."""
+    try:
+        return check()
+    except InvalidQueryError as exc:
+        raise type(exc)(f"query {position} of the batch: {exc}") from exc
