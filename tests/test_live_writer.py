@@ -171,6 +171,19 @@ def test_a_build_allowing_new_fields_takes_them(tmp_path, docs):
         assert writer.kinds["team"] == "keyword"
 
 
+def test_a_new_fields_kind_is_its_values_together_in_any_order(tmp_path, docs):
+    build_small(tmp_path, docs[:20], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        for n, values in enumerate((["2020-01-01", "misc"], ["misc", "2020-01-01"])):
+            writer.upsert([Document(f"t{n}{i}", "text", metadata={f"tag{n}": value})
+                           for i, value in enumerate(values)], vectors=unit_vectors(2, n))
+            assert writer.kinds[f"tag{n}"] == "keyword"  # as a build infers it
+        with pytest.raises(SchemaMismatchError, match=r"'size' mixes \['keyword', 'number'\]"):
+            writer.upsert([Document("s1", "text", metadata={"size": 1}),
+                           Document("s2", "text", metadata={"size": "big"})],
+                          vectors=unit_vectors(2, 3))
+
+
 def test_a_date_that_does_not_exist_is_refused_and_compaction_still_folds(tmp_path, docs):
     build_small(tmp_path, docs[:20], allow_new_fields=True)
     with IndexWriter(tmp_path) as writer:

@@ -29,20 +29,35 @@ def check_documents(documents: Iterable[Document | dict[str, Any]], kinds: Mappi
 
 def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_fields: bool
                   ) -> dict[str, str]:
-    """The index's field kinds after ``docs`` (checked as ``check_documents`` says)."""
-    merged: dict[str, str | None] = dict(kinds)
+    """The index's field kinds after ``docs`` (checked as ``check_documents`` says). A field
+    new to the index takes the kind its values in these documents make together, as a build
+    infers it (dates and other strings make a keyword field), whatever their order."""
+    docs = list(docs)
+    found: dict[str, set[FieldKind]] = {}
     for doc in docs:
         for name, value in doc.metadata.items():
-            known = merged.get(name)
-            kind = field_kind(doc.id, name, value, known, kinds)
-            if known is None and kind is not None and not allow_new_fields:
+            kind = value_kind(value)
+            if name in kinds or kind is None or name == ID_FIELD:
+                continue
+            if not allow_new_fields:
                 raise SchemaMismatchError(
                     f"document {doc.id!r}: metadata field {name!r} is not in the index's "
                     f"schema ({describe_schema(kinds)}); fix the field name, or rebuild with "
                     "allow_new_fields (retrieval build --allow-new-fields) so upserts may add "
                     "fields", name)
-            merged[name] = kind
-    return {name: kind for name, kind in merged.items() if kind is not None}
+            found.setdefault(name, set()).add(kind)
+    merged = dict(kinds)
+    for name, seen in found.items():
+        kind = merge_kinds(seen)
+        if kind is None:
+            raise SchemaMismatchError(f"metadata field {name!r} mixes {sorted(seen)} values in "
+                                      "this write; give every document the same type for it",
+                                      name)
+        merged[name] = kind
+    for doc in docs:
+        for name, value in doc.metadata.items():
+            field_kind(doc.id, name, value, merged.get(name), merged)
+    return merged
 
 
 def describe_schema(kinds: Mapping[str, str]) -> str:
