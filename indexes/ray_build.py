@@ -89,6 +89,8 @@ def _plain(row: Any) -> dict[str, Any]:
     """A row as plain Python values (Arrow scalars and numpy values converted), nulls dropped:
     a column absent from some files is null in their rows."""
     def plain(value: Any) -> Any:
+        if isinstance(value, np.datetime64):  # a pandas batch's date column
+            return str(np.datetime_as_string(value))
         value = cell_value(value)
         if isinstance(value, np.generic):
             return value.item()

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.docstore import Document
@@ -94,12 +93,8 @@ class FieldMapping(BaseModel):
 def cell_value(value: Any) -> Any:
     """A source's value as JSON holds it: a date or a datetime (pyarrow reads an ISO 8601
     column of a CSV or Parquet file as one) becomes its ISO 8601 string, which the build
-    indexes as a date field; numpy's datetime64 too (a Ray Data batch's)."""
-    if isinstance(value, datetime.date):  # a datetime is a date
-        return value.isoformat()
-    if isinstance(value, np.datetime64):
-        return str(np.datetime_as_string(value))
-    return value
+    indexes as a date field."""
+    return value.isoformat() if isinstance(value, datetime.date) else value
 
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:

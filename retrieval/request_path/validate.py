@@ -74,9 +74,14 @@ def is_light_filter(filters: Any, budget: int = LIGHT_FILTER_VALUES) -> bool:
     return True
 
 
+def integer(value: Any) -> Any:
+    """A numpy integer (the length of an array, a computed k) as the Python int it is; any
+    other value as it is, for the caller to check."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, np.integer):  # a numpy count (len of an array, a computed k) is one
-        value = int(value)
+    value = integer(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidQueryError(f"{name} must be an integer, got {type(value).__name__}")
     if value < low:
@@ -90,6 +95,7 @@ def _check_int(name: str, value: Any, low: int, high: int) -> int:
 def check_min_seq(value: Any) -> int:
     """``min_seq``: a write's seq, a non-negative integer (a string compared as never
     reached, a NaN as always)."""
+    value = integer(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidQueryError(f"min_seq must be a non-negative integer (the seq a write "
                                 f"returned), got {value!r}")
@@ -191,7 +197,7 @@ def check_batch_queries(queries: Any) -> None:
 def batch_vectors(query_vectors: Any, queries: int,
                   check: Callable[[Any], np.ndarray]) -> list[np.ndarray]:
     """A batch's given query vectors, one row per query, each passed through ``check`` (the
-    index's ``check_query``), before any search runs."""
+    index's ``given_query``), before any search runs."""
     rows = list(query_vectors) if isinstance(query_vectors, list | tuple) else None
     if rows is None:
         array = np.asarray(query_vectors)
@@ -215,9 +221,8 @@ def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverCon
     limits = config.limits
     max_hits = limits.max_batch_hits if max_hits is None else max_hits
     max_candidates = limits.max_batch_candidates if max_candidates is None else max_candidates
-    k = int(k) if isinstance(k, np.integer) else (config.default_k if k is None else k)
-    c = config.candidates if candidates is None else candidates
-    c = int(c) if isinstance(c, np.integer) else c
+    k = integer(config.default_k if k is None else k)
+    c = integer(config.candidates if candidates is None else candidates)
     if not (isinstance(k, int) and isinstance(c, int)):
         return  # validate names the bad argument
     for name, total, limit, key in (
