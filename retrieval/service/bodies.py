@@ -33,19 +33,40 @@ def describe_validation(errors: Any) -> RetrievalError:
     """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422."""
     for item in errors:
         if item.get("type") == "json_invalid":
-            where = item.get("ctx", {}).get("error", "")
-            return MalformedRequestError(f"request body is not valid JSON ({where}); send a "
-                                         f"JSON object with Content-Type: {JSON}")
-    parts = []
+            return MalformedRequestError(f"request body is not valid JSON "
+                                         f"({_json_problem(item)}); send a JSON object with "
+                                         f"Content-Type: {JSON}")
+    parts: list[str] = []
     for item in errors:
         field = ".".join(str(p) for p in item.get("loc", ())) or "body"
-        if item.get("type") == "extra_forbidden":
-            parts.append(f"unknown field {field!r}")
+        if item.get("loc", ())[:1] == ("filters",):
+            part = (f"filters must be a filter object, a DSL string or null, not "
+                    f"{json_type(item.get('input'))}; e.g. {{\"year\": {{\"gte\": 2010}}}} or "
+                    f"\"year >= 2010\"")
+        elif item.get("type") == "extra_forbidden":
+            part = f"unknown field {field!r}"
         elif item.get("type") == "missing":
-            parts.append(f"{field} is required")
+            part = f"{field} is required"
         else:
-            parts.append(f"{field}: {item.get('msg')}")
+            part = f"{field}: {item.get('msg')}"
+        if part not in parts:  # a union's branches each report the same wrong value
+            parts.append(part)
     return RequestFieldError("invalid request: " + "; ".join(parts[:10]))
+
+
+def _json_problem(item: Any) -> str:
+    problem = str(item.get("ctx", {}).get("error", ""))
+    if "hex escape" in problem:  # jiter's words for a lone surrogate such as \ud800
+        problem += (": a \\u escape must name a whole character, and half of a surrogate "
+                    "pair alone is not text")
+    return problem
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, as a client wrote it."""
+    names = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+             list: "an array", dict: "an object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def json_response(model: BaseModel, status: int = 200) -> Response:
