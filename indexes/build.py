@@ -23,6 +23,7 @@ from indexes.cpu import peak_rss_bytes
 from indexes.docstore import Document
 from indexes.encoders import Encoder, default_model_path
 from indexes.errors import CorpusError, RetrievalError
+from indexes.going_live import go_live
 from indexes.long_documents import (
     WindowReport,
     split_documents,
@@ -40,14 +41,12 @@ from indexes.manifest import (
     read_manifest,
     staging_dir,
 )
-from indexes.manifest import publish as publish_staged
 from indexes.metadata import MetadataIndex
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
 from indexes.vectors import VectorDtype, VectorStore, content_hashes, non_finite_row
-from indexes.wal.seal import retire
 
 log = logging.getLogger(__name__)
 
@@ -295,8 +294,7 @@ def build_index(
                          passages=passage_info, allow_new_fields=config.allow_new_fields,
                          live_writes=contract)
 
-    final = stage_and_place(root, build_id, write, publish)
-    retired = retire(root, log_seq) if publish else 0
+    final, retired = stage_and_place(root, build_id, write, publish)
     timer.lap("write+publish")
     given = len(docs) if vectors is not None else 0
     return BuildReport(build_id, final, len(docs), vectors_reused=reused,
@@ -333,17 +331,20 @@ def _rows_for(
 
 
 def stage_and_place(root: Path, build_id: str, write: Callable[[Path], None],
-                    publish: bool) -> Path:
-    """``write`` a build into a staging directory, then publish it (or place it, staged);
-    returns its final directory. A failure leaves nothing behind."""
+                    publish: bool) -> tuple[Path, int]:
+    """``write`` a build into a staging directory, then place it and, when ``publish``, make
+    it live; returns its final directory and the log segments deleted as folded. A failure
+    while writing leaves nothing behind; a refused publish (``LogGapError``) leaves the build
+    placed, staged."""
     root.mkdir(parents=True, exist_ok=True)
     with staging_dir(root, build_id) as staging:
         try:
             write(staging)
-            return (publish_staged if publish else place)(staging, root, build_id)
+            final = place(staging, root, build_id)
         except BaseException:
             discard(staging)
             raise
+    return final, go_live(root, build_id, "plain")[1] if publish else 0
 
 
 def passage_counter(passages: PassageConfig) -> TokenCounter:

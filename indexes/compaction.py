@@ -21,6 +21,7 @@ from indexes.ann import ANN_DIR
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
+from indexes.going_live import retire_folded
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
@@ -28,7 +29,6 @@ from indexes.storage import read_json
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_records_fit
 from indexes.wal.log import read_all
-from indexes.wal.seal import retire
 from indexes.wal.split import passage_config, passage_corpus
 from indexes.wal.state import Changes
 
@@ -70,7 +70,7 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     manifest = read_manifest(build)
     if writer.caught_up() <= manifest.log_seq:  # nothing to fold: keep the live build, but
         # retire what it folded (a compaction that stopped after publishing left it behind)
-        retired = retire(root, manifest.log_seq)
+        retired = retire_folded(root)
         return CompactionReport(manifest.build_id, manifest.log_seq, 0, manifest.n_docs,
                                 retired, round(time.perf_counter() - started, 3))
     folded = writer.rotate()

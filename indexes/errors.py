@@ -45,9 +45,10 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── FeatureConfigError        (retrieval.features) a view, store or weights setting
     │   ├── GateConfigError           (retrieval.publishing) a gate, canary or labeled-log file
     │   └── ServiceConfigError        (retrieval.service) a serve config file or override
-    ├── PublishError                  (indexes.publish) a publish or rollback cannot be done
-    │   ├── UnknownBuildError         the build id names no build under the root
-    │   └── NoRollbackTargetError     the flip history names no previously live build
+    ├── PublishError                  a publish or rollback cannot be done
+    │   ├── UnknownBuildError         (indexes.publish) the build id names no build under the root
+    │   ├── NoRollbackTargetError     (indexes.publish) no previously live build in the history
+    │   └── LogGapError               the build lacks live writes the log no longer holds
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
     ├── SearchAbandonedError          (retrieval.errors) the caller left; the queued search was
     │                                 dropped unrun (499 in the service)
@@ -132,6 +133,15 @@ class SchemaMismatchError(InvalidWriteError):
 class RequestReplayError(InvalidWriteError):
     """A write reuses the request id of an earlier, different write: a retry must resend the
     same documents (or ids), and a new write needs a new request id."""
+
+
+class PublishError(RetrievalError):
+    """A publish or rollback cannot be done as asked; the message says why and what to do."""
+
+
+class LogGapError(PublishError):
+    """The build to publish lacks writes that the live build holds and that the write-ahead
+    log no longer has: publishing it would lose them."""
 
 
 class WriterLockedError(RetrievalError):

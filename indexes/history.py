@@ -17,6 +17,8 @@ import fcntl
 import json
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -83,19 +85,24 @@ def append_record(root: Path, record: FlipRecord) -> None:
         os.close(fd)
 
 
-def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
-    """Record the flip, then replace ``CURRENT`` atomically (temp file, fsync, rename).
-
-    An exclusive lock on ``<root>/.flip.lock`` serializes flips from several processes, so each
-    record's ``previous`` is the build its own flip replaced.
-    """
-    root = Path(root)
-    with open(root / LOCK, "a") as lock:
+@contextmanager
+def flipping(root: Path) -> Iterator[None]:
+    """An exclusive lock on ``<root>/.flip.lock``: flips from several processes take turns, so
+    each record's ``previous`` is the build its own flip replaced, and what a flip decides from
+    the root's state (``indexes.going_live``) sees no other flip meanwhile."""
+    with open(Path(root) / LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
-                            previous=live_build_id(root), note=note)
-        append_record(root, record)
-        fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
+        yield
+
+
+def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
+    """Record the flip, then replace ``CURRENT`` atomically (temp file, fsync, rename). The
+    caller holds ``flipping(root)``."""
+    root = Path(root)
+    record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
+                        previous=live_build_id(root), note=note)
+    append_record(root, record)
+    fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
     return record
 
 

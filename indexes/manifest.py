@@ -32,7 +32,7 @@ from indexes.errors import (
     FormatVersionError,
     MissingArtifactError,
 )
-from indexes.history import flip, rollback_target
+from indexes.history import rollback_target
 from indexes.long_documents import WindowReport
 from indexes.passages import PassageInfo
 from indexes.storage import fsync_path, mint_id, read_json, sync_tree, write_json
@@ -246,13 +246,6 @@ def place(staging: Path, root: Path, build_id: str) -> Path:
     sync_tree(staging)
     os.replace(staging, final)
     fsync_path(final.parent)
-    return final
-
-
-def publish(staging: Path, root: Path, build_id: str) -> Path:
-    """Move a written build into place and flip ``CURRENT`` to it (a plain publish)."""
-    final = place(staging, root, build_id)
-    flip(root, build_id, "plain")
     return final
 
 

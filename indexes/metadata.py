@@ -217,6 +217,10 @@ class MetadataIndex:
         self.masks = MaskCache()
         # Rows of each document id (the ``id`` filter), set by the snapshot that owns this.
         self.ids: IdRows | None = None
+        # Rows that serve (a live snapshot's replaced base rows do not; None: every row), so
+        # a negation (ne, nin, exists: false) never counts a row that holds no value because
+        # it is gone.
+        self.live_rows: np.ndarray | None = None
 
     @classmethod
     def build(cls, records: Sequence[Mapping[str, Any]], ids: Sequence[str] | None = None,

@@ -14,12 +14,12 @@ from typing import Literal
 import numpy as np
 
 from indexes.docstore import DocStore
-from indexes.errors import ArtifactError, RetrievalError
+from indexes.errors import ArtifactError, PublishError
+from indexes.going_live import go_live
 from indexes.history import (
     FlipRecord,
     How,
     ever_live,
-    flip,
     live_build_id,
     read_history,
     rollback_target,
@@ -27,11 +27,6 @@ from indexes.history import (
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
 from indexes.passages import per_document
 from indexes.storage import load_array, tree_size
-from indexes.wal.seal import retire
-
-
-class PublishError(RetrievalError):
-    """A publish or rollback cannot be done as asked; the message says why and what to do."""
 
 
 class UnknownBuildError(PublishError):
@@ -69,13 +64,10 @@ def build_dir(root: Path, build_id: str) -> Path:
 
 def publish_build(root: Path, build_id: str, how: How = "plain", note: str = "") -> FlipRecord:
     """Verify every checksum of a placed build, then flip ``CURRENT`` to it and record how;
-    the log segments it folded are deleted then (``indexes.rebuild``)."""
+    ``LogGapError`` when the log no longer holds writes it lacks (``indexes.going_live``)."""
     directory = build_dir(root, build_id)
-    manifest = read_manifest(directory)
-    verify_build(directory, manifest)
-    record = flip(Path(root), build_id, how, note)
-    retire(Path(root), manifest.log_seq)
-    return record
+    verify_build(directory, read_manifest(directory))
+    return go_live(Path(root), build_id, how, note)[0]
 
 
 def rollback(root: Path, to: str | None = None) -> FlipRecord:

@@ -66,7 +66,6 @@ from indexes.sharding.layout import SHARDS_DIR, ShardEntry
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
 from indexes.vectors import content_hashes, non_finite_row
-from indexes.wal.seal import retire
 
 ShardRows = tuple[list[Document], np.ndarray]  # documents, float32 (n, dim) vectors
 ShardSource = Callable[[], ShardRows]
@@ -375,8 +374,7 @@ def build_streamed(
                      dict(collection.fields.kinds), log_seq=log_seq,
                      allow_new_fields=config.allow_new_fields, live_writes=contract)
 
-    final = stage_and_place(root, build_id, write, publish)
-    retired = retire(root, log_seq) if publish else 0
+    final, retired = stage_and_place(root, build_id, write, publish)
     laps["shards+publish"] = round(time.perf_counter() - began - sum(laps.values()), 3)
     n_docs = sum(s.n_rows for s in surveys)
     return BuildReport(build_id, final, n_docs, vectors_reused=0, vectors_encoded=0,

@@ -5,6 +5,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 """
 
 from indexes.distilled_encoder import DistilledEncoderError
+from indexes.errors import LogGapError
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
 from indexes.snapshot import (
@@ -115,6 +116,7 @@ __all__ = [
     "LimitExceededError",
     "Limits",
     "LogCorruptionError",
+    "LogGapError",
     "MalformedFilterError",
     "MalformedRequestError",
     "MissingArtifactError",

@@ -113,8 +113,9 @@ class RetrieverConfig(StrictConfig):
     )
     live_lag_seconds: float | None = Field(
         1.0, gt=0, le=60, description="writes to the index root's write-ahead log are "
-        "searchable within this lag (a background thread also hot-swaps builds compaction "
-        "publishes); None = only at load and refresh()")
+        "searchable within this lag (a background thread also hot-swaps every build "
+        "published under the root: compaction, gated publish, rollback); None = only at load "
+        "and refresh()")
     deadline_ms: float | None = Field(
         None, gt=0, le=86_400_000, allow_inf_nan=False, description="default per-search "
         "budget (at most a day); past it a search degrades (BM25-only ranking, cache/feature "

@@ -79,6 +79,8 @@ class Retriever:
             self._features.start()
         self._reloader: Any = None
         self._refused: tuple[str, int] | None = None  # the CURRENT a reload last refused
+        # The log thread and the reload poller both reload: one build is loaded once.
+        self._reload_lock = threading.Lock()
         # How a published build is opened: here (whole or sharded), or on Ray (``connect``).
         self._open: Callable[[Path], LoadedBuild] = functools.partial(
             open_build, verify=config.verify_checksums, mmap=config.mmap)
@@ -219,6 +221,11 @@ class Retriever:
         """
         if self.root is None:
             return False
+        with self._reload_lock:
+            return self._reload()
+
+    def _reload(self) -> bool:
+        assert self.root is not None
         marker = self._current_marker()
         if marker is not None and marker == self._refused:  # refused already: not every tick
             return False

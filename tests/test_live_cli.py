@@ -29,7 +29,11 @@ def test_upsert_delete_compact_round_trip(dataset, tmp_path, capsys):
     assert main(["compact", str(root)]) == 0
     assert "up to seq 2 folded" in capsys.readouterr().out
     manifest = read_manifest(resolve_build_dir(root))
-    assert manifest.n_docs == 48 and manifest.log_seq == 2 and read_all(root) == []
+    assert manifest.n_docs == 48 and manifest.log_seq == 2
+    assert len(read_all(root)) == 2  # kept while the build before is the rollback target
+    assert main(["upsert", str(root), "--corpus", str(corpus)]) == 0
+    assert main(["compact", str(root)]) == 0
+    assert [r.seq for r in read_all(root)] == [3]  # folded by both builds that may serve
 
 
 def test_bad_input_exits_2_and_writes_nothing(dataset, tmp_path, capsys):
@@ -95,8 +99,8 @@ def test_verify_checks_the_log_and_fails_on_a_damaged_record(dataset, tmp_path, 
 
 
 def test_a_compaction_retires_segments_a_stopped_one_left_behind(dataset, tmp_path, capsys):
-    """A compaction that published its build but stopped before retiring the folded segment:
-    the next one has nothing to fold and retires it."""
+    """A compaction that published its build but stopped before retiring: the next one has
+    nothing to fold and retires what the live build and its rollback target both hold."""
     from live_index import unit_vectors
 
     from indexes import Document
@@ -106,11 +110,13 @@ def test_a_compaction_retires_segments_a_stopped_one_left_behind(dataset, tmp_pa
     build_small(tmp_path, scifact_docs(dataset("scifact"), 20))
     with IndexWriter(tmp_path) as writer:
         writer.upsert([Document("c1", "compaction probe")], vectors=unit_vectors(1, 1))
-        (_, folded), = segments(tmp_path)
-        kept = folded.read_bytes()
         assert writer.compact().records_folded == 1
+        (_, folded), _ = segments(tmp_path)
+        kept = folded.read_bytes()
+        writer.upsert([Document("c2", "compaction probe two")], vectors=unit_vectors(1, 2))
+        assert writer.compact().records_folded == 1
+        assert len(segments(tmp_path)) == 2  # seq 1's segment went: both builds hold it
         folded.write_bytes(kept)  # as if the retire step never ran
-        assert len(segments(tmp_path)) == 2
         again = writer.compact()
     assert again.records_folded == 0 and again.segments_retired == 1
     assert folded.name not in [path.name for _, path in segments(tmp_path)]

@@ -212,3 +212,28 @@ def test_a_damaged_record_stops_the_log_loudly_and_the_last_good_state_serves(ro
                                                   query_vector=query_vector))
     with pytest.raises(LogCorruptionError):
         load(root)
+
+
+def test_negated_filters_count_only_the_documents_that_serve(root, docs):
+    """A replaced or deleted base row holds no value, so a negation matched it: the hits were
+    right, but ``allowed`` counted the gone rows too."""
+    query_vector = unit_vectors(1, 12)[0]
+    with load(root) as retriever, IndexWriter(root) as writer:
+        writer.delete([d.id for d in docs[10:15]])
+        writer.upsert([Document(docs[20].id, f"{NEEDLE} replaced", metadata={"year": 2001})],
+                      vectors=unit_vectors(1, 13))
+        retriever.refresh()
+        everything = retriever.search(NEEDLE, query_vector=query_vector, k=5).allowed
+        assert everything == 145
+        for spec in ({"department": {"ne": "no such department"}},
+                     {"department": {"nin": ["no such department"]}},
+                     {"$not": {"year": {"gte": 3000}}},
+                     "NOT (department = \"no such department\")"):
+            assert retriever.search(NEEDLE, filters=spec, query_vector=query_vector,
+                                    k=5).allowed == everything, spec
+        serving = [d for d in docs[:150] if d.id not in {x.id for x in docs[10:15]}
+                   and d.id != docs[20].id]  # and the new version, which has a year
+        yearless = sum(1 for d in serving if d.metadata.get("year") is None)
+        absent = retriever.search(NEEDLE, filters={"year": {"exists": False}},
+                                  query_vector=query_vector, k=5)
+        assert absent.allowed == yearless

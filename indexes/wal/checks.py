@@ -33,21 +33,17 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
     new to the index takes the kind its values in these documents make together, as a build
     infers it (dates and other strings make a keyword field), whatever their order."""
     docs = list(docs)
-    found: dict[str, set[FieldKind]] = {}
-    for doc in docs:
-        for name, value in doc.metadata.items():
-            kind = value_kind(value)
-            if name in kinds or kind is None or name == ID_FIELD:
-                continue
-            if not allow_new_fields:
-                raise SchemaMismatchError(
-                    f"document {doc.id!r}: metadata field {name!r} is not in the index's "
-                    f"schema ({describe_schema(kinds)}); fix the field name, or rebuild with "
-                    "allow_new_fields (retrieval build --allow-new-fields) so upserts may add "
-                    "fields", name)
-            found.setdefault(name, set()).add(kind)
+    if not allow_new_fields:
+        for doc in docs:
+            for name, value in doc.metadata.items():
+                if name not in kinds and name != ID_FIELD and value_kind(value) is not None:
+                    raise SchemaMismatchError(
+                        f"document {doc.id!r}: metadata field {name!r} is not in the index's "
+                        f"schema ({describe_schema(kinds)}); fix the field name, or rebuild "
+                        "with allow_new_fields (retrieval build --allow-new-fields) so "
+                        "upserts may add fields", name)
     merged = dict(kinds)
-    for name, seen in found.items():
+    for name, seen in new_fields(docs, kinds).items():
         kind = merge_kinds(seen)
         if kind is None:
             raise SchemaMismatchError(f"metadata field {name!r} mixes {sorted(seen)} values in "
@@ -58,6 +54,18 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
         for name, value in doc.metadata.items():
             field_kind(doc.id, name, value, merged.get(name), merged)
     return merged
+
+
+def new_fields(docs: Iterable[Document], kinds: Mapping[str, str]
+               ) -> dict[str, set[FieldKind]]:
+    """The kinds the values of each field ``kinds`` lacks imply, over ``docs`` together."""
+    found: dict[str, set[FieldKind]] = {}
+    for doc in docs:
+        for name, value in doc.metadata.items():
+            kind = value_kind(value)
+            if name not in kinds and kind is not None and name != ID_FIELD:
+                found.setdefault(name, set()).add(kind)
+    return found
 
 
 def describe_schema(kinds: Mapping[str, str]) -> str:
@@ -157,14 +165,14 @@ def check_unique(ids: list[str]) -> None:
 
 
 def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str, str]:
-    """Field kinds of the base build plus the fields the log's upserts added."""
+    """Field kinds of the base build plus the fields the log's upserts added, each decided
+    as the writer decided it: from the values of the write that added it, together."""
     kinds = dict(base)
     for record in records:
-        for doc in record.documents:
-            for name, value in doc.metadata.items():
-                kind: FieldKind | None = value_kind(value)
-                if kind is not None and name not in kinds:
-                    kinds[name] = kind
+        for name, seen in new_fields(record.documents, kinds).items():
+            kind = merge_kinds(seen)
+            if kind is not None:  # a logged write was checked: never None there
+                kinds[name] = kind
     return kinds
 
 

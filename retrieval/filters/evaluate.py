@@ -84,7 +84,10 @@ def _evaluate(filter: Filter, metadata: MetadataIndex) -> tuple[Mask, bool]:
                     mask, owned = combine(mask, child), True
             return mask, owned
         case Not(child):
-            return np.logical_not(_evaluate(child, metadata)[0]), True
+            mask = np.logical_not(_evaluate(child, metadata)[0])
+            if metadata.live_rows is not None:
+                mask &= metadata.live_rows
+            return mask, True
     if not _cacheable(filter):
         return _leaf_mask(filter, metadata), True
     entry = metadata.masks.get(filter)

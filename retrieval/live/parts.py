@@ -143,7 +143,10 @@ def live_metadata(base: MetadataIndex, alive: np.ndarray, delta: Sequence[Mappin
                       if field in base.kinds else np.full(n_base, np.nan))
             column[~alive] = np.nan
             columns[field] = np.concatenate([column, _delta_column(delta, field, kind)])
-    return MetadataIndex(n_base + len(delta), dict(kinds), keywords, columns)  # type: ignore[arg-type]
+    metadata = MetadataIndex(n_base + len(delta), dict(kinds), keywords, columns)  # type: ignore[arg-type]
+    if not alive.all():
+        metadata.live_rows = np.concatenate([alive, np.ones(len(delta), dtype=bool)])
+    return metadata
 
 
 def _keyword_postings(base: MetadataIndex, field: str, alive: np.ndarray,

@@ -3,11 +3,11 @@ fresh snapshot (``view.compose``) and swaps it in atomically, within ``live_lag_
 
 A background thread polls cheaply (a directory listing and a read from the last offset, every
 ``lag / 4``, at most 50 ms apart); ``apply_now`` does the same at once (``Retriever.refresh``).
-When a new build is published (seen by ``Retriever.reload``, or forced by a retired segment),
-``rebase`` serves it with only the records after the sequence
-number it folded (``manifest.log_seq``), in one swap: a write is never invisible, nor counted
-twice. A segment retired before this process read it is covered by that build: seeing one
-missing triggers the reload first.
+When a new build is published (seen by ``Retriever.reload``, which the background thread
+calls at every poll, or forced by a retired segment), ``rebase`` serves it with only the
+records after the sequence number it folded (``manifest.log_seq``), in one swap: a write is
+never invisible, nor counted twice. A segment retired before this process read it is covered
+by that build: seeing one missing triggers the reload first.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import numpy as np
 
 from indexes.errors import RetrievalError
 from indexes.wal import Changes, Record
-from indexes.wal.checks import check_records_fit
-from indexes.wal.log import read_from, segments
+from indexes.wal.checks import check_records_fit, merged_kinds
+from indexes.wal.log import LogCorruptionError, read_from, segments, wal_dir
 from retrieval.live.bm25_live import BaseTerms
 from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
 from retrieval.loaded_build import LoadedBuild
@@ -81,21 +81,33 @@ class LogFollower:
         self.base = base
         self._folded: Folded | None = None
         self._terms: BaseTerms | None = None
+        self._base_hashes: np.ndarray | None = None
         self.records: list[Record] = []
         self.applied_seq = base.manifest.log_seq
 
     # -- swaps -----------------------------------------------------------------------------
 
     def rebase(self, base: LoadedBuild) -> None:
-        """Serve a newly published build plus the records after the ones it folded."""
+        """Serve a newly published build plus the records after the ones it folded. A build
+        folding fewer than the one served (a rollback, or a staged build published after a
+        compaction) gets the records in between from the log again."""
         with self._lock:
+            folded_before = self.base.manifest.log_seq
             kept = [r for r in self.records if r.seq > base.manifest.log_seq]
             applied = max(self.applied_seq, base.manifest.log_seq)
             carried = self._carried_terms(base)
             self._set_base(base)
             self._terms = carried
-            self.records, self.applied_seq = kept, applied
-            self._publish()
+            if base.manifest.log_seq < folded_before:
+                self._position = (0, 0)
+                found = self._read_new()
+                if found is None:
+                    raise self._gap(base.manifest.log_seq)
+                kept = found
+                applied = max(applied, kept[-1].seq if kept else applied)
+            self.records = kept
+            self._publish(applied)
+            self.applied_seq = applied  # once served: ``wait_for_seq`` readers rely on it
 
     def check_fits(self, base: LoadedBuild) -> None:
         """Raise InvalidWriteError when the applied records cannot be served on ``base``
@@ -118,29 +130,65 @@ class LogFollower:
 
     def apply_now(self) -> bool:
         """Read and apply every new whole record; True when something was applied."""
+        applied = self._apply_new(reloaded=False)
+        if applied is None:  # a segment was retired: its records are in a newer build
+            self._reload()  # not under the lock: a reload takes the retriever's, then ours
+            applied = self._apply_new(reloaded=True)
+        return bool(applied)
+
+    def _apply_new(self, reloaded: bool) -> bool | None:
+        """Apply the records after ``applied_seq``: whether there were any, None when the
+        segment being read was retired (a reload must come first)."""
         with self._lock:
-            fresh = self._read_new()
-            if fresh is None:  # a segment was retired: its records are in a newer build
-                self._reload()
+            if reloaded:
                 self._position = (0, 0)
-                fresh = self._read_new() or []
+            position = self._position
+            fresh = self._read_new()
+            if fresh is None:
+                if reloaded:
+                    raise self._gap(self.applied_seq)
+                return None
             if not fresh:
                 return False
+            try:
+                self._publish(fresh[-1].seq, self.records + fresh)
+            except BaseException:
+                self._position = position  # read again at the next poll, which fails again
+                raise
             self.records.extend(fresh)
-            self._publish(fresh[-1].seq)
             # Only once the snapshot holding them serves: a reader that sees this seq
             # (read-your-writes, ``Retriever.wait_for_seq``) must find the writes served.
             self.applied_seq = fresh[-1].seq
             return True
 
-    def _publish(self, last_seq: int | None = None) -> None:
-        changes = Changes.of(self.records, after=self.base.manifest.log_seq)
-        changes.last_seq = self.applied_seq if last_seq is None else last_seq
-        if self.records and self._terms is None:
+    def _gap(self, after: int) -> LogCorruptionError:
+        """The log does not go on from the served build, even after a reload: records were
+        deleted unserved (no publish does that), and the writes after them wait."""
+        listed = segments(self.root)
+        starts = f"seq {listed[0][0]}" if listed else "nothing"
+        return LogCorruptionError(
+            f"the write-ahead log of {self.root} starts at {starts}, but the build served "
+            f"({self.base.build_id}) holds writes up to seq {after} only: the writes in "
+            "between are gone and later ones are not served. Publish a build that holds "
+            "them (compact, or build from your corpus)", wal_dir(self.root))
+
+    def _publish(self, last_seq: int | None = None, records: list[Record] | None = None) -> None:
+        records = self.records if records is None else records
+        if records and self._terms is None:
             self._terms = BaseTerms.of(self.base.docs, self.base.analyzer,
                                        self.base.bm25.vocab_list)
-        snapshot, self._folded = (compose(self.base, self._terms, changes, self._memo)
-                                  if self._terms is not None else (self.base, None))
+        if self._terms is None:  # nothing logged on this base yet
+            self._folded = None
+            self._serve(self.base)
+            return
+        changes = Changes.of(records, after=self.base.manifest.log_seq)
+        changes.last_seq = self.applied_seq if last_seq is None else last_seq
+        kinds = merged_kinds(self.base.metadata.kinds,
+                             [r for r in records if r.seq > self.base.manifest.log_seq])
+        if self._base_hashes is None:  # read once: a build deleted meanwhile stays readable
+            self._base_hashes = content_hashes_of(self.base)
+        snapshot, self._folded = compose(self.base, self._terms, changes, kinds,
+                                         self._base_hashes, self._memo)
         self._serve(snapshot)
 
     def _read_new(self) -> list[Record] | None:
@@ -178,6 +226,9 @@ class LogFollower:
         pause = self._interval
         while not self._stop.wait(pause) and self._serve_ref() is not None:
             try:
+                # A build published meanwhile (a compaction in another process, a gated
+                # publish, a rollback): its own log position is then read from its log_seq.
+                self._reload()
                 self._prepare_terms()
                 started = time.perf_counter()
                 applied = self.apply_now()

@@ -15,7 +15,6 @@ import numpy as np
 from indexes.bm25 import BM25Params
 from indexes.doc_ids import LiveIds
 from indexes.docstore import Document
-from indexes.metadata import value_kind
 from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
 from indexes.typos import LiveTypos, TypoIndex
@@ -69,22 +68,17 @@ class Folded:
     hashes: np.ndarray  # S16 (n_live,)
 
 
-def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMemo
-            ) -> tuple[LoadedBuild, Folded | None]:
+def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, kinds: dict[str, str],
+            base_hashes: np.ndarray, memo: TokenMemo) -> tuple[LoadedBuild, Folded | None]:
     """The snapshot serving ``base`` with ``changes`` applied (``base`` itself when the
-    changes touch nothing), and what a compaction of it would need to re-analyze nothing."""
+    changes touch nothing), and what a compaction of it would need to re-analyze nothing.
+    ``kinds``: the fields' kinds as the writer decided them (``merged_kinds``);
+    ``base_hashes``: the base's content hashes, held since it was loaded."""
     check_records_fit(base.manifest, changes)
     alive = alive_rows(base, changes)
     if not changes.upserts and alive.all():
         return base, None
     docs, delta = delta_rows(base, changes)
-    kinds = dict(base.metadata.kinds)
-    for doc in docs:
-        for name, value in doc.metadata.items():
-            if name not in kinds:
-                kind = value_kind(value)
-                if kind is not None:
-                    kinds[name] = kind
     vectors = LiveVectors(base.vectors, delta)
     n_live = int(alive.sum()) + len(docs)
     passages = live_passages(base, alive, changes)
@@ -95,7 +89,7 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, memo: TokenMe
     typos = base.bm25.typos
     if isinstance(typos, TypoIndex):  # the base's words and the live documents'
         bm25.typos = LiveTypos(typos, memo.words(), base.analyzer.stem)
-    hashes = np.concatenate([content_hashes_of(base)[alive],
+    hashes = np.concatenate([base_hashes[alive],
                              content_hashes([d.content for d in docs])])
     metadata = live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds)
     assert base.metadata.ids is not None  # set by every LoadedBuild

@@ -1,0 +1,77 @@
+"""Making a placed build live without losing a logged write, and deleting the log segments
+no build that may serve again still needs.
+
+A build folds the write-ahead log up to its ``log_seq``; a serving process applies the log's
+records after that number on top of it. So a build may go live only while the log still holds
+every record after its ``log_seq`` that the live build holds: a staged build published after a
+compaction, a compaction that finished after another one, and a rollback all go live with an
+older ``log_seq`` than the live build's, and the records in between are served from the log.
+For a rollback to find them, the log keeps the records the rollback target lacks (the build
+live before the live one) as well as those the live build lacks: at most one compaction's
+worth more.
+
+The check, the flip and the deletion run under the root's flip lock, so no flip comes between
+what the check read and what the deletion removes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from indexes.errors import ArtifactError, LogGapError
+from indexes.history import FlipRecord, How, flip, flipping, live_build_id, rollback_target
+from indexes.manifest import read_manifest
+from indexes.wal.log import segments
+from indexes.wal.seal import retire
+
+
+def go_live(root: Path, build_id: str, how: How, note: str = "") -> tuple[FlipRecord, int]:
+    """Flip ``CURRENT`` to a placed build, refused with ``LogGapError`` when the log no longer
+    holds writes it lacks; returns the flip and how many folded segments were deleted."""
+    root = Path(root)
+    with flipping(root):
+        check_log_holds(root, build_id)
+        record = flip(root, build_id, how, note)
+        return record, _retire_unneeded(root)
+
+
+def retire_folded(root: Path) -> int:
+    """Delete the segments whose records every build that may serve again holds."""
+    with flipping(root):
+        return _retire_unneeded(root)
+
+
+def check_log_holds(root: Path, build_id: str) -> None:
+    live = live_build_id(root)
+    if live is None or live == build_id:
+        return
+    needed = read_manifest(root / "builds" / build_id).log_seq
+    holds = _log_seq(root, live)
+    if holds is None or holds <= needed:
+        return
+    listed = segments(root)
+    if listed and listed[0][0] <= needed + 1:
+        return
+    oldest = f"seq {listed[0][0]}" if listed else "nothing (no log)"
+    raise LogGapError(
+        f"build {build_id!r} holds the log's writes up to seq {needed}, the live build "
+        f"{live!r} up to seq {holds}, and the log under {root} now starts at {oldest}: "
+        f"publishing {build_id!r} would lose the writes after seq {needed}. It stays placed, "
+        f"not live; build again from your corpus (its build seals the log where it starts) "
+        f"or keep the live build")
+
+
+def _retire_unneeded(root: Path) -> int:
+    kept = [seq for seq in (_log_seq(root, live_build_id(root)),
+                            _log_seq(root, rollback_target(root))) if seq is not None]
+    return retire(root, min(kept)) if kept else 0
+
+
+def _log_seq(root: Path, build_id: str | None) -> int | None:
+    """The ``log_seq`` of a placed build; None for no build, or one deleted since."""
+    if build_id is None:
+        return None
+    try:
+        return read_manifest(root / "builds" / build_id).log_seq
+    except ArtifactError:
+        return None

@@ -1,0 +1,178 @@
+"""Builds published under a root with live writes, in any order: a staged build published
+after a compaction, a rollback past one, a compaction published in another process while a
+retriever serves, and a new field's kind as every reader decides it. No acknowledged write is
+lost, and what cannot be published without losing one is refused (``LogGapError``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from live_index import INFO, build_small, scifact_docs, unit_vectors
+
+from indexes import Document, build_index
+from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir
+from indexes.publish import publish_build, rollback
+from indexes.wal import read_all
+from indexes.writer import IndexWriter
+from retrieval import LogGapError, Retriever
+
+NEEDLE = "zebrafish telomerase hibernation"
+
+
+@pytest.fixture(scope="module")
+def docs(dataset):
+    return scifact_docs(dataset("scifact"), 40)
+
+
+@pytest.fixture
+def root(tmp_path, docs) -> Path:
+    build_small(tmp_path, docs[:30])
+    return tmp_path
+
+
+def load(root: Path, **config) -> Retriever:
+    return Retriever.load(root, {"cache": {"backend": "none"}, "live_lag_seconds": None,
+                                 **config})
+
+
+def served(root: Path, ids: list[str]) -> list[bool]:
+    with load(root) as retriever:
+        return [doc is not None for doc in retriever.get_documents(ids)]
+
+
+def until(condition, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert condition()
+
+
+def upsert(writer: IndexWriter, doc_id: str, seed: int, **metadata) -> int:
+    return writer.upsert([Document(doc_id, f"{NEEDLE} {doc_id}", metadata=metadata)],
+                         vectors=unit_vectors(1, seed))
+
+
+def staged_build(root: Path, docs: list[Document]) -> str:
+    """A nightly build of ``docs`` placed, not published (as a gated publish stages it)."""
+    report = build_index(docs, root, vectors=unit_vectors(len(docs), 1), encoder_info=INFO,
+                         progress=False, dense="exact", publish=False)
+    return report.build_id
+
+
+def test_a_staged_build_published_after_a_compaction_serves_the_writes_in_between(root, docs):
+    with IndexWriter(root) as writer:
+        upsert(writer, "before-seal", 1)
+        staged = staged_build(root, docs[:30])  # seals the log at seq 1
+        upsert(writer, "after-seal", 2)
+        writer.delete([docs[4].id])
+        assert writer.compact().log_seq == 3
+    publish_build(root, staged, "gate")
+    assert read_manifest(resolve_build_dir(root)).log_seq == 1
+    assert served(root, ["after-seal", docs[4].id]) == [True, False]
+    with IndexWriter(root) as writer:
+        seq = upsert(writer, "later", 3)
+    with load(root) as retriever:
+        assert retriever.applied_seq == seq
+        assert retriever.get_documents(["later"])[0] is not None
+
+
+def test_a_rollback_past_a_compaction_keeps_the_live_writes(root, docs):
+    with load(root, live_lag_seconds=0.05) as retriever:
+        with IndexWriter(root) as writer:
+            upsert(writer, "day-edit", 1)
+            writer.delete([docs[3].id])
+            writer.compact()
+            upsert(writer, "after-compaction", 2)
+        before = rollback(root)
+        assert before.how == "rollback"
+        with IndexWriter(root) as writer:
+            seq = upsert(writer, "after-rollback", 3)
+        retriever.wait_for_seq(seq)
+        found = retriever.get_documents(["day-edit", docs[3].id, "after-compaction",
+                                         "after-rollback"])
+        assert [d is not None for d in found] == [True, False, True, True]
+        assert retriever.build_id == before.build_id  # the rollback was followed
+    # A process starting now reads the day's edits from the log too.
+    assert served(root, ["day-edit", docs[3].id, "after-compaction", "after-rollback"]) == \
+        [True, False, True, True]
+
+
+def test_a_publish_that_would_lose_writes_is_refused_and_the_live_build_serves_on(root,
+                                                                                   docs):
+    first = resolve_build_dir(root).name
+    with IndexWriter(root) as writer:
+        upsert(writer, "one", 1)
+        writer.compact()
+        upsert(writer, "two", 2)
+        writer.compact()  # seq 1 is in both builds that may serve again: its segment goes
+    assert [r.seq for r in read_all(root)] == [2]
+    live = resolve_build_dir(root)
+    with pytest.raises(LogGapError, match="would lose the writes after seq 0"):
+        rollback(root, to=first)
+    assert resolve_build_dir(root) == live
+    assert served(root, ["one", "two"]) == [True, True]
+
+
+def test_a_retriever_follows_a_compaction_published_by_another_writer(root, docs):
+    """The log thread reloads when CURRENT changes, not only when a segment it read is
+    gone; the build it served may then be deleted (gc) and writes still apply."""
+    with load(root, live_lag_seconds=0.05) as retriever:
+        with IndexWriter(root) as writer:
+            upsert(writer, "w1", 1)
+            until(lambda: retriever.applied_seq == 1)
+            writer.compact()
+            upsert(writer, "w2", 2)
+            report = writer.compact()
+        until(lambda: retriever.build_id == report.build_id)  # no refresh: the thread did
+        collect_garbage(root, keep=1)
+        with IndexWriter(root) as writer:
+            seq = upsert(writer, "w3", 3)
+        until(lambda: retriever.applied_seq == seq)
+        assert retriever.log_failure is None
+        assert [d is not None for d in retriever.get_documents(["w1", "w2", "w3"])] == \
+            [True, True, True]
+
+
+def test_a_new_fields_kind_is_the_one_its_write_made_for_every_reader(tmp_path, docs):
+    build_small(tmp_path, docs[:30], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("a", "dated text", metadata={"src": "2020-01-01"}),
+                       Document("b", "web text", metadata={"src": "web"})],
+                      vectors=unit_vectors(2, 5))
+    with IndexWriter(tmp_path) as reopened:  # a new writer reads the kind from the log
+        assert reopened.kinds["src"] == "keyword"
+        reopened.upsert([Document("c", "news text", metadata={"src": "news"})],
+                        vectors=unit_vectors(1, 6))
+    with load(tmp_path) as retriever:
+        assert retriever.snapshot.metadata.kinds["src"] == "keyword"
+        hits = retriever.search("text", filters={"src": {"in": ["web", "news"]}}, k=10,
+                                query_vector=unit_vectors(1, 7)[0])
+        assert sorted(h.doc_id for h in hits.hits) == ["b", "c"]
+
+
+def test_a_write_that_fails_to_apply_stays_failed_until_it_applies(root, monkeypatch):
+    """The records a failed apply read are read again at the next poll: the failure stays
+    reported (``log_failure``, /readyz) instead of clearing while the write goes unserved."""
+    import retrieval.live.tracker as tracker
+
+    real = tracker.compose
+    broken = {"on": True}
+
+    def compose(*args, **kwargs):
+        if broken["on"]:
+            raise OSError("disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker, "compose", compose)
+    with load(root, live_lag_seconds=0.05) as retriever:
+        with IndexWriter(root) as writer:
+            seq = upsert(writer, "stuck", 1)
+        time.sleep(0.5)  # ten polls
+        assert retriever.log_failure is not None and "disk went away" in retriever.log_failure
+        assert retriever.applied_seq == 0
+        broken["on"] = False
+        until(lambda: retriever.applied_seq == seq)
+        assert retriever.get_documents(["stuck"])[0] is not None
+        assert retriever.log_failure is None
