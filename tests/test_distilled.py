@@ -127,6 +127,17 @@ def test_the_retriever_says_which_encoder_ran_and_keys_the_cache_by_it(small_roo
         assert result.query_encoder == fast.encoder.encoder_id
         assert (result.cache.result, result.cache.embedding) == ("miss", "miss")
         assert fast.search(QUERIES[0]).cache.result == "hit"
+        embedded = fast.search(QUERIES[0], k=3)  # another result, the cached embedding
+        assert embedded.cache.embedding == "hit"
+        assert embedded.query_encoder == fast.encoder.encoder_id
+        batch = fast.search_batch([QUERIES[0], QUERIES[2]], k=4)
+        assert [r.cache.embedding for r in batch] == ["hit", "miss"]
+        assert {r.query_encoder for r in batch} == {fast.encoder.encoder_id}
+        alone = Retriever.load(small_root, {"encoder_backend": "distilled",
+                                            "cache": {"backend": "none"}})
+        with alone:
+            assert {r.query_encoder for r in alone.search_batch(QUERIES[:2])} == \
+                {fast.encoder.encoder_id}
         given = fast.search(QUERIES[1], query_vector=fast.encoder.encode([QUERIES[1]])[0])
         assert given.query_encoder is None  # the caller's vector: no encoder ran
     finally:

@@ -295,6 +295,8 @@ HOSTILE = [
     ("key in another scheme", "GET", "/v1/index", {"headers": {"authorization": f"Basic {KEY}"}},
      None, 401, "AuthenticationError"),
     ("unknown route", "GET", "/v2/everything", {}, True, 404, "NotFoundError"),
+    ("trailing slash", "POST", "/v1/search/", {"json": {"query": "x"}}, True, 404,
+     "NotFoundError"),
     ("wrong method", "GET", "/v1/search", {}, True, 405, "NotFoundError"),
 ]
 

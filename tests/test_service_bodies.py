@@ -1,14 +1,19 @@
-"""What the service says about a body it cannot take, without a server: the words a client
-reads in a 400 or 422."""
+"""What the service makes of a body, without a server: the words a client reads in a 400 or
+422, and the vectors of a write."""
 
 from __future__ import annotations
 
+import base64
+
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from indexes.errors import InvalidWriteError
 from retrieval.service.bodies import describe_validation
 from retrieval.service.errors import MalformedRequestError, RequestFieldError
-from retrieval.service.schemas import BatchBody, SearchBody
+from retrieval.service.schemas import BatchBody, SearchBody, WriteDocument
+from retrieval.service.writes import given_vectors
 
 
 def message_for(model: type[SearchBody] | type[BatchBody], raw: bytes) -> Exception:
@@ -45,3 +50,19 @@ def test_a_lone_surrogate_escape_is_named_as_such() -> None:
 def test_plain_bad_json_is_not_blamed_on_surrogates() -> None:
     error = message_for(SearchBody, b'{"query": ')
     assert isinstance(error, MalformedRequestError) and "surrogate" not in str(error)
+
+
+@pytest.mark.parametrize("vectors", [["AAAA"], ["AAAAAAAA", "AAAAAAAA"]])
+def test_base64_vectors_not_of_whole_float32_rows_are_a_write_error(vectors: list[str]) -> None:
+    """3 bytes; and 2 rows of 6 bytes, whose 12 bytes are 3 floats but no 2 equal rows."""
+    documents = [WriteDocument(id=f"d{i}", text="x", vector=v) for i, v in enumerate(vectors)]
+    with pytest.raises(InvalidWriteError, match="not a whole number of float32 values"):
+        given_vectors(documents)
+
+
+def test_base64_rows_decode_in_one_go_as_float32() -> None:
+    rows = np.arange(6, dtype="<f4").reshape(2, 3)  # 12 bytes a row: 16 characters
+    documents = [WriteDocument(id=f"d{i}", text="x",
+                               vector=base64.b64encode(row.tobytes()).decode())
+                 for i, row in enumerate(rows)]
+    assert np.array_equal(given_vectors(documents), rows)

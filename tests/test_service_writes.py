@@ -145,6 +145,7 @@ def test_scopes_limits_and_malformed_writes_log_nothing(written, corpus, encoder
         for bad, kind in [({**doc, "text": " "}, "InvalidWriteError"),
                           ({**doc, "vector": doc["vector"][:10]}, "InvalidWriteError"),
                           ({**doc, "vector": "not base64!"}, "InvalidWriteError"),
+                          ({**doc, "vector": "AAAA"}, "InvalidWriteError"),  # 3 bytes
                           ({**doc, "metadata": {"departmnet": "x"}}, "SchemaMismatchError"),
                           ({**doc, "metadata": {"year": "recent"}}, "SchemaMismatchError"),
                           ({**doc, "colour": "red"}, "RequestFieldError")]:

@@ -159,7 +159,10 @@ def run_pipeline(
                                                  strict=True)]
     timer.lap("hydrate")
     degraded.extend(snapshot.degradations())
-    provided = embed_ms is None and query_vector is not None
+    # A vector from the cache or a batch's one encoder call comes with its status; without
+    # one, a vector that took no encode time was the caller's.
+    provided = embed_status == "provided" if embed_status is not None else \
+        embed_ms is None and query_vector is not None
     status: Any = embed_status or ("provided" if provided else "miss")
     result = SearchResult(
         query=request.query, hits=hits, timings=timer.finish(), build_id=snapshot.build_id,

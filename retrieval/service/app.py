@@ -90,6 +90,9 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
               + (console_routes(state, sides) if sides is not None else []))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RetrievalError: _retrieval_error, HTTPException: _http_error, Exception: _unexpected})
+    # An unknown path is a JSON 404 like any other, not a redirect to the path without its
+    # trailing slash (built from the request's scheme: plain http behind a TLS proxy).
+    app.router.redirect_slashes = False
     app.state.service = state
     app.add_middleware(Guard, keys=keys if keys is not None else load_api_keys(settings),
                        metrics=metrics, max_body_bytes=settings.max_body_bytes,

@@ -142,11 +142,11 @@ def given_vectors(documents: list[WriteDocument]) -> np.ndarray | None:
     if (len(strings) == len(documents) and len(strings[0]) % 4 == 0
             and all(len(s) == len(strings[0]) and "=" not in s for s in strings)):
         try:  # unpadded base64 rows join into one: one decode for the whole batch
-            joined = np.frombuffer(base64.b64decode("".join(strings), validate=True), "<f4")
+            raw = base64.b64decode("".join(strings), validate=True)
         except binascii.Error:
-            joined = None
-        if joined is not None:
-            return joined.reshape(len(documents), -1).astype(np.float32)
+            raw = b""
+        if raw and len(raw) % (4 * len(documents)) == 0:  # else as_row names the bad row
+            return np.frombuffer(raw, "<f4").reshape(len(documents), -1).astype(np.float32)
     rows = [as_row(d.id, d.vector) for d in documents]
     if len({row.shape[0] for row in rows}) != 1:
         raise InvalidWriteError("the documents' vectors differ in length: each must have the "
