@@ -9,6 +9,7 @@ itself (``indexes.rebuild``).
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ from indexes.ann import ANN_DIR
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
-from indexes.going_live import retire_folded
+from indexes.errors import LiveBuildChangedError
+from indexes.going_live import go_live, retire_folded
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
@@ -49,6 +51,9 @@ class Folder(Protocol):
     def tokenizer_dir(self) -> Path: ...
 
 
+ATTEMPTS = 3  # a compaction started again from a build published while it ran
+
+
 @dataclass(frozen=True)
 class CompactionReport:
     build_id: str
@@ -62,9 +67,22 @@ class CompactionReport:
 def compact(writer: Folder, progress: bool = False) -> CompactionReport:
     """Fold every record acknowledged so far into a new published build (vectors reused).
 
-    Writes made while it runs go to a new segment and stay in the log for the next one.
+    Writes made while it runs go to a new segment and stay in the log for the next one. A
+    build published meanwhile by another process (a gated nightly build, a rollback) is not
+    undone: the compaction starts again from it, a few times at most
+    (``LiveBuildChangedError`` then).
     """
-    started = time.perf_counter()
+    started, attempt = time.perf_counter(), 1
+    while True:
+        try:
+            return _compact_once(writer, progress, started)
+        except LiveBuildChangedError:
+            if attempt == ATTEMPTS:
+                raise
+            attempt += 1
+
+
+def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionReport:
     root = writer.root
     build = resolve_build_dir(root)
     manifest = read_manifest(build)
@@ -89,12 +107,17 @@ def compact(writer: Folder, progress: bool = False) -> CompactionReport:
                          allow_new_fields=manifest.allow_new_fields)
     parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
-                         config=config, progress=progress, log_seq=folded,
+                         config=config, progress=progress, log_seq=folded, publish=False,
                          shards=len(parts) if is_sharded(build) else None,
                          dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
+    try:
+        _, retired = go_live(root, report.build_id, "plain", replaces=manifest.build_id)
+    except LiveBuildChangedError:
+        shutil.rmtree(report.path, ignore_errors=True)  # made from a build no longer live
+        raise
     writer.reopen()
-    return CompactionReport(report.build_id, folded, len(records), report.n_docs,
-                            report.segments_retired, round(time.perf_counter() - started, 3))
+    return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
+                            round(time.perf_counter() - started, 3))
 
 
 def _live_corpus(build: Path, changes: Changes) -> tuple[list[Document], np.ndarray]:

@@ -48,7 +48,8 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── PublishError                  a publish or rollback cannot be done
     │   ├── UnknownBuildError         (indexes.publish) the build id names no build under the root
     │   ├── NoRollbackTargetError     (indexes.publish) no previously live build in the history
-    │   └── LogGapError               the build lacks live writes the log no longer holds
+    │   ├── LogGapError               the build lacks live writes the log no longer holds
+    │   └── LiveBuildChangedError     the build it was made from is no longer live
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
     ├── SearchAbandonedError          (retrieval.errors) the caller left; the queued search was
     │                                 dropped unrun (499 in the service)
@@ -142,6 +143,11 @@ class PublishError(RetrievalError):
 class LogGapError(PublishError):
     """The build to publish lacks writes that the live build holds and that the write-ahead
     log no longer has: publishing it would lose them."""
+
+
+class LiveBuildChangedError(PublishError):
+    """Another build went live while one made from the live build was written (a compaction
+    during a publish or rollback): publishing it would undo that flip."""
 
 
 class WriterLockedError(RetrievalError):

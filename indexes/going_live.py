@@ -16,23 +16,51 @@ what the check read and what the deletion removes.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
-from indexes.errors import ArtifactError, LogGapError
-from indexes.history import FlipRecord, How, flip, flipping, live_build_id, rollback_target
+from indexes.errors import ArtifactError, LiveBuildChangedError, LogGapError
+from indexes.history import (
+    FlipRecord,
+    How,
+    flip,
+    flipping,
+    latest_flip_to,
+    live_build_id,
+    rollback_target,
+)
 from indexes.manifest import read_manifest
 from indexes.wal.log import segments
 from indexes.wal.seal import retire
 
 
-def go_live(root: Path, build_id: str, how: How, note: str = "") -> tuple[FlipRecord, int]:
-    """Flip ``CURRENT`` to a placed build, refused with ``LogGapError`` when the log no longer
-    holds writes it lacks; returns the flip and how many folded segments were deleted."""
+def go_live(root: Path, build_id: str, how: How, note: str = "",
+            replaces: str | None = None) -> tuple[FlipRecord, int]:
+    """Flip ``CURRENT`` to a placed build; returns the flip and how many folded segments were
+    deleted. Refused with ``LogGapError`` when the log no longer holds writes it lacks, and
+    with ``LiveBuildChangedError`` when ``replaces`` (the build it was made from) is no longer
+    live. The live build itself (a retried publish, or a rollback another one did first)
+    flips nothing: its flip record stays the one that made it live."""
     root = Path(root)
     with flipping(root):
-        check_log_holds(root, build_id)
+        live = live_build_id(root)
+        if live is not None and live == build_id:
+            return _already_live(root, build_id, how), 0
+        if replaces is not None and live != replaces:
+            raise LiveBuildChangedError(
+                f"build {build_id!r} was made from {replaces!r}, but {live!r} went live under "
+                f"{root} meanwhile; publishing it would undo that. It stays placed, not live")
+        check_log_holds(root, build_id, live)
         record = flip(root, build_id, how, note)
         return record, _retire_unneeded(root)
+
+
+def _already_live(root: Path, build_id: str, how: How) -> FlipRecord:
+    made_live = latest_flip_to(root, build_id)
+    if made_live is not None:
+        return made_live
+    return FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
+                      note="already live")
 
 
 def retire_folded(root: Path) -> int:
@@ -41,9 +69,8 @@ def retire_folded(root: Path) -> int:
         return _retire_unneeded(root)
 
 
-def check_log_holds(root: Path, build_id: str) -> None:
-    live = live_build_id(root)
-    if live is None or live == build_id:
+def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
+    if live is None:
         return
     needed = read_manifest(root / "builds" / build_id).log_seq
     holds = _log_seq(root, live)

@@ -134,8 +134,10 @@ def rollback_target(root: Path) -> str | None:
     live = live_build_id(root)
     if live is None:
         return None
-    record = latest_flip_to(root, live)
-    return record.previous if record is not None and record.previous != live else None
+    for record in reversed(read_history(root)):  # a flip onto itself names no other build
+        if record.build_id == live and record.previous not in (None, live):
+            return record.previous
+    return None
 
 
 def ever_live(root: Path) -> set[str]:

@@ -5,7 +5,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 """
 
 from indexes.distilled_encoder import DistilledEncoderError
-from indexes.errors import LogGapError
+from indexes.errors import LiveBuildChangedError, LogGapError
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
 from indexes.snapshot import (
@@ -115,6 +115,7 @@ __all__ = [
     "InvalidWriteError",
     "LimitExceededError",
     "Limits",
+    "LiveBuildChangedError",
     "LogCorruptionError",
     "LogGapError",
     "MalformedFilterError",

@@ -178,9 +178,9 @@ class Retriever:
 
     @property
     def build_id(self) -> str:
-        """The live build (a result's ``build_id`` adds the applied log position: ``+seq``)."""
-        log = self._log
-        return log.base.build_id if log is not None else self._live.snapshot.build_id
+        """The build served (a result's ``build_id`` adds the applied log position: ``+seq``);
+        it changes with the swap that serves a new build, not before."""
+        return self._live.snapshot.build_id.partition("+")[0]
 
     @property
     def snapshot(self) -> LoadedBuild:
@@ -227,7 +227,7 @@ class Retriever:
     def _reload(self) -> bool:
         assert self.root is not None
         marker = self._current_marker()
-        if marker is not None and marker == self._refused:  # refused already: not every tick
+        if marker == self._refused:  # refused already: not every tick
             return False
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
@@ -239,31 +239,32 @@ class Retriever:
             self._named.bind(fresh.metadata)  # a build that cannot serve a named filter: refused
             if self._log is not None:
                 self._log.check_fits(fresh)
+            swap_started = time.monotonic()
+            if self._log is not None:  # the new build plus the log records it did not fold
+                self._log.rebase(fresh)  # refused when the log cannot complete it
+            else:
+                self._serve(fresh)
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})
             self._refused = marker
             return False
-        swap_started = time.monotonic()
-        if self._log is not None:  # the new build plus the log records it did not fold
-            self._log.rebase(fresh)
-        else:
-            self._serve(fresh)
         self.reload_events.append({"event": "loaded", "build_id": fresh.build_id,
                                    "swapped_at": (swap_started, time.monotonic()),
                                    **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
 
-    def _current_marker(self) -> tuple[str, int] | None:
-        """(what ``CURRENT`` says, its mtime) under the root; None for a build directory. A
-        refused build is checked again only once ``CURRENT`` is rewritten."""
+    def _current_marker(self) -> tuple[str, int]:
+        """(what ``CURRENT`` says, its mtime) under the root, ("", 0) where it cannot be read
+        (a build directory has none). A refused build is checked again only once ``CURRENT``
+        is rewritten."""
         assert self.root is not None
         try:
             current = self.root / CURRENT
             return current.read_text(encoding="utf-8"), current.stat().st_mtime_ns
         except OSError:
-            return None
+            return ("", 0)  # unreadable: refused once, checked again once it is back
 
     def _serve(self, snapshot: LoadedBuild) -> None:
         """Serve ``snapshot`` (a build, or a build plus its live delta), every named filter's

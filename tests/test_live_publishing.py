@@ -176,3 +176,101 @@ def test_a_write_that_fails_to_apply_stays_failed_until_it_applies(root, monkeyp
         until(lambda: retriever.applied_seq == seq)
         assert retriever.get_documents(["stuck"])[0] is not None
         assert retriever.log_failure is None
+
+
+def test_a_compaction_does_not_undo_a_build_published_while_it_ran(root, docs, monkeypatch):
+    """Another process publishes a nightly build while the compaction writes its own: the
+    compaction starts again from the nightly build instead of flipping back over it."""
+    import indexes.compaction as compaction
+
+    nightly = staged_build(root, docs[:30] + docs[30:35])  # five documents more
+    real = compaction.build_index
+    published: list[str] = []
+
+    def build_then_publish_elsewhere(*args, **kwargs):
+        report = real(*args, **kwargs)
+        if not published:
+            published.append(publish_build(root, nightly, "gate").build_id)
+        return report
+
+    monkeypatch.setattr(compaction, "build_index", build_then_publish_elsewhere)
+    with IndexWriter(root) as writer:
+        upsert(writer, "live-edit", 1)
+        report = writer.compact()
+    assert published == [nightly]
+    assert read_manifest(resolve_build_dir(root)).build_id == report.build_id
+    assert served(root, [docs[32].id, "live-edit"]) == [True, True]
+    assert len(list((root / "builds").iterdir())) == 3  # the discarded attempt is gone
+
+
+def test_publishing_the_live_build_again_flips_nothing(root, docs):
+    with IndexWriter(root) as writer:
+        upsert(writer, "one", 1)
+        writer.compact()
+        upsert(writer, "two", 2)
+        writer.compact()
+    live = resolve_build_dir(root).name
+    from indexes.history import read_history, rollback_target
+
+    before, target = read_history(root), rollback_target(root)
+    logged = [r.seq for r in read_all(root)]
+    assert publish_build(root, live, "gate").build_id == live
+    assert read_history(root) == before and rollback_target(root) == target
+    assert [r.seq for r in read_all(root)] == logged  # the rollback target's writes stay
+
+
+def test_the_swap_to_a_new_build_raises_the_served_seq_only_once_it_serves(root,
+                                                                          monkeypatch):
+    """``wait_for_seq`` must never pass before the write is served: during the swap to a
+    compacted build, ``applied_seq`` and ``build_id`` still name what serves."""
+    seen: list[tuple[int, str]] = []
+    real = Retriever._serve
+
+    def serve(self, snapshot):
+        seen.append((self.applied_seq, self.build_id))
+        real(self, snapshot)
+
+    monkeypatch.setattr(Retriever, "_serve", serve)
+    with load(root) as retriever:
+        first = retriever.build_id
+        with IndexWriter(root) as writer:
+            upsert(writer, "a", 1)
+            retriever.refresh()
+            upsert(writer, "b", 2)
+            report = writer.compact()  # folds seq 2, which this retriever has not read
+        seen.clear()
+        assert retriever.refresh()
+        assert seen[0] == (1, first)  # at the swap, the old state is what is reported
+        assert (retriever.applied_seq, retriever.build_id) == (2, report.build_id)
+
+
+def test_a_failing_apply_backs_off_instead_of_composing_every_poll(root, monkeypatch):
+    import retrieval.live.tracker as tracker
+
+    calls: list[float] = []
+
+    def compose(*args, **kwargs):
+        calls.append(time.monotonic())
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(tracker, "compose", compose)
+    with load(root, live_lag_seconds=1.0) as retriever:
+        with IndexWriter(root) as writer:
+            upsert(writer, "stuck", 1)
+        time.sleep(2.0)  # 40 polls at the 50 ms interval
+        assert retriever.log_failure is not None
+    assert 1 <= len(calls) <= 10, len(calls)
+
+
+def test_a_missing_current_is_refused_once_not_at_every_poll(root, caplog):
+    with load(root, live_lag_seconds=0.05) as retriever:
+        current = root / "CURRENT"
+        kept = current.read_bytes()
+        current.unlink()
+        time.sleep(0.5)  # ten polls
+        refused = [e for e in retriever.reload_events if e["event"] == "refused"]
+        current.write_bytes(kept)
+        assert len(refused) == 1
+        with IndexWriter(root) as writer:
+            seq = upsert(writer, "after", 1)
+        until(lambda: retriever.applied_seq == seq)

@@ -77,37 +77,42 @@ class LogFollower:
             return False
         return bool(reload())
 
-    def _set_base(self, base: LoadedBuild) -> None:
+    def _set_base(self, base: LoadedBuild, applied_seq: int | None = None) -> None:
         self.base = base
         self._folded: Folded | None = None
         self._terms: BaseTerms | None = None
         self._base_hashes: np.ndarray | None = None
         self.records: list[Record] = []
-        self.applied_seq = base.manifest.log_seq
+        self.applied_seq = base.manifest.log_seq if applied_seq is None else applied_seq
 
     # -- swaps -----------------------------------------------------------------------------
 
     def rebase(self, base: LoadedBuild) -> None:
         """Serve a newly published build plus the records after the ones it folded. A build
         folding fewer than the one served (a rollback, or a staged build published after a
-        compaction) gets the records in between from the log again."""
+        compaction) gets the records in between from the log again. ``applied_seq`` rises
+        only once the new snapshot serves: ``wait_for_seq`` readers rely on it."""
         with self._lock:
-            folded_before = self.base.manifest.log_seq
-            kept = [r for r in self.records if r.seq > base.manifest.log_seq]
-            applied = max(self.applied_seq, base.manifest.log_seq)
+            log_seq, served = base.manifest.log_seq, self.applied_seq
+            lower = log_seq < self.base.manifest.log_seq
+            if lower:
+                self._check_log_from(log_seq)  # before anything changes: the old one serves on
+            kept = [r for r in self.records if r.seq > log_seq]
             carried = self._carried_terms(base)
-            self._set_base(base)
+            self._set_base(base, applied_seq=served)
             self._terms = carried
-            if base.manifest.log_seq < folded_before:
+            if lower:
                 self._position = (0, 0)
-                found = self._read_new()
-                if found is None:
-                    raise self._gap(base.manifest.log_seq)
-                kept = found
-                applied = max(applied, kept[-1].seq if kept else applied)
+                kept = self._read_new() or []
+            applied = max(served, log_seq, kept[-1].seq if kept else 0)
             self.records = kept
             self._publish(applied)
-            self.applied_seq = applied  # once served: ``wait_for_seq`` readers rely on it
+            self.applied_seq = applied
+
+    def _check_log_from(self, log_seq: int) -> None:
+        listed = segments(self.root)
+        if listed and listed[0][0] > log_seq + 1:
+            raise self._gap(log_seq)
 
     def check_fits(self, base: LoadedBuild) -> None:
         """Raise InvalidWriteError when the applied records cannot be served on ``base``
@@ -240,6 +245,8 @@ class LogFollower:
                 if str(exc) != self.failure:  # once per distinct failure, not every poll
                     log.error("applying the write-ahead log of %s failed: %s", self.root, exc)
                 self.failure = str(exc)
+                # Each retry composes the failed batch again: back off to the lag.
+                pause = min(max(pause, self._interval) * 2, self._lag)
 
     def _pause_after(self, composing: float) -> float:
         """The wait before the next poll: the poll interval, or under a stream of writes
