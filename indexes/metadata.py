@@ -59,6 +59,25 @@ def date_seconds(value: str) -> float:
     return parsed.timestamp()
 
 
+EXACT_INTEGERS = 2 ** 53  # float64 holds every integer up to this exactly, not all past it
+
+
+def inexact_number(value: Any) -> str | None:
+    """Why a number field cannot hold ``value`` exactly (an integer float64 rounds, so a
+    filter on it would match its neighbours), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or \
+            -EXACT_INTEGERS <= value <= EXACT_INTEGERS:
+        return None
+    try:
+        if int(float(value)) == int(value):
+            return None
+    except OverflowError:
+        pass  # past any float: refused for that elsewhere
+    return (f"{int(value)} is an integer a number field cannot hold exactly (past 2**53 "
+            f"float64 rounds it, and a filter on it would match its neighbours); store it as "
+            f"a string to filter on it exactly")
+
+
 def keyword_value(value: Any) -> str:
     """The indexed form of a keyword value (booleans become ``true``/``false``): a string's
     own characters, as JSON stores it, also for a subclass whose ``str()`` says otherwise
@@ -382,10 +401,17 @@ def _keyword_postings(column: list[Any], values: list[str] | None = None
 def _column(column: list[Any], field: str, kind: FieldKind) -> np.ndarray:
     fast = date_seconds if kind == "date" else float
     try:
-        return np.array([np.nan if value is None else fast(value) for value in column],
-                        dtype=np.float64)
+        values = np.array([np.nan if value is None else fast(value) for value in column],
+                          dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
         pass
+    else:
+        if kind == "number":
+            for at in np.flatnonzero(np.abs(values) >= EXACT_INTEGERS):  # rare: checked alone
+                why = inexact_number(column[at])
+                if why is not None:
+                    raise CorpusError(f"document row {at}: field {field!r}: {why}")
+        return values
     convert = parse_date if kind == "date" else float
     for row, value in enumerate(column):  # name the first value that does not convert
         try:

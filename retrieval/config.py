@@ -37,6 +37,16 @@ class Limits(StrictConfig):
         "the service: server.max_batch_candidates)")
 
 
+# Settings that never change what a search returns: how it runs (threads, checksums, mmap,
+# caches, tracing, reloading, admission), the default k (a key holds k), the encoder's
+# location (a key holds the encoder's id) and the deadline (degraded results are not cached).
+NOT_RANKING = frozenset({
+    "default_k", "parallel_stages", "verify_checksums", "mmap", "encoder_backend",
+    "distilled_encoder_path", "encoder_model_path", "cache", "batching", "tracing",
+    "feature_snapshot_refresh_seconds", "reload_interval_seconds", "live_lag_seconds",
+    "deadline_ms", "max_in_flight"})
+
+
 class RetrieverConfig(StrictConfig):
     """How a loaded index is searched. Defaults come from the SciFact quality benchmark."""
 
@@ -134,9 +144,8 @@ class RetrieverConfig(StrictConfig):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of every setting that changes ranking (part of result-cache keys)."""
-        ranking = self.model_dump(mode="json", include={
-            "candidates", "fusion", "vector_weight", "rrf_k", "features", "recency",
-            "feature_candidates", "candidate_policy", "dense_candidates", "guardrail_min_keyword",
-            "guardrail_min_bm25", "guardrail_unknown_terms"})
+        """Hash of every setting that may change a result (part of result-cache keys): all
+        but those named in ``NOT_RANKING``, so a new setting is in it unless proven not to
+        rank."""
+        ranking = self.model_dump(mode="json", exclude=set(NOT_RANKING))
         return hashlib.sha256(json.dumps(ranking, sort_keys=True).encode()).hexdigest()[:16]

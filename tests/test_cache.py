@@ -441,9 +441,12 @@ def test_keys_are_deterministic_and_sensitive_to_every_part() -> None:
     emb = {embedding_key("ns", "enc", "q"), embedding_key("ns", "enc2", "q")}
     emb |= {embedding_key("ns2", "enc", "q"), embedding_key("ns", "enc", "q2")}
     assert len(emb) == 4 and not emb & variants
-    # Normalization: case, width, spacing and compatibility forms do not change the key.
-    messy = embedding_key("ns", "e", "  Ｔhe   ﬁLE\tQuery ")
-    assert messy == embedding_key("ns", "e", "the file query")
+    # Normalization: spacing does not change the key; case, width and compatibility forms
+    # do (a cased encoder or an analyzer without lowercasing tells them apart).
+    assert embedding_key("ns", "e", "  The   file\tQuery ") == \
+        embedding_key("ns", "e", "The file Query")
+    assert len({embedding_key("ns", "e", q) for q in ("Query", "query", "ｑuery",
+                                                      "straße", "strasse")}) == 5
     with pytest.raises(CacheConfigError):
         embedding_key("bad{ns}", "e", "q")
 
@@ -455,7 +458,7 @@ def test_keys_share_a_slot_and_hide_user_text(text: str) -> None:
     assert key_slot(emb.encode()) == key_slot(res.encode())
     assert normalize_query(normalize_query(text)) == normalize_query(text)
     for key in (emb, res):
-        assert key.isascii() and set(key) <= set("0123456789abcdef:{}-tenav1msr")
+        assert key.isascii() and set(key) <= set("0123456789abcdef:{}-tenav2msr")
     secret = "Confidential Patient Smith"
     for key in req_keys("ns", secret):
         assert "smith" not in key.lower() and "confidential" not in key.lower()
@@ -488,3 +491,17 @@ def test_config_validation_and_factory() -> None:
     cache = make_cache(config)  # lazy: no connection attempted yet
     assert isinstance(cache, RedisCache) and cache.stats()["breaker_state"] == "closed"
     cache.close()
+
+
+def test_every_setting_but_the_few_that_never_rank_keys_the_result_cache() -> None:
+    """Typo tolerance and its weight changed results served from the cache of a retriever
+    configured otherwise: a setting is now in the key unless named as not ranking."""
+    from retrieval.config import NOT_RANKING, RetrieverConfig
+
+    base = RetrieverConfig()
+    for change in ({"typo_tolerance": not base.typo_tolerance}, {"typo_weight": 0.3},
+                   {"limits": {"max_query_tokens": 5}}, {"vector_weight": 0.1}):
+        assert RetrieverConfig(**change).fingerprint() != base.fingerprint(), change
+    for change in ({"deadline_ms": 50.0}, {"default_k": 3}, {"live_lag_seconds": 5.0}):
+        assert RetrieverConfig(**change).fingerprint() == base.fingerprint(), change
+    assert NOT_RANKING <= set(RetrieverConfig.model_fields)

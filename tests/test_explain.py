@@ -68,3 +68,36 @@ def test_the_result_cache_keeps_explained_results_apart(root):
         batch = retriever.search_batch(QUERIES, None, 3,
                                        query_vectors=np.stack([vector] * 3), explain=True)
         assert all(h.explanation is not None for r in batch for h in r.hits)
+
+
+@pytest.fixture(scope="module")
+def passage_root(tmp_path_factory, dataset):
+    from live_index import INFO
+
+    from indexes import BuildConfig, PassageConfig, build_index
+    from indexes.wal.split import split, token_counter
+
+    path = tmp_path_factory.mktemp("explain-passages")
+    docs = scifact_docs(dataset("scifact"), 120)
+    small = PassageConfig(max_tokens=64, overlap_tokens=8)
+    rows, _ = split(docs, token_counter(None), small)
+    build_index(docs, path, vectors=unit_vectors(len(rows), 3), encoder_info=INFO,
+                config=BuildConfig(passages=small), progress=False)
+    return path
+
+
+@pytest.mark.parametrize("fusion", ["zscore", "minmax"])
+def test_explanations_of_grouped_hits_rank_among_every_candidate(passage_root, fusion):
+    """With group_by the hits are each document's best passage; their explanations were made
+    over those alone, so the normalization and ranks disagreed with the scores."""
+    config = {"cache": {"backend": "none"}, "fusion": fusion, "live_lag_seconds": None}
+    with Retriever.load(passage_root, config) as retriever:
+        for n, query in enumerate(QUERIES):
+            result = retriever.search(query, None, 10, query_vector=unit_vectors(1, n)[0],
+                                      group_by="document", explain=True)
+            assert len({h.parent_id for h in result.hits}) == len(result.hits)
+            for hit in result.hits:
+                why = hit.explanation
+                assert why is not None and why.fused + why.features == pytest.approx(hit.score)
+                assert fused_from(why) == pytest.approx(why.fused, abs=1e-6)
+                assert why.candidates == result.candidates

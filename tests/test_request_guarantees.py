@@ -205,3 +205,41 @@ def test_a_batch_over_its_work_bounds_is_refused_before_any_work(index, query_en
             asyncio.run(retriever.asearch_batch(QUERIES[:4], k=5, candidates=1000))
         assert not counting.entered.acquire(blocking=False)  # refused before any encode
         assert len(retriever.search_batch(QUERIES[:5], k=10)) == 5
+
+
+def test_a_search_without_a_deadline_never_takes_a_degraded_result_from_a_shared_flight(
+        index, query_encoder) -> None:
+    """Identical concurrent misses share one computation; when the leader's deadline
+    degraded it (BM25 alone), a follower with time to spare computes its own."""
+    gated = GatedEncoder(query_encoder)
+    with Retriever.load(index, {"cache": {"backend": "memory"}}, encoder=gated) as retriever, \
+            ThreadPoolExecutor(2) as callers:
+        gated.close_gate()
+        try:
+            leader = callers.submit(retriever.search, QUERIES[4], k=5, deadline_ms=2_000)
+            assert gated.entered.acquire(timeout=30)  # the leader is inside the encoder
+            follower = callers.submit(retriever.search, QUERIES[4], k=5)
+            assert leader.result(timeout=30).degraded == ["embed"]
+            assert retriever.stats()["cache"]["single_flight"]["shared"] == 1  # it joined
+            assert gated.entered.acquire(timeout=30)  # and then encoded for itself
+        finally:
+            gated.gate.set()
+        result = follower.result(timeout=30)
+    assert result.degraded == [] and result.hits[0].vector_score != 0.0
+
+
+def test_a_degraded_batch_result_is_never_cached(index, query_encoder) -> None:
+    """A layout that left a shard out (``partial:<shard>``, Ray with allow_partial) says so
+    in the result; a batch must not serve that result to later searches, as one search
+    does not."""
+    with Retriever.load(index, {"cache": {"backend": "memory"}}, encoder=query_encoder) as r:
+        snapshot = r.snapshot
+        object.__setattr__(snapshot, "degradations", lambda: ["partial:1"])
+        try:
+            first = r.search_batch(QUERIES[5:7], k=3)
+        finally:
+            object.__delattr__(snapshot, "degradations")
+        assert [result.degraded for result in first] == [["partial:1"], ["partial:1"]]
+        r.flush_cache_writes()
+        again = r.search_batch(QUERIES[5:7], k=3)
+    assert [(a.cache.result, a.degraded) for a in again] == [("miss", []), ("miss", [])]

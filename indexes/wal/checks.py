@@ -11,7 +11,7 @@ from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
 from indexes.errors import InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
-from indexes.metadata import FieldKind, merge_kinds, parse_date, value_kind
+from indexes.metadata import FieldKind, inexact_number, merge_kinds, parse_date, value_kind
 from indexes.wal.log import Record
 from indexes.wal.state import Changes
 
@@ -141,6 +141,9 @@ def check_convertible(doc_id: str, name: str, value: Any, kind: str | None) -> s
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidWriteError(f"document {doc_id!r}: metadata field {name!r} holds "
                                 f"{value!r}, which is no {kind} ({exc}); fix the value") from exc
+    why = inexact_number(value) if kind == "number" else None
+    if why is not None:
+        raise InvalidWriteError(f"document {doc_id!r}: metadata field {name!r}: {why}")
     return kind
 
 

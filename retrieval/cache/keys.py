@@ -16,26 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from retrieval.cache.base import CacheConfigError
 
-KEY_VERSION = "v1"  # bump when key layout or value encodings change: old entries just miss
+KEY_VERSION = "v2"  # bump when key layout or value encodings change: old entries just miss
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _TAG_BYTES = 8  # 64-bit tag: only for slot placement, the digest carries the identity
 _DIGEST_BYTES = 16
 
 
 def normalize_query(text: str) -> str:
-    """Canonical form of a query for caching: NFKC, casefold, collapsed whitespace, stripped.
-
-    NFKC runs again after casefolding because folding can produce non-NFKC sequences; this
-    makes the function idempotent, so builders can apply it to already-normalized text.
-    """
-    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
-    return " ".join(folded.split())  # str.split() splits on all Unicode whitespace
+    """Canonical form of a query for caching: whitespace collapsed and stripped, nothing
+    else. The analyzer's and the encoder's own normalizations differ (a cased encoder, an
+    analyzer without lowercasing, "ß" against "ss"), so folding case or compatibility forms
+    here would serve one query another's results."""
+    return " ".join(text.split())  # str.split() splits on all Unicode whitespace
 
 
 def validate_namespace(namespace: str) -> str:

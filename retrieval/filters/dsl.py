@@ -41,6 +41,15 @@ class _Token(NamedTuple):
     pos: int
 
 
+def _number(text: str) -> float | int:
+    """A float, except an integer literal no float holds exactly: kept whole, so the field's
+    check can refuse it instead of matching its rounded neighbours."""
+    value = float(text)
+    if text.lstrip("-").isdigit() and float(int(text)) != int(text):
+        return int(text)
+    return value
+
+
 def _unescape(body: str, start: int) -> str:
     """JSON escapes (a JSON string literal is a valid DSL string) plus \\' and \\`."""
 
@@ -82,7 +91,7 @@ class DslParser:
                                        f"{self._near(start)}")
         self.pos, text, group = match.end(), match.group(), match.lastgroup
         if group == "number":
-            return _Token("number", text, float(text), start)
+            return _Token("number", text, _number(text), start)
         if group in ("string", "quoted"):
             body = _unescape(text[1:-1], start + 1)
             return _Token("string" if group == "string" else "field", text, body, start)

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 import numpy as np
 
 from indexes.doc_ids import ID_FIELD
-from indexes.metadata import keyword_value, parse_date
+from indexes.metadata import inexact_number, keyword_value, parse_date
 from retrieval.errors import (
     FilterTypeError,
     LimitExceededError,
@@ -51,6 +51,9 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
             number = math.inf
         if not math.isfinite(number):
             raise FilterTypeError(f"number field {field!r} takes finite numbers, not {got}")
+        why = inexact_number(value)
+        if why is not None:
+            raise FilterTypeError(f"number field {field!r}: {why}")
         return number + 0.0  # -0.0 == 0.0, but it would print differently in cache keys
     if not isinstance(value, str | date):
         raise FilterTypeError(f"date field {field!r} takes an ISO 8601 string or a date, not {got}")

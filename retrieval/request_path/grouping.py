@@ -67,15 +67,17 @@ Scored = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, bm25, co
 
 
 def group_candidates(snapshot: LoadedBuild, request: SearchRequest, scored: Scored,
-                     widen: Callable[[int], Scored]) -> Scored:
-    """The candidates reduced to each document's best passage.
+                     widen: Callable[[int], Scored]) -> tuple[Scored, Scored, np.ndarray | None]:
+    """(the candidates reduced to each document's best passage, every candidate scored,
+    the positions of the first among the second or None when nothing was reduced). The
+    second is what fusion normalized over: an explanation's ranks and bounds come from it.
 
     ``widen(n)``: the candidates plus ``n`` more rows, re-scored (the pipeline's stages).
     Unsplit builds and ungrouped requests pass through: a row is already a document.
     """
     passages = snapshot.passages
     if request.group_by is None or passages is None:
-        return scored
+        return scored, scored, None
     keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
     if keep.size < request.k:
         info = snapshot.manifest.passages
@@ -83,7 +85,7 @@ def group_candidates(snapshot: LoadedBuild, request: SearchRequest, scored: Scor
         scored = widen(min(request.k * per_document, snapshot.manifest.n_docs))
         keep = best_per_document(np.asarray(passages.parent)[scored[0]], scored[3])
     rows, bm25, cosine, fused = scored
-    return rows[keep], bm25[keep], cosine[keep], fused[keep]
+    return (rows[keep], bm25[keep], cosine[keep], fused[keep]), scored, keep
 
 
 def passage_fields(snapshot: LoadedBuild, row: int, context: int) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from retrieval.request_path.deadline import NO_DEADLINE, Deadline
 from retrieval.request_path.explain import explain_hits
 from retrieval.request_path.feature_stage import FeatureOutcome, FeatureStage
 from retrieval.request_path.fusion import linear_fusion, rrf_fusion, top_k_order, zscore_fusion
-from retrieval.request_path.grouping import group_candidates, passage_fields
+from retrieval.request_path.grouping import Scored, group_candidates, passage_fields
 from retrieval.request_path.timing import StageTimer
 from retrieval.request_path.validate import SearchRequest
 
@@ -124,11 +124,11 @@ def run_pipeline(
         cosine = snapshot.vectors.scores(query_vector, rows)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
-    reranked = int(rows.size)
-    rows, bm25, cosine, fused = group_candidates(
+    (rows, bm25, cosine, fused), scored, kept = group_candidates(
         snapshot, request, (rows, bm25, cosine, fused),
         lambda n: widened(snapshot, request, terms.tokens, query_vector, mask, rows, bm25, n,
                           config))
+    reranked = int(scored[0].size)  # widened for grouping: what fusion normalized over
     order = top_k_order(fused, request.k)
     timer.lap("fuse")
     outcome = None
@@ -150,7 +150,7 @@ def run_pipeline(
     if request.explain:
         fused_as = config if query_vector is not None else \
             config.model_copy(update={"fusion": "minmax", "vector_weight": 0.0})
-        whys = list(explain_hits(snapshot, terms.tokens, rows, bm25, cosine, fused, order,
+        whys = list(explain_hits(snapshot, terms.tokens, *ungrouped(scored, kept, fused, order),
                                  outcome.adjustment if outcome is not None else None,
                                  fused_as, covered))
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
@@ -173,6 +173,18 @@ def run_pipeline(
         query_encoder=encoder_id if query_vector is not None and not provided else None,
     )
     return result, query_vector
+
+
+def ungrouped(scored: Scored, kept: np.ndarray | None, final: np.ndarray, order: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, bm25, cosine, final scores, the hits' positions) over every candidate fusion
+    normalized, from the grouped ones the hits index: explanations rank among those."""
+    rows, bm25, cosine, fused = scored
+    if kept is None:
+        return rows, bm25, cosine, final, order
+    every = fused.copy()
+    every[kept] = final
+    return rows, bm25, cosine, every, kept[order]
 
 
 def apply_features(

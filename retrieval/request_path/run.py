@@ -157,13 +157,19 @@ class RequestPath:
                 ) -> SearchResult:
         request, lookup, timer = begun.request, begun.lookup, begun.timer
 
+        ran: list[bool] = []
+
         def compute() -> SearchResult:
+            ran.append(True)
             return self._compute(live, request, lookup, query_vector, timer, begun.deadline)
 
         if lookup is None:
             return self._done(compute(), timer)
         assert self.cache is not None
-        return self._done(self.cache.once(lookup.result_key, compute), timer)
+        result = self.cache.once(lookup.result_key, compute)
+        if result.degraded and not ran:  # the leader's deadline, not this search's: its own
+            result = compute()
+        return self._done(result, timer)
 
     def _lookup(self, live: Live, request: SearchRequest) -> Lookup:
         assert self.cache is not None
@@ -243,7 +249,8 @@ class RequestPath:
             result = self._uncached(live, request, ReadyVector(vector),
                                     "miss" if i in fresh else "hit")
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-            self.cache.store(lookup, result, fresh.get(i))
+            if not result.degraded:  # e.g. a shard left out: not served to later searches
+                self.cache.store(lookup, result, fresh.get(i))
             results.append(result)
         return results
 
