@@ -101,9 +101,9 @@ class LogFollower:
             carried = self._carried_terms(base)
             self._set_base(base, applied_seq=served)
             self._terms = carried
-            if lower:
+            if lower:  # the records after its log_seq, not after what was served
                 self._position = (0, 0)
-                kept = self._read_new() or []
+                kept = self._read_new(after=log_seq) or []
             applied = max(served, log_seq, kept[-1].seq if kept else 0)
             self.records = kept
             self._publish(applied)
@@ -196,9 +196,10 @@ class LogFollower:
                                          self._base_hashes, self._memo)
         self._serve(snapshot)
 
-    def _read_new(self) -> list[Record] | None:
-        """Whole records after ``applied_seq``, oldest first; None when the segment being read
-        was retired."""
+    def _read_new(self, after: int | None = None) -> list[Record] | None:
+        """Whole records after ``after`` (default ``applied_seq``), oldest first; None when
+        the segment being read was retired."""
+        after = self.applied_seq if after is None else after
         found: list[Record] = []
         first, offset = self._position
         listed = segments(self.root)
@@ -207,15 +208,15 @@ class LogFollower:
         for start, path in listed:
             if start < first:
                 continue
-            if start != first and start - 1 > (found[-1].seq if found else self.applied_seq):
+            if start != first and start - 1 > (found[-1].seq if found else after):
                 return None  # records before this segment were retired unread
             try:
                 at = offset if start == first else 0
                 records, end = read_from(path, at, newest=start == listed[-1][0],
-                                         after=self.applied_seq if at else None)
+                                         after=after if at else None)
             except FileNotFoundError:
                 return None
-            found.extend(r for r in records if r.seq > self.applied_seq
+            found.extend(r for r in records if r.seq > after
                          and (not found or r.seq > found[-1].seq))
             self._position = (start, end)
         return found
