@@ -10,6 +10,7 @@ created on first use). Needs the ``service`` extra (httpx).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,9 @@ import numpy as np
 from pydantic import TypeAdapter
 
 import retrieval.errors as library_errors
-import retrieval.service.errors as service_errors
+import retrieval.features  # noqa: F401 (its error classes, for ERROR_CLASSES)
+import retrieval.service.errors  # noqa: F401 (its error classes, for ERROR_CLASSES)
+import retrieval.sharding.errors  # noqa: F401 (its error classes, for ERROR_CLASSES)
 from indexes.docstore import Document
 from indexes.errors import RetrievalError
 from indexes.wal.checks import as_document
@@ -32,12 +35,14 @@ Filters = dict[str, Any] | str | None
 
 
 def _error_classes() -> dict[str, type[RetrievalError]]:
+    """Every error class of the library by name (the names are unique): the service names
+    any of them, a feature store's, a shard's or a publish's included."""
     found: dict[str, type[RetrievalError]] = {}
-    for module in (library_errors, service_errors):
-        for name in dir(module):
-            value = getattr(module, name)
-            if isinstance(value, type) and issubclass(value, RetrievalError):
-                found[name] = value
+    pending: list[type[RetrievalError]] = [RetrievalError]
+    while pending:
+        kind = pending.pop()
+        found[kind.__name__] = kind
+        pending.extend(kind.__subclasses__())
     return found
 
 
@@ -57,7 +62,11 @@ def raise_for_error(response: httpx.Response) -> None:
     if kind is None:
         kind = ServiceUnavailableError if response.status_code in (502, 503, 504) \
             else ServerError
-    error = kind(message)
+    try:
+        error = kind(message)
+    except TypeError:  # a class that takes more than the message (its shard, its column)
+        error = kind.__new__(kind)
+        Exception.__init__(error, message)
     error.status_code = response.status_code  # type: ignore[attr-defined]
     raise error
 
@@ -83,6 +92,7 @@ class RemoteRetriever:
         }
         self._client: httpx.Client | None = None
         self._aclient: httpx.AsyncClient | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None  # the loop _aclient belongs to
 
     # -- sync ---------------------------------------------------------------------------------
 
@@ -185,8 +195,9 @@ class RemoteRetriever:
         return _batch(await self._apost("/v1/search/batch", body))
 
     async def _apost(self, path: str, body: dict[str, Any]) -> bytes:
-        if self._aclient is None:
-            self._aclient = httpx.AsyncClient(**self._options)
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aloop is not loop:  # a client serves one loop
+            self._aclient, self._aloop = httpx.AsyncClient(**self._options), loop
         try:
             response = await self._aclient.post(path, json=body)
         except httpx.TransportError as exc:

@@ -34,7 +34,7 @@ from retrieval.models import SearchResult
 from retrieval.query_encoder import check_encoder, default_encoder
 from retrieval.relevance import above, calibration_for, check_min_score
 from retrieval.request_path.cache_lookup import RequestCache
-from retrieval.request_path.feature_stage import FeatureStage
+from retrieval.request_path.feature_stage import FeatureStage, check_recency
 from retrieval.request_path.run import Live, RequestPath
 from retrieval.request_path.validate import FilterMemo, check_min_seq, is_light_filter
 from retrieval.sharding.whole import open_build, warm_up_build
@@ -187,7 +187,9 @@ class Retriever:
         return self._live.snapshot
 
     def _bind(self, snapshot: LoadedBuild) -> Live:
-        """``snapshot`` with its filter memo and every named filter's mask computed for it."""
+        """``snapshot`` with its filter memo and every named filter's mask computed for it;
+        ``ConfigError`` when a named filter or the recency field does not fit its fields."""
+        check_recency(self.config.recency, snapshot.metadata.kinds)
         named = self._named.bind(snapshot.metadata)  # a spec the build rejects raises here
         return Live(snapshot, FilterMemo(snapshot.metadata.kinds, self.config.limits,
                                          named=named, metadata=snapshot.metadata),
@@ -237,6 +239,7 @@ class Retriever:
                 check_encoder(self.encoder, fresh)
             warm_up_build(fresh)
             self._named.bind(fresh.metadata)  # a build that cannot serve a named filter: refused
+            check_recency(self.config.recency, fresh.metadata.kinds)
             if self._log is not None:
                 self._log.check_fits(fresh)
             swap_started = time.monotonic()

@@ -12,11 +12,13 @@ from retrieval import (
     FilterTypeError,
     InvalidQueryError,
     LimitExceededError,
+    LogGapError,
     MalformedFilterError,
     RetrievalError,
     UnknownFieldError,
 )
 from retrieval.client import RemoteRetriever, raise_for_error
+from retrieval.features import FeatureRequestError
 from retrieval.service import (
     AuthenticationError,
     PayloadTooLargeError,
@@ -24,6 +26,7 @@ from retrieval.service import (
     ServerError,
     ServiceUnavailableError,
 )
+from retrieval.sharding.errors import ShardUnavailableError
 
 
 def response(status: int, kind: str, message: str = "what went wrong") -> httpx.Response:
@@ -41,6 +44,9 @@ def response(status: int, kind: str, message: str = "what went wrong") -> httpx.
     (401, "AuthenticationError", AuthenticationError),
     (503, "ServiceUnavailableError", ServiceUnavailableError),
     (500, "ServerError", ServerError),
+    (400, "FeatureRequestError", FeatureRequestError),  # not in retrieval.errors
+    (503, "ShardUnavailableError", ShardUnavailableError),
+    (409, "LogGapError", LogGapError),
     (503, "SomethingNewerError", ServiceUnavailableError),  # a newer server's class
     (500, "SomethingNewerError", ServerError),
 ])

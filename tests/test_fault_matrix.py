@@ -114,3 +114,21 @@ def test_fault_cell(index, query_encoder, redis_behind_proxy, cache: str, fault:
     finally:
         _heal(server, proxy)
         retriever.close()
+
+
+def test_a_result_ranked_without_features_is_not_served_once_the_store_answers(
+        index, query_encoder, redis_behind_proxy) -> None:
+    """While the store is down the snapshot key still names the good snapshot, so a result
+    ranked on defaults was cached under the healthy key and served for the whole TTL."""
+    server, proxy = redis_behind_proxy
+    with Retriever.load(index, _config(proxy, "memory"), encoder=query_encoder) as retriever:
+        assert _healthy(retriever)
+        _inject("down", server, proxy)
+        try:
+            assert retriever.search(QUERIES[2], k=5).features_available is False
+        finally:
+            _heal(server, proxy)
+        retriever._features.refresh()  # what the background refresher does every second
+        assert _healthy(retriever)
+        again = retriever.search(QUERIES[2], k=5)
+    assert (again.cache.result, again.features_available) == ("miss", True)

@@ -251,3 +251,28 @@ def test_make_store_validates_location() -> None:
         FeatureStoreConfig(location="redis://h:1/3", cluster=True)
     assert "***" in FeatureStoreConfig(location="redis://u:secret@h:1/0").describe()
     assert np.isfinite(FeatureStoreConfig(location="/tmp/x").grace_seconds)
+
+
+def test_large_integer_columns_fill_float_features(tmp_path: Path) -> None:
+    """A click count past 2**24 into a float32 feature rounds (it is a weight): the nightly
+    job failed on it. Floats into an integer feature still refuse to truncate."""
+    rows = [{"doc_id": "a", "quality": 20_000_001, "clicks": 1, "authority": 2 ** 53 + 1,
+             "spam": False}]
+    store = LocalStore(tmp_path / "fs")
+    materialize(quality_view(), write_parquet(rows, tmp_path / "big"), store, progress=False)
+    batch = store.read("quality", ["a"])
+    assert batch.values["quality"].tolist() == [20_000_000.0]
+    assert batch.values["authority"].tolist() == [float(2 ** 53)]
+    with pytest.raises(FeatureSchemaError, match="'clicks' holds double, expected integers"):
+        materialize(quality_view(), CallableSource(lambda: [{**rows[0], "clicks": 1.5}]),
+                    LocalStore(tmp_path / "fs2"), progress=False)
+
+
+@pytest.mark.parametrize(("stamp", "says"), [(1795000000000, "milliseconds?"),
+                                              ("2099-01-01T00:00:00Z", "after this materializ")])
+def test_event_times_in_the_future_are_refused(tmp_path: Path, stamp: Any, says: str) -> None:
+    """A future event time is never stale: max_age_seconds would never apply to its row."""
+    rows = [{**row, "event_time": stamp} for row in quality_rows(2)]
+    with pytest.raises(FeatureSchemaError, match=says):
+        materialize(quality_view(max_age_seconds=60), CallableSource(lambda: rows),
+                    LocalStore(tmp_path / "fs"), progress=False)

@@ -174,6 +174,11 @@ def test_not_condition_and_empty_nested_filters_are_refused(twins):
         F(key="department", value="oncology"), MetadataFilters(filters=[])])
     with pytest.raises(UnsupportedFilterError, match="nested MetadataFilters has no filters"):
         LlamaIndexRetriever(twins, filters=empty_inside)
+    # An OR of no tenants (a list built per user) would otherwise have matched every document.
+    with pytest.raises(UnsupportedFilterError, match="would match no document"):
+        LlamaIndexRetriever(twins, filters=MetadataFilters(condition=FilterCondition.OR,
+                                                           filters=[]))
+    assert LlamaIndexRetriever(twins, filters=MetadataFilters(filters=[]))  # AND of nothing
 
 
 def test_query_engine_answers_with_mock_llm(uncached_scifact):

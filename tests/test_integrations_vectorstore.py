@@ -14,6 +14,7 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 
+from retrieval import InvalidQueryError
 from retrieval.integrations.langchain_store import RetrievalVectorStore
 
 TEXTS = {"wing": "wing flutter at subsonic speeds", "layer": "boundary layers on flat plates",
@@ -60,6 +61,15 @@ def test_scores_filters_and_score_thresholds(store):
     assert [d.id for d in store.similarity_search("in", k=4, filter={"year": {"gte": 1962}})
             ] and all(d.metadata["year"] >= 1962
                       for d in store.similarity_search("in", k=4, filter="year >= 1962"))
+    # The library's own spelling, filters=, filters too; any other option is refused, not
+    # dropped (a dropped filter matched every document).
+    assert {d.id for d in store.similarity_search("in", k=4, filters="year >= 1962")} == \
+        {d.id for d in store.similarity_search("in", k=4, filter="year >= 1962")}
+    for options in ({"where": {"year": 1962}}, {"filters": "year >= 1962", "filter": "x"}):
+        with pytest.raises(InvalidQueryError):
+            store.similarity_search("in", k=4, **options)
+        with pytest.raises(InvalidQueryError):
+            store.max_marginal_relevance_search("in", k=2, **options)
     strict = store.as_retriever(search_type="similarity_score_threshold",
                                 search_kwargs={"score_threshold": 0.99, "k": 4})
     assert [d.id for d in strict.invoke(TEXTS["heat"])] == ["heat"]

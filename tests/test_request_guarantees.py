@@ -243,3 +243,14 @@ def test_a_degraded_batch_result_is_never_cached(index, query_encoder) -> None:
         r.flush_cache_writes()
         again = r.search_batch(QUERIES[5:7], k=3)
     assert [(a.cache.result, a.degraded) for a in again] == [("miss", []), ("miss", [])]
+
+
+@pytest.mark.parametrize(("field", "says"), [("department", "a keyword field"),
+                                             ("yeer", "no metadata field of this build.*"
+                                                      "did you mean 'year'")])
+def test_a_recency_field_that_is_no_date_is_refused_at_load(index, query_encoder, field,
+                                                            says) -> None:
+    """Accepted before, then every search raised a bare KeyError."""
+    with pytest.raises(ConfigError, match=f"recency.field {field!r} is {says}") as caught:
+        Retriever.load(index, {"recency": {"field": field}}, encoder=query_encoder)
+    assert caught.value.key == "recency.field"

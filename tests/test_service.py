@@ -160,6 +160,10 @@ def test_remote_retriever_async_and_typed_errors(served: Server) -> None:
 
     asyncio.run(run())
     with RemoteRetriever(served.url, api_key=KEY) as remote:
+        # One client, several event loops (each asyncio.run its own): the second loop's call
+        # raised "Event loop is closed" from a pool of the first.
+        for query in served.queries[:2]:
+            assert asyncio.run(remote.asearch(query, k=2)).hits
         with pytest.raises(LimitExceededError, match="max_k"):
             remote.search("statins", k=10**6)
         assert remote.index_info()["documents"] == len(served.docs)

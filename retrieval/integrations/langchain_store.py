@@ -27,6 +27,7 @@ from indexes.docstore import Document as StoredDocument
 from indexes.encoders import Encoder, SentenceTransformerEncoder
 from indexes.manifest import EncoderInfo, current_build_dir
 from indexes.writer import IndexWriter
+from retrieval.errors import InvalidQueryError
 from retrieval.integrations.errors import MissingExtraError
 from retrieval.models import SearchResult
 from retrieval.retriever import Retriever
@@ -161,7 +162,7 @@ class RetrievalVectorStore(VectorStore):
     def similarity_search_with_score(self, query: str, k: int = 4,  # type: ignore[override]
                                      filter: Any = None, **kwargs: Any
                                      ) -> list[tuple[Document, float]]:
-        result = self._search(query, k, filter)
+        result = self._search(query, k, the_filter(filter, kwargs))
         return [(_document(hit), float(hit.vector_score)) for hit in result.hits]
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
@@ -176,7 +177,8 @@ class RetrievalVectorStore(VectorStore):
         if retriever is None:
             return []
         vector = self._query_vector(query)
-        result = retriever.search(query, filter, fetch_k, query_vector=vector)
+        result = retriever.search(query, the_filter(filter, kwargs), fetch_k,
+                                  query_vector=vector)
         if not result.hits:
             return []
         snapshot = retriever.snapshot
@@ -214,3 +216,16 @@ class RetrievalVectorStore(VectorStore):
 
 def _document(hit: Any) -> Document:
     return Document(id=hit.doc_id, page_content=hit.text, metadata=dict(hit.metadata))
+
+
+def the_filter(filter: Any, options: dict[str, Any]) -> Any:
+    """The filter of a search (``filter``, LangChain's name, or ``filters``, this library's);
+    any other option is refused: one silently dropped could be a filter that matched all."""
+    if "filters" in options:
+        if filter is not None:
+            raise InvalidQueryError("give the filter once: filter= or filters=, not both")
+        filter = options.pop("filters")
+    if options:
+        raise InvalidQueryError(f"unknown search options {sorted(options)}: this vector store "
+                                "takes filter= (a filter object or DSL string) and k")
+    return filter

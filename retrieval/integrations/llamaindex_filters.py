@@ -38,9 +38,13 @@ _CONDITIONS = {FilterCondition.AND: "$and", FilterCondition.OR: "$or"}
 
 def translate_filters(filters: MetadataFilters) -> dict[str, Any] | None:
     """The dict filter equivalent to ``filters``; None when it has no clauses."""
-    if not filters.filters:
-        return None
     condition = filters.condition or FilterCondition.AND  # LlamaIndex's own default
+    if not filters.filters:
+        if condition == FilterCondition.OR:  # an OR of nothing matches nothing, not all
+            raise UnsupportedFilterError(
+                "MetadataFilters with condition 'or' and no filters would match no document; "
+                "skip the search, or pass no filters to match every document")
+        return None
     if condition not in _CONDITIONS:
         raise UnsupportedFilterError(
             f"MetadataFilters condition {condition.value!r} cannot be translated exactly; use "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,19 @@ class RecencyWeight(BaseModel):
     field: str
     weight: float = Field(0.1, allow_inf_nan=False)
     half_life_days: float = Field(365.0, gt=0, allow_inf_nan=False)
+
+
+def check_recency(recency: RecencyWeight | None, kinds: Mapping[str, str]) -> None:
+    """``ConfigError`` unless the recency field is a date (or number) field of the build:
+    else every search would fail on it."""
+    if recency is None or kinds.get(recency.field) in ("date", "number"):
+        return
+    kind = kinds.get(recency.field)
+    what = "no metadata field of this build" if kind is None else f"a {kind} field"
+    raise ConfigError(f"recency.field {recency.field!r} is {what}; recency needs a date field"
+                      f"{closest(recency.field, list(kinds))} (fields: "
+                      f"{', '.join(f'{n} ({k})' for n, k in sorted(kinds.items()))})",
+                      "recency.field")
 
 
 @dataclass(frozen=True)

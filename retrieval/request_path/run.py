@@ -193,7 +193,7 @@ class RequestPath:
                                       self._encoder_id)
         if lookup is not None and self.cache is not None:
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-            if not result.degraded:  # a degraded result must not be served to searches with time
+            if lasting(result):
                 self.cache.store(lookup, result, vector if cached_vector is None else None)
         return result
 
@@ -249,7 +249,7 @@ class RequestPath:
             result = self._uncached(live, request, ReadyVector(vector),
                                     "miss" if i in fresh else "hit")
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-            if not result.degraded:  # e.g. a shard left out: not served to later searches
+            if lasting(result):
                 self.cache.store(lookup, result, fresh.get(i))
             results.append(result)
         return results
@@ -339,6 +339,13 @@ def served_from_cache(cached: SearchResult, request: SearchRequest, timer: Stage
         "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
         "cache": CacheInfo(result="hit", embedding="skipped"),
     })
+
+
+def lasting(result: SearchResult) -> bool:
+    """Whether a result may be served to later searches from the cache: not one a passing
+    fault shaped (a deadline, a shard left out, a feature store that did not answer while its
+    snapshot key still names the good snapshot)."""
+    return not result.degraded and result.features_available is not False
 
 
 def in_batch(position: int, check: Callable[[], SearchRequest]) -> SearchRequest:

@@ -102,14 +102,32 @@ def to_columns(
         if view.timestamp_field in table.schema.names:
             times = event_times(table.column(view.timestamp_field), view.timestamp_field, source)
             times = np.where(np.isnan(times), created_at, times)
-            if not np.isfinite(times).all():
-                row = first_row + int(np.flatnonzero(~np.isfinite(times))[0])
-                raise FeatureSchemaError(
-                    f"source {source}: timestamp column {view.timestamp_field!r} row {row} is "
-                    "infinite", view.timestamp_field, row)
+            check_times(times, created_at, view.timestamp_field, source, first_row)
         else:
             times = np.full(table.num_rows, created_at)
     return FeatureColumns(entity_ids=ids, values=values, event_time=times)
+
+
+FUTURE_SLACK_SECONDS = 86_400.0  # clocks of the source and this job may disagree a little
+
+
+def check_times(times: np.ndarray, created_at: float, name: str, source: str,
+                first_row: int) -> None:
+    """Event times must be finite and not after this materialization (a day of slack): a
+    future one is never stale, so ``max_age_seconds`` would never apply to its row."""
+    bad = np.flatnonzero(~np.isfinite(times) | (times > created_at + FUTURE_SLACK_SECONDS))
+    if not bad.size:
+        return
+    row, value = first_row + int(bad[0]), float(times[bad[0]])
+    if not np.isfinite(value):
+        raise FeatureSchemaError(f"source {source}: timestamp column {name!r} row {row} is "
+                                 "infinite", name, row)
+    unit = " (milliseconds? give seconds since the epoch, or datetimes)" \
+        if value > 1e11 else ""
+    raise FeatureSchemaError(
+        f"source {source}: timestamp column {name!r} row {row} is {value:.0f}, after this "
+        f"materialization ({created_at:.0f}){unit}; an event time in the future would never "
+        "go stale", name, row)
 
 
 def entity_ids(column: pa.ChunkedArray, name: str, source: str, first_row: int) -> list[str]:
@@ -134,8 +152,12 @@ def feature_values(
 ) -> np.ndarray:
     """The column cast to the feature dtype, nulls replaced by the default, finite checked."""
     target = ARROW_TYPES[feature.dtype]
+    column = _decode(column)
+    # An integer column into a float feature rounds past the float's mantissa (2**24 for
+    # float32): a feature is a weight, so that is not an error. Every other cast stays safe.
+    lossy_ok = pa.types.is_integer(column.type) and pa.types.is_floating(target)
     try:
-        cast = _decode(column).cast(target)
+        cast = column.cast(target, safe=not lossy_ok)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise FeatureSchemaError(
             f"source {source}: column {feature.name!r} cannot be converted to {feature.dtype}: "
