@@ -19,10 +19,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from indexes.errors import ArtifactError, LiveBuildChangedError, LogGapError
+from indexes.errors import (
+    ArtifactError,
+    CorruptArtifactError,
+    LiveBuildChangedError,
+    LogGapError,
+)
 from indexes.history import (
     FlipRecord,
     How,
+    check_history,
     flip,
     flipping,
     latest_flip_to,
@@ -89,6 +95,10 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
 
 
 def _retire_unneeded(root: Path) -> int:
+    try:
+        check_history(root)
+    except CorruptArtifactError:  # the rollback target is unknown: keep every segment
+        return 0
     kept = [seq for seq in (_log_seq(root, live_build_id(root)),
                             _log_seq(root, rollback_target(root))) if seq is not None]
     return retire(root, min(kept)) if kept else 0

@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from indexes.errors import CorruptArtifactError
 from indexes.storage import fsync_write
 
 log = logging.getLogger(__name__)
@@ -57,13 +58,32 @@ def live_build_id(root: Path) -> str | None:
 
 
 def read_history(root: Path) -> list[FlipRecord]:
-    """Every flip record, oldest first. A torn last line (a crash mid-append) is skipped."""
-    path = Path(root) / HISTORY
+    """Every flip record, oldest first. A torn last line (a crash mid-append) is skipped, and
+    so is a damaged one elsewhere (logged; ``check_history`` names it)."""
+    return _read(Path(root))[0]
+
+
+def check_history(root: Path) -> None:
+    """``CorruptArtifactError`` naming a damaged line that is not a torn last one (the flip
+    history decides the rollback target, which gc keeps and the log keeps writes for)."""
+    damaged = _read(Path(root))[1]
+    if damaged:
+        path = Path(root) / HISTORY
+        raise CorruptArtifactError(
+            f"{path} line {damaged[0]} is damaged (not a torn last line): the rollback target "
+            "cannot be trusted. Fix the line from a backup, or remove it if the flip it records "
+            "is known", path)
+
+
+def _read(root: Path) -> tuple[list[FlipRecord], list[int]]:
+    """(the readable records, the numbers of damaged lines other than a torn last one)."""
+    path = root / HISTORY
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return []
-    records = []
+        return [], []
+    lines = text.splitlines()
+    records, damaged = [], []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -71,7 +91,9 @@ def read_history(root: Path) -> list[FlipRecord]:
             records.append(FlipRecord.model_validate(json.loads(line)))
         except (json.JSONDecodeError, ValidationError) as exc:
             log.warning("%s line %d unreadable, skipped: %s", path, number, exc)
-    return records
+            if number < len(lines) or text.endswith("\n"):  # whole, so not torn mid-append
+                damaged.append(number)
+    return records, damaged
 
 
 def append_record(root: Path, record: FlipRecord) -> None:

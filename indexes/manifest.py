@@ -31,14 +31,16 @@ from indexes.errors import (
     CorruptArtifactError,
     FormatVersionError,
     MissingArtifactError,
+    PublishError,
 )
-from indexes.history import rollback_target
+from indexes.history import check_history, flipping, rollback_target
 from indexes.long_documents import WindowReport
 from indexes.passages import PassageInfo
 from indexes.storage import fsync_path, mint_id, read_json, sync_tree, write_json
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+MANIFEST_SHA256 = "manifest.json.sha256"
 CURRENT = "CURRENT"
 
 
@@ -129,20 +131,25 @@ def sha256_files(paths: list[Path]) -> list[str]:
 
 
 def checksum_tree(directory: Path) -> dict[str, str]:
-    """sha256 of every file under ``directory`` except the manifest, keyed by relative path."""
+    """sha256 of every file under ``directory`` except the manifest (and its own sha256),
+    keyed by relative path."""
     paths = [path for path in sorted(directory.rglob("*"))
-             if path.is_file() and path.name != MANIFEST]
+             if path.is_file() and path.name not in (MANIFEST, MANIFEST_SHA256)]
     return {path.relative_to(directory).as_posix(): digest
             for path, digest in zip(paths, sha256_files(paths), strict=True)}
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> None:
+    """The manifest, and beside it its own sha256 (no file names the manifest's checksum but
+    this one: a flipped ``log_seq`` would otherwise replay or drop logged writes unseen)."""
     write_json(directory / MANIFEST, manifest.model_dump(mode="json"))
+    (directory / MANIFEST_SHA256).write_text(sha256_file(directory / MANIFEST) + "\n")
 
 
 def read_manifest(directory: Path) -> Manifest:
     path = directory / MANIFEST
     raw = read_json(path)
+    _check_own_sha256(directory)
     version = raw.get("format_version") if isinstance(raw, dict) else None
     if version != FORMAT_VERSION:
         raise FormatVersionError(
@@ -156,8 +163,20 @@ def read_manifest(directory: Path) -> Manifest:
         raise CorruptArtifactError(f"{path} is not a valid manifest: {exc}", path) from exc
 
 
-def verify_build(directory: Path, manifest: Manifest) -> None:
-    """Check every file named by the manifest exists and matches its sha256."""
+def _check_own_sha256(directory: Path) -> None:
+    """The manifest against the sha256 written beside it (builds older than that have none)."""
+    sidecar = directory / MANIFEST_SHA256
+    if not sidecar.is_file():
+        return
+    if sha256_file(directory / MANIFEST) != sidecar.read_text(encoding="utf-8").strip():
+        raise CorruptArtifactError(
+            f"checksum mismatch in {directory / MANIFEST}: the manifest changed after the "
+            "build; restore it, or publish another build", directory / MANIFEST)
+
+
+def verify_build(directory: Path, manifest: Manifest, parts: bool = True) -> None:
+    """Check every file named by the manifest exists and matches its sha256; with ``parts``,
+    every build inside it too (a sharded build's shards, each against its own manifest)."""
     paths = [directory / relative for relative in manifest.files]
     for path in paths:
         if not path.is_file():
@@ -170,6 +189,10 @@ def verify_build(directory: Path, manifest: Manifest) -> None:
                 "index or restore the file",
                 path,
             )
+    if parts:
+        for path in paths:
+            if path.name == MANIFEST and path.parent != directory:
+                verify_build(path.parent, read_manifest(path.parent))
 
 
 def resolve_build_dir(path: Path) -> Path:
@@ -188,7 +211,9 @@ def resolve_build_dir(path: Path) -> Path:
         build = path / "builds" / name
         if not (build / MANIFEST).is_file():
             raise MissingArtifactError(f"{current} names build {name!r} but {build} has no "
-                                       f"{MANIFEST}; rebuild the index", build / MANIFEST)
+                                       f"{MANIFEST}: roll back (`retrieval rollback {path}`) or "
+                                       f"publish another build (`retrieval builds {path}` "
+                                       "lists them)", build / MANIFEST)
         return build
     raise MissingArtifactError(
         f"{path} is neither a build directory (no {MANIFEST}) nor an index root (no {CURRENT}); "
@@ -261,19 +286,26 @@ def collect_garbage(root: Path, keep: int, stale_staging_seconds: float = 3600.0
     holds (a crashed build) is removed; one without a lock file (written before the lock
     existed) only once older than ``stale_staging_seconds``. Returns what was removed.
     """
-    if keep < 1:
-        raise ValueError("keep must be at least 1: the live build is never removed")
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise PublishError(f"keep must be an integer of at least 1 (the live build is never "
+                           f"removed), not {keep!r}")
     builds = root / "builds"
-    live = current_build_dir(root)
-    target = rollback_target(root)
-    protected = {live, builds / target if target else None}
-    published = sorted((p for p in builds.iterdir() if p.is_dir() and not p.name.startswith(".")),
-                       key=lambda p: p.name, reverse=True)
-    doomed = [p for p in published[keep:] if p not in protected]
-    now = time.time()
-    doomed += [p for p in builds.glob(".tmp-*")
-               if p.is_dir() and _abandoned(p, now, stale_staging_seconds)]
-    for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
-        path.with_name(path.name + ".lock").unlink(missing_ok=True)
+    if not builds.is_dir():
+        raise MissingArtifactError(f"{root} is no index root (no {builds}); give the directory "
+                                   "a build was written to", builds)
+    check_history(root)  # the rollback target comes from it: a damaged one could name none
+    with flipping(root):  # no publish picks a build this removes, or the reverse
+        live = current_build_dir(root)
+        target = rollback_target(root)
+        protected = {live, builds / target if target else None}
+        published = sorted((p for p in builds.iterdir()
+                            if p.is_dir() and not p.name.startswith(".")),
+                           key=lambda p: p.name, reverse=True)
+        doomed = [p for p in published[keep:] if p not in protected]
+        now = time.time()
+        doomed += [p for p in builds.glob(".tmp-*")
+                   if p.is_dir() and _abandoned(p, now, stale_staging_seconds)]
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+            path.with_name(path.name + ".lock").unlink(missing_ok=True)
     return doomed

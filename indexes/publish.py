@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 
 from indexes.docstore import DocStore
-from indexes.errors import ArtifactError, PublishError
+from indexes.errors import ArtifactError, MissingArtifactError, PublishError
 from indexes.going_live import go_live
 from indexes.history import (
     FlipRecord,
@@ -62,12 +62,15 @@ def build_dir(root: Path, build_id: str) -> Path:
     return directory
 
 
-def publish_build(root: Path, build_id: str, how: How = "plain", note: str = "") -> FlipRecord:
+def publish_build(root: Path, build_id: str, how: How = "plain", note: str = "",
+                  replaces: str | None = None) -> FlipRecord:
     """Verify every checksum of a placed build, then flip ``CURRENT`` to it and record how;
-    ``LogGapError`` when the log no longer holds writes it lacks (``indexes.going_live``)."""
+    ``LogGapError`` when the log no longer holds writes it lacks, ``LiveBuildChangedError``
+    when ``replaces`` (the live build it was checked against) is live no more
+    (``indexes.going_live``)."""
     directory = build_dir(root, build_id)
     verify_build(directory, read_manifest(directory))
-    return go_live(Path(root), build_id, how, note)[0]
+    return go_live(Path(root), build_id, how, note, replaces=replaces)[0]
 
 
 def rollback(root: Path, to: str | None = None) -> FlipRecord:
@@ -85,11 +88,18 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
             f"{live!r}; pick one from `retrieval builds {root}` and pass --to BUILD_ID")
     if target == live:
         raise PublishError(f"build {target!r} is already live under {root}; nothing to roll back")
+    if target not in ever_live(root):
+        raise PublishError(f"build {target!r} was never live under {root}, so there is nothing "
+                           f"to roll back to: publish it (`retrieval publish {root} {target}`, "
+                           "through the gate) instead")
     return publish_build(root, target, "rollback", note=f"from {live}")
 
 
 def list_builds(root: Path) -> list[BuildInfo]:
     """Every placed build, newest first, with its status from ``CURRENT`` and the history."""
+    if not Path(root).is_dir():
+        raise MissingArtifactError(f"no index root at {root}: give the directory a build was "
+                                   "written to", root)
     builds = Path(root) / "builds"
     if not builds.is_dir():
         return []

@@ -9,6 +9,8 @@ The file is an uncompressed tar::
     builds/<build_id>/...    the live build, all of it (shards included)
     wal/<first seq>.wal      the segments holding records after the build's log_seq, each
                              cut after its last whole record (never ACKED nor the lock)
+    relevance.json, ...      the root's own files beside them (its calibration, its distilled
+                             query encoder), hidden ones (locks, temporaries) left out
 
 Uncompressed: most of a build is float32 vectors, which gzip barely shrinks, and compressing
 would lengthen a snapshot (so its chance of racing a compaction) and make restore CPU-bound;
@@ -156,6 +158,9 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
     if not (root / CURRENT).is_file():
         raise MissingArtifactError(f"{root} is not an index root (no {CURRENT}): snapshot an "
                                    "index root that has a published build", root / CURRENT)
+    if file.is_dir():
+        raise ArtifactError(f"{file} is a directory: name the snapshot file to write, "
+                            f"e.g. {file / 'snapshot.tar'}", file)
     for attempt in range(1, ATTEMPTS + 1):
         with ExitStack() as stack:
             try:
@@ -173,8 +178,9 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
 
 
 def _capture(root: Path, stack: ExitStack) -> _View:
-    """Read the live build, history and log; ``_Changed`` when the root moved meanwhile. An
-    error with ``CURRENT`` unchanged is real (a damaged build or log) and is raised."""
+    """Read the live build, history, log and the root's own files; ``_Changed`` when the root
+    moved meanwhile. An error with ``CURRENT`` unchanged is real (a damaged build or log) and
+    is raised."""
     name = live_build_id(root)
     try:
         build = resolve_build_dir(root)
@@ -185,6 +191,7 @@ def _capture(root: Path, stack: ExitStack) -> _View:
             _add_blob(view, HISTORY, history)
         _open_build(build, f"builds/{build.name}", view, stack)
         _read_log(root, view)
+        _add_beside(root, view)
     except (FileNotFoundError, ArtifactError) as exc:
         if live_build_id(root) != name:
             raise _Changed from exc
@@ -195,6 +202,17 @@ def _capture(root: Path, stack: ExitStack) -> _View:
     if live_build_id(root) != name or build.name != name:
         raise _Changed
     return view
+
+
+def _add_beside(root: Path, view: _View) -> None:
+    """The root's own files beside its builds and log (its relevance calibration, its
+    distilled query encoder): a restored root ranks and encodes as this one."""
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("builds", "wal", CURRENT, HISTORY) or any(
+                part.startswith(".") for part in relative.parts):  # locks, temporaries
+            continue
+        _add_blob(view, relative.as_posix(), path.read_bytes())
 
 
 def _history_bytes(root: Path) -> bytes | None:

@@ -88,6 +88,7 @@ class IndexWriter:
                  lock_timeout_seconds: float = LOCK_TIMEOUT_SECONDS) -> None:
         self.root = Path(root)
         self.lock_timeout_seconds = lock_timeout_seconds
+        resolve_build_dir(self.root)  # a mistyped root is an error, not a new wal/ in it
         wal_dir(self.root).mkdir(parents=True, exist_ok=True)
         self._lock_file = open(wal_dir(self.root) / LOCK, "a")  # noqa: SIM115 - held while open
         self._thread_lock = threading.Lock()

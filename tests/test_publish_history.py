@@ -158,7 +158,7 @@ def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):
     vectors = np.random.default_rng(5).normal(size=(len(docs), INFO.dim)).astype(np.float32)
     b = build_index(docs, tmp_path, vectors=vectors, encoder_info=INFO, progress=False,
                     publish=False).build_id
-    assert cli(["diff", str(tmp_path), a, b, "--json"]) == 0
+    assert cli(["diff", str(tmp_path), a, b, "--json"]) == 1  # refused: as publish would exit
     report = json.loads(capsys.readouterr().out)
     checks = {c["name"]: c for c in report["checks"]}
     changed = checks["documents changed"]["figures"]
@@ -169,7 +169,7 @@ def test_diff_names_added_removed_changed_and_lost_fields(tmp_path, capsys):
     assert fields["outcome"] == "refused"
     assert fields["figures"]["lost"] == ["group"] and fields["figures"]["added"] == ["kind"]
     assert report["passed"] is False
-    assert cli(["diff", str(tmp_path), a, b]) == 0
+    assert cli(["diff", str(tmp_path), a, b]) == 1
     text = capsys.readouterr().out
     assert "REFUSED metadata fields: added: kind; lost: group" in text
     assert "gate refused by: metadata fields" in text

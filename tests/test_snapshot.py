@@ -302,3 +302,18 @@ def test_cli_round_trip(root, docs, tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("not a tar")
     assert main(["restore", str(tmp_path / "notes.txt"), str(tmp_path / "r3")]) == 2
     assert "is not a snapshot" in capsys.readouterr().err and not (tmp_path / "r3").exists()
+
+
+def test_the_roots_own_files_travel_with_it(root, tmp_path):
+    """A root's calibration (relevance.json) and distilled encoder sit beside its builds: a
+    restore without them ranked with the shipped calibration instead, silently."""
+    (root / "relevance.json").write_text('{"calibration": "this root"}')
+    (root / "distilled").mkdir()
+    (root / "distilled" / "weights.bin").write_bytes(bytes(range(256)))
+    (root / ".stale.lock").write_text("")
+    take_snapshot(root, tmp_path / "snap.tar")
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    restored = tmp_path / "restored"
+    assert (restored / "relevance.json").read_text() == '{"calibration": "this root"}'
+    assert (restored / "distilled" / "weights.bin").read_bytes() == bytes(range(256))
+    assert not (restored / ".stale.lock").exists()

@@ -86,8 +86,8 @@ def read_layout(path: Path, verify: bool = True) -> tuple[Path, ShardLayout]:
     if not (directory / SHARDS_FILE).is_file():
         raise ArtifactError(f"{directory} is not a sharded build (no {SHARDS_FILE}): load it "
                             "with Retriever, or build with --shards", directory)
-    if verify:
-        verify_build(directory, read_manifest(directory))
+    if verify:  # each shard checks its own files when it is loaded
+        verify_build(directory, read_manifest(directory), parts=False)
     raw = read_json(directory / SHARDS_FILE)
     try:
         layout = ShardLayout.model_validate(raw)

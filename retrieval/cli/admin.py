@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from indexes.history import check_history
 from indexes.manifest import (
     CURRENT,
     collect_garbage,
@@ -36,8 +37,9 @@ def run_verify(args: argparse.Namespace) -> int:
     verify_build(directory, manifest)
     print(f"ok: build {manifest.build_id}, {manifest.n_docs} documents, "
           f"{len(manifest.files)} files verified")
-    if (Path(args.index) / CURRENT).is_file():  # an index root: its write-ahead log too
-        records, torn = check_log(Path(args.index))  # LogCorruptionError: exit 1, named
+    if (Path(args.index) / CURRENT).is_file():  # an index root: its history and log too
+        check_history(Path(args.index))  # CorruptArtifactError: exit 2, the line named
+        records, torn = check_log(Path(args.index))  # LogCorruptionError: exit 2, named
         tail = f"; a torn tail of {torn} bytes (an unacknowledged write)" if torn else ""
         print(f"ok: write-ahead log, {records} whole records{tail}")
     return 0

@@ -20,6 +20,10 @@ def register(subparsers: Subparsers) -> None:
 def run_compact(args: argparse.Namespace) -> int:
     with IndexWriter(args.index) as writer:
         report = writer.compact()
+    if not report.records_folded:
+        print(f"nothing to fold: build {report.build_id} stays live (the log holds no write "
+              f"after seq {report.log_seq}); {report.segments_retired} segments retired")
+        return 0
     print(f"published build {report.build_id}: {report.n_docs} documents, "
           f"{report.records_folded} log records up to seq {report.log_seq} folded, "
           f"{report.segments_retired} segments retired in {report.seconds} s")

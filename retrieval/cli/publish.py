@@ -131,4 +131,4 @@ def run_diff(args: argparse.Namespace) -> int:
                   allow_encoder_change=args.allow_encoder_change,
                   allow_analyzer_change=args.allow_analyzer_change)
     _print_report(report, args.json)
-    return 0
+    return 0 if report.passed else REFUSED  # a script may run diff as its check

@@ -64,15 +64,19 @@ def publish(root: str | Path, build_id: str, gate: GateLike = None, *, force: bo
     """Make ``build_id`` live if the gate passes (defaults: structural checks only).
 
     A refused build stays staged and the live one keeps serving; ``force`` publishes anyway
-    and records ``forced`` with the refusing checks in the history.
+    and records ``forced`` with the refusing checks in the history. A build that went live
+    while the gate ran (a compaction, another publish) is not replaced unchecked:
+    ``LiveBuildChangedError``, and publishing again checks against it.
     """
+    checked_against = live_build_id(Path(root))  # another build live by then: refused
     report = check(root, build_id, gate, allow_encoder_change=allow_encoder_change,
                    allow_analyzer_change=allow_analyzer_change, encoder=encoder, config=config)
     if report.passed:
-        record = publish_build(Path(root), build_id, "gate")
+        record = publish_build(Path(root), build_id, "gate", replaces=checked_against)
     elif force:
         refused = ", ".join(c.name for c in report.refused)
-        record = publish_build(Path(root), build_id, "forced", note=f"refused by: {refused}")
+        record = publish_build(Path(root), build_id, "forced", note=f"refused by: {refused}",
+                               replaces=checked_against)
     else:
         return PublishOutcome(build_id, False, report, None)
     return PublishOutcome(build_id, True, report, record)
