@@ -149,14 +149,14 @@ def write_manifest(directory: Path, manifest: Manifest) -> None:
 def read_manifest(directory: Path) -> Manifest:
     path = directory / MANIFEST
     raw = read_json(path)
-    _check_own_sha256(directory)
     version = raw.get("format_version") if isinstance(raw, dict) else None
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION:  # asked first: another version may seal it otherwise
         raise FormatVersionError(
             f"{path} has format_version {version!r}; this library reads version "
             f"{FORMAT_VERSION}. Rebuild the index with this version.",
             path,
         )
+    _check_own_sha256(directory)
     try:
         return Manifest.model_validate(raw)
     except ValidationError as exc:
