@@ -36,7 +36,7 @@ from indexes.history import (
     rollback_target,
 )
 from indexes.manifest import read_manifest
-from indexes.wal.log import segments
+from indexes.wal.log import holds_after, segments
 from indexes.wal.seal import retire
 
 
@@ -80,11 +80,9 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
         return
     needed = read_manifest(root / "builds" / build_id).log_seq
     holds = _log_seq(root, live)
-    if holds is None or holds <= needed:
+    if holds is None or holds <= needed or holds_after(root, needed):
         return
     listed = segments(root)
-    if listed and listed[0][0] <= needed + 1:
-        return
     oldest = f"seq {listed[0][0]}" if listed else "nothing (no log)"
     raise LogGapError(
         f"build {build_id!r} holds the log's writes up to seq {needed}, the live build "

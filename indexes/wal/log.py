@@ -109,6 +109,13 @@ def segments(root: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def holds_after(root: Path, seq: int) -> bool:
+    """Whether the log still holds every record after ``seq`` (segments are contiguous, so
+    its oldest segment must start by ``seq + 1``)."""
+    listed = segments(root)
+    return bool(listed) and listed[0][0] <= seq + 1
+
+
 def write_acked(fd: int, first_seq: int, end: int) -> None:
     """Record (in place, no fsync) that segment ``first_seq`` is acknowledged up to ``end``."""
     head = struct.pack("<QQ", first_seq, end)

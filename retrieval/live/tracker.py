@@ -25,7 +25,7 @@ import numpy as np
 from indexes.errors import RetrievalError
 from indexes.wal import Changes, Record
 from indexes.wal.checks import check_records_fit, merged_kinds
-from indexes.wal.log import LogCorruptionError, read_from, segments, wal_dir
+from indexes.wal.log import LogCorruptionError, holds_after, read_from, segments, wal_dir
 from retrieval.live.bm25_live import BaseTerms
 from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
 from retrieval.loaded_build import LoadedBuild
@@ -95,8 +95,8 @@ class LogFollower:
         with self._lock:
             log_seq, served = base.manifest.log_seq, self.applied_seq
             lower = log_seq < self.base.manifest.log_seq
-            if lower:
-                self._check_log_from(log_seq)  # before anything changes: the old one serves on
+            if lower and not holds_after(self.root, log_seq):  # before anything changes:
+                raise self._gap(log_seq)  # the old one serves on
             kept = [r for r in self.records if r.seq > log_seq]
             carried = self._carried_terms(base)
             self._set_base(base, applied_seq=served)
@@ -108,11 +108,6 @@ class LogFollower:
             self.records = kept
             self._publish(applied)
             self.applied_seq = applied
-
-    def _check_log_from(self, log_seq: int) -> None:
-        listed = segments(self.root)
-        if listed and listed[0][0] > log_seq + 1:
-            raise self._gap(log_seq)
 
     def check_fits(self, base: LoadedBuild) -> None:
         """Raise InvalidWriteError when the applied records cannot be served on ``base``
