@@ -303,11 +303,36 @@ def test_unreachable_redis_serves_defaults_then_recovers(private_redis: RedisPro
         materialize(view, lambda: quality_rows(10), store, progress=False)
     assert stats["breaker_state"] in ("open", "half_open")
 
-    private_redis.start()  # no persistence: the server comes back empty
-    assert wait_until(lambda: store.read("quality", ["doc-1"]).available)
+    private_redis.start()  # no persistence: the server comes back empty, the view's data lost
+    assert wait_until(lambda: store.read("quality", ["doc-1"]) is not None
+                      and store.stats()["breaker_state"] == "closed")
+    lost = store.read("quality", ["doc-1"])  # answered, but nothing of what was served
+    assert not lost.available and lost.values["quality"].tolist() == [-1]
     materialize(view, lambda: quality_rows(10, offset=5), store, progress=False)
-    assert store.read("quality", ["doc-1"]).values["quality"].tolist() == [6]
+    again = store.read("quality", ["doc-1"])
+    assert again.available and again.values["quality"].tolist() == [6]
     store.close()
+
+
+def test_a_redis_snapshot_whose_data_expired_is_unavailable(private_redis: RedisProcess) -> None:
+    """The pointer outlived its snapshot's keys (no materialization within their TTL): the
+    defaults are served as unavailable, not as the view's values; a view never materialized
+    is a healthy empty answer."""
+    store = RedisStore(private_redis.url, namespace="expired")
+    materialize(quality_view(), lambda: quality_rows(10), store, progress=False)
+    assert store.read("quality", ["doc-1"]).available
+    client = private_redis.client()
+    live = "expired:fs1:{quality}:live"
+    client.delete(*[k for k in client.keys("expired:*") if k.decode() != live])
+    for reader in (store, RedisStore(private_redis.url, namespace="expired",
+                                     views=[quality_view()])):
+        batch = reader.read("quality", ["doc-1"])
+        assert not batch.available and batch.values["quality"].tolist() == [-1]
+        assert reader.stats()["errors"] == 1
+        reader.close()
+    never = RedisStore(private_redis.url, namespace="never", views=[quality_view()])
+    assert never.read("quality", ["doc-1"]).available
+    never.close()
 
 
 def test_hung_redis_read_is_bounded_and_fails_open(private_redis: RedisProcess) -> None:
@@ -331,6 +356,21 @@ def test_broken_local_snapshot_fails_open(tmp_path: Path) -> None:
     batch = fresh.read("quality", ["doc-1"])
     assert not batch.available and batch.values["quality"].tolist() == [-1]
     assert fresh.stats()["errors"] == 1
+
+
+def test_vanished_local_pointer_is_unavailable_not_defaults(tmp_path: Path) -> None:
+    """A materialized view whose pointer file is gone serves its defaults as unavailable, in a
+    process that had read it and in a fresh one; a view never materialized stays healthy."""
+    store = LocalStore(tmp_path / "fs", views=[quality_view()])
+    materialize(quality_view(), lambda: quality_rows(10), store, progress=False)
+    assert store.read("quality", ["doc-1"]).available
+    (tmp_path / "fs" / "quality" / "CURRENT").unlink()
+    for reader in (store, LocalStore(tmp_path / "fs", views=[quality_view()])):
+        batch = reader.read("quality", ["doc-1"])
+        assert not batch.available and batch.values["quality"].tolist() == [-1]
+        assert reader.stats()["errors"] >= 1
+    never = LocalStore(tmp_path / "empty", views=[quality_view()])
+    assert never.read("quality", ["doc-1"]).available
 
 
 def test_no_pickle_on_disk(tmp_path: Path) -> None:

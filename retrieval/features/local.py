@@ -109,6 +109,7 @@ class LocalStore(OnlineStore):
         for _ in range(_POINTER_RETRIES):
             key = _pointer_key(pointer)
             if key is None:
+                self._check_never_materialized(view_name, view_dir)
                 return None
             cached = self._loaded.get(view_name)
             if cached is not None and cached[0] == key:
@@ -128,6 +129,20 @@ class LocalStore(OnlineStore):
             self._loaded[view_name] = (key, loaded)
             return loaded
         raise FeatureStoreError(f"{pointer} names a snapshot that does not exist")
+
+    def _check_never_materialized(self, view_name: str, view_dir: Path) -> None:
+        """A view with no pointer is healthy only if it never had one: a pointer gone while
+        finished snapshots remain (or after this process read one) is a damaged store, whose
+        defaults must be served as unavailable, not as the view's real values."""
+        snapshots = view_dir / SNAPSHOTS
+        finished = snapshots.is_dir() and any(
+            entry.is_dir() and not entry.name.startswith(TMP_PREFIX)
+            for entry in snapshots.iterdir())
+        if finished or view_name in self._loaded:
+            raise FeatureStoreError(
+                f"{view_dir / POINTER} is missing but view {view_name!r} has been "
+                "materialized; publish a snapshot again (`retrieval features materialize`) "
+                "or restore the pointer file")
 
     # -- admin reads (the CLI, the job) ------------------------------------------------------
 

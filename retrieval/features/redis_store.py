@@ -54,7 +54,15 @@ from retrieval.features.store import (
     check_grace,
 )
 from retrieval.features.view import VIEW_NAME, FeatureView, SnapshotMeta
-from retrieval.resilience import NO_TLS, LinkSettings, RedisLink, TlsFiles, make_client, redact_url
+from retrieval.resilience import (
+    NO_TLS,
+    BurstLogger,
+    LinkSettings,
+    RedisLink,
+    TlsFiles,
+    make_client,
+    redact_url,
+)
 from retrieval.resilience.redis_link import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     DEFAULT_SOCKET_TIMEOUT_MS,
@@ -117,6 +125,9 @@ class RedisStore(OnlineStore):
         self._counters = CacheCounters(("reads", "entities", "missing", "stale", "errors",
                                         "short_circuits"))
         self._schemas: dict[str, dict[str, SnapshotMeta]] = {}
+        self._served: set[str] = set()  # views this process has read a snapshot of
+        self._lost = BurstLogger(logger, f"{self.link.what} data", fallback="serving defaults "
+                                 "until the view is materialized again")
 
     def describe(self) -> str:
         return f"RedisStore({redact_url(self.url)!r}, cluster={self.cluster})"
@@ -158,19 +169,32 @@ class RedisStore(OnlineStore):
         known = self._schemas.get(view_name, {})
         latest = next(reversed(known), "") if known else ""
         reply = READ(client, [keys.live], [keys.base, latest, *ids])
-        if not reply:  # never materialized (or the pointer was deleted by hand)
-            return unavailable_batch(view_name, ids, self._fallback_view(view_name), None, True)
+        if not reply:  # never materialized, or the pointer is gone (a restart that kept no
+            # data, a delete by hand): lost data only where this process read a snapshot
+            return self._no_data(view_name, ids, None, view_name in self._served)
         snapshot_id = _text(reply[0])
-        if len(reply) == 1:  # the live snapshot's keys expired: nothing to serve
-            return unavailable_batch(view_name, ids, self._fallback_view(view_name),
-                                     snapshot_id, True)
+        if len(reply) == 1:  # the live snapshot's keys expired: its data is gone
+            return self._no_data(view_name, ids, snapshot_id, True)
         meta = self._schema(view_name, snapshot_id, reply[1])
         if meta is None:  # schema evicted by racing readers: ask again with no known schema
             self._schemas.pop(view_name, None)
             return self._read(client, view_name, keys, ids, now)
         batch = _decode(meta, ids, reply[2], now)
         self._remember(meta.view, snapshot_id)
+        self._served.add(view_name)
         return batch
+
+    def _no_data(self, view_name: str, ids: tuple[str, ...], snapshot_id: str | None,
+                 lost: bool) -> FeatureBatch:
+        """Defaults for a view with nothing to serve: a healthy answer for a view never
+        materialized; a lost snapshot is unavailable (results say so and are not cached),
+        not its features' real values."""
+        if lost:
+            self._counters.add(reads=1, entities=len(ids), missing=len(ids), errors=1)
+            self._lost.error(FeatureStoreError(f"the data of feature view {view_name!r} is "
+                                               f"gone (snapshot {snapshot_id})"))
+        return unavailable_batch(view_name, ids, self._fallback_view(view_name), snapshot_id,
+                                 not lost)
 
     def _schema(self, view_name: str, snapshot_id: str, raw: bytes | None) -> SnapshotMeta | None:
         known = self._schemas.setdefault(view_name, {})
