@@ -36,7 +36,7 @@ from indexes.passages import PassageMap
 from indexes.sharding.layout import SHARDS_DIR, SHARDS_FILE, ShardEntry, ShardLayout
 from indexes.sharding.slices import slice_bm25, slice_metadata
 from indexes.storage import save_array, write_json
-from indexes.vectors import VectorStore
+from indexes.vectors import Bounds, VectorStore, vector_bounds
 
 if TYPE_CHECKING:
     from indexes.build import BuildConfig
@@ -47,17 +47,19 @@ def write_components(
     directory: Path, build_id: str, docs: Sequence[Document], bm25: BM25Index,
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
     config: BuildConfig, ann_nlist: int | None = None, passage_map: PassageMap | None = None,
-    dense: DenseBuild | None = None, **manifest_fields: Any,
+    dense: DenseBuild | None = None, vector_bounds: Bounds | None = None,
+    **manifest_fields: Any,
 ) -> None:
     """Write every component of one build and its manifest into ``directory`` (a whole build,
     or one shard of a sharded build: ``indexes.sharding``). ``ann_nlist``: IVF lists of the
     dense leg (None = by corpus size, 0 = exact search); ``dense``: the dense leg already
     being built (``indexes.ann_built.dense_beside``), waited for once the other files are
-    written; ``manifest_fields``: the manifest's optional fields (``log_seq``, ``window``,
-    ``passages``)."""
+    written; ``vector_bounds``: a shard's int8 codes scaled by the whole collection's bounds
+    (``indexes.vectors.quantize_int8``); ``manifest_fields``: the manifest's optional fields
+    (``log_seq``, ``window``, ``passages``)."""
     bm25.save(directory / "bm25", config.postings)
     metadata.save(directory / "metadata")
-    VectorStore.build(matrix, config.vector_dtype).save(directory / "vectors")
+    VectorStore.build(matrix, config.vector_dtype, vector_bounds).save(directory / "vectors")
     save_array(directory / "vectors" / "content_hashes.npy", hashes)
     DocStore.build(docs).save(directory / "docstore")
     if passage_map is not None:
@@ -87,6 +89,9 @@ def write_sharded(
     ``manifest_fields`` as ``write_components`` (on the top manifest). In a passage build
     every range holds whole documents, and each shard is a passage build of its own."""
     entries = []
+    # int8 shards share the whole matrix's scale, so their codes and cosines are the whole
+    # build's (a shard's own bounds ranked its rows by other rounding).
+    bounds = vector_bounds(matrix) if config.vector_dtype == "int8" else None
     for i, (start, stop) in enumerate(ranges):
         name = f"shard-{i:03d}"
         directory = staging / SHARDS_DIR / name
@@ -98,7 +103,7 @@ def write_sharded(
         write_components(directory, shard_id, docs[start:stop], slice_bm25(bm25, start, stop),
                          slice_metadata(metadata, start, stop), matrix[start:stop],
                          hashes[start:stop], info, config, ann_nlist, passage_map=part,
-                         **shard_fields)
+                         vector_bounds=bounds, **shard_fields)
         entries.append(ShardEntry(name=name, start=start, stop=stop, build_id=shard_id,
                                   manifest_sha256=sha256_file(directory / MANIFEST)))
     write_layout(staging, build_id, entries, avgdl, len(bm25.vocab_list), info, config,

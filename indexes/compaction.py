@@ -108,7 +108,7 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
     parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
                          config=config, progress=progress, log_seq=folded, publish=False,
-                         shards=len(parts) if is_sharded(build) else None,
+                         shards=_shard_count(build, len(parts), len(docs)),
                          dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
     try:
         _, retired = go_live(root, report.build_id, "plain", replaces=manifest.build_id)
@@ -118,6 +118,14 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
     writer.reopen()
     return CompactionReport(report.build_id, folded, len(records), report.n_docs, retired,
                             round(time.perf_counter() - started, 3))
+
+
+def _shard_count(build: Path, parts: int, documents: int) -> int | None:
+    """As many shards as the build, while the documents left fill them: every shard needs one
+    (a sharded root emptied below its shard count folds into fewer)."""
+    if not is_sharded(build):
+        return None
+    return max(1, min(parts, documents))
 
 
 def _live_corpus(build: Path, changes: Changes) -> tuple[list[Document], np.ndarray]:

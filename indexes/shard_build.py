@@ -65,7 +65,13 @@ from indexes.metadata import (
 from indexes.sharding.layout import SHARDS_DIR, ShardEntry
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
-from indexes.vectors import content_hashes, non_finite_row
+from indexes.vectors import (
+    Bounds,
+    content_hashes,
+    joined_bounds,
+    non_finite_row,
+    vector_bounds,
+)
 
 ShardRows = tuple[list[Document], np.ndarray]  # documents, float32 (n, dim) vectors
 ShardSource = Callable[[], ShardRows]
@@ -113,6 +119,7 @@ class Survey:
     id_hashes: np.ndarray  # uint64 per row
     kinds: dict[str, FieldKind]
     values: dict[str, list[str]]  # sorted indexed values of the shard's keyword fields
+    bounds: Bounds  # its vectors' per-dimension (min, max)
 
 
 @dataclass
@@ -123,6 +130,7 @@ class Collection:
     statistics: CollectionStatistics
     typos: TypoIndex | None
     fields: CollectionFields
+    bounds: Bounds  # every shard's vectors' (min, max): the int8 codes' common scale
 
 
 @dataclass
@@ -186,7 +194,9 @@ def id_hashes(documents: Sequence[Document]) -> np.ndarray:
 
 
 def survey_shard(job: SurveyJob) -> Survey:
-    documents = shard_documents(job.shard, job.source)
+    documents, matrix = read_shard(job.shard, job.source)
+    bounds = vector_bounds(matrix)
+    del matrix  # as shard_documents: not held through the analysis
     postings = analyze([d.content for d in documents], job.config.analyzer,
                        job.config.analysis_workers)
     records = [d.metadata for d in documents]
@@ -197,7 +207,7 @@ def survey_shard(job: SurveyJob) -> Survey:
               for f, k in kinds.items() if k == "keyword"}
     doc_freq = np.bincount(postings.post_terms, minlength=len(postings.terms)).astype(np.int64)
     return Survey(len(documents), int(postings.lengths.sum(dtype=np.int64)), postings.terms,
-                  doc_freq, postings.words, id_hashes(documents), kinds, values)
+                  doc_freq, postings.words, id_hashes(documents), kinds, values, bounds)
 
 
 def field_values(job: tuple[int, ShardSource, list[str]]) -> dict[str, list[str]]:
@@ -234,7 +244,8 @@ def reduce_surveys(surveys: Sequence[Survey], config: BuildConfig) -> Collection
     if config.typo_tolerance:
         typos = TypoIndex.build(words, lambda ws: [words[w] for w in ws],
                                 lambda stems: doc_freqs_of(ids, doc_freq, stems))
-    return Collection(list(ids), statistics, typos, collection_fields(surveys))
+    return Collection(list(ids), statistics, typos, collection_fields(surveys),
+                      joined_bounds([s.bounds for s in surveys]))
 
 
 def collection_fields(surveys: Sequence[Survey]) -> CollectionFields:
@@ -324,7 +335,8 @@ def write_shard(job: WriteJob) -> Written:
     job.directory.mkdir(parents=True)
     write_components(job.directory, f"{job.build_id}-{job.directory.name}", documents, bm25,
                      metadata, matrix, hashes, job.info, config,
-                     0 if job.dense == "exact" else None)
+                     0 if job.dense == "exact" else None,
+                     vector_bounds=job.collection.bounds)
     return Written(job.directory.name, len(documents),
                    sha256_file(job.directory / MANIFEST), time.perf_counter() - began,
                    peak_rss_bytes())

@@ -40,13 +40,29 @@ def content_hashes(texts: Sequence[str]) -> np.ndarray:
     return np.array(digests, dtype="S16")
 
 
-def quantize_int8(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Bounds = tuple[np.ndarray, np.ndarray]  # per-dimension (low, high), float32 (d,) each
+
+
+def vector_bounds(vectors: np.ndarray) -> Bounds:
+    """Per-dimension (min, max) of a matrix's rows: what int8 codes are scaled by."""
+    return vectors.min(axis=0).astype(np.float32), vectors.max(axis=0).astype(np.float32)
+
+
+def joined_bounds(parts: list[Bounds]) -> Bounds:
+    """The bounds of the rows of every part together."""
+    return (np.minimum.reduce([low for low, _ in parts]),
+            np.maximum.reduce([high for _, high in parts]))
+
+
+def quantize_int8(vectors: np.ndarray, bounds: Bounds | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-dimension scalar quantization: x ~= (code + 128) * scale + low.
 
-    vectors: float32 (n, d). Returns codes int8 (n, d), scale float32 (d,), low float32 (d,).
+    vectors: float32 (n, d); ``bounds``: the (low, high) to scale by, the matrix's own by
+    default (a shard takes the whole collection's, so its codes are the whole build's rows).
+    Returns codes int8 (n, d), scale float32 (d,), low float32 (d,).
     """
-    low = vectors.min(axis=0)
-    high = vectors.max(axis=0)
+    low, high = bounds if bounds is not None else vector_bounds(vectors)
     scale = np.maximum((high - low) / 255.0, 1e-12).astype(np.float32)
     codes = np.empty(vectors.shape, dtype=np.int8)
     for start in range(0, len(vectors), QUANTIZE_ROWS):
@@ -88,11 +104,12 @@ class VectorStore:
         return int(self.data.nbytes)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, dtype: VectorDtype = "float32") -> VectorStore:
-        """vectors: float32 (n, d), expected L2-normalized."""
+    def build(cls, vectors: np.ndarray, dtype: VectorDtype = "float32",
+              bounds: Bounds | None = None) -> VectorStore:
+        """vectors: float32 (n, d), expected L2-normalized; ``bounds`` as ``quantize_int8``."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if dtype == "int8":
-            codes, scale, low = quantize_int8(vectors)
+            codes, scale, low = quantize_int8(vectors, bounds)
             return cls(codes, dtype, scale, low)
         # float32 keeps the caller's matrix: a copy was 1.5 GB of a 1M build's peak.
         return cls(vectors.astype(dtype, copy=False), dtype)

@@ -145,6 +145,23 @@ def test_features_and_the_keyword_policy_rank_the_same_on_every_layout(layouts, 
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+def test_explanations_split_bm25_by_term_the_same_on_every_layout(layouts, layout):
+    """Each term's part of a hit's BM25 score is that term's alone (on Ray, a dense row's
+    whole-query score fetched with the dense trip answered every single term)."""
+    retrievers, texts, vectors = layouts
+    for text, vector in list(zip(texts, vectors, strict=True))[:15]:
+        want = retrievers["whole"].search(text, None, 10, query_vector=vector, explain=True)
+        got = retrievers[layout].search(text, None, 10, query_vector=vector, explain=True)
+        same(got, want)
+        for a, b in zip(got.hits, want.hits, strict=True):
+            assert a.explanation is not None and b.explanation is not None
+            assert a.explanation.bm25_terms == pytest.approx(b.explanation.bm25_terms,
+                                                             abs=1e-6), text
+            assert sum(a.explanation.bm25_terms.values()) == pytest.approx(a.bm25_score,
+                                                                           abs=1e-6)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_named_filters_and_value_suggestions_see_the_whole_collection(layouts, layout):
     retrievers, texts, vectors = layouts
     retriever = retrievers[layout]

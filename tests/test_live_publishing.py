@@ -14,6 +14,7 @@ from live_index import INFO, build_small, scifact_docs, unit_vectors
 from indexes import Document, build_index
 from indexes.manifest import collect_garbage, read_manifest, resolve_build_dir
 from indexes.publish import publish_build, rollback
+from indexes.sharding import build_parts
 from indexes.wal import read_all
 from indexes.writer import IndexWriter
 from retrieval import LogGapError, Retriever
@@ -296,3 +297,14 @@ def test_a_damaged_shard_file_is_caught_by_verify_and_publish(tmp_path, docs, ca
     assert main(["verify", str(tmp_path)]) == 0  # the live build is whole
     assert main(["verify", str(staged.path)]) == 2
     assert "checksum mismatch" in capsys.readouterr().err
+
+
+def test_a_sharded_root_deleted_below_its_shard_count_still_compacts(tmp_path, docs):
+    """Two documents left of four shards fold into two shards (every shard needs a row)."""
+    build_small(tmp_path, docs[:8], shards=4)
+    with IndexWriter(tmp_path) as writer:
+        writer.delete([d.id for d in docs[2:8]])
+        report = writer.compact()
+    assert report.n_docs == 2
+    assert len(build_parts(tmp_path)) == 2
+    assert served(tmp_path, [d.id for d in docs[:8]]) == [True] * 2 + [False] * 6

@@ -12,14 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from indexes.build import build_index
+from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import CorpusError
-from indexes.manifest import EncoderInfo
+from indexes.manifest import EncoderInfo, resolve_build_dir
 from indexes.shard_build import GivenRows, build_streamed, run_here, run_in_processes
-from indexes.sharding import read_layout, shard_ranges
+from indexes.sharding import build_parts, read_layout, shard_ranges
+from indexes.vectors import VectorStore
 from retrieval import Retriever
 
 INFO = EncoderInfo(encoder_id="given", model="given", dim=16, vector_dtype="float32")
@@ -105,6 +106,35 @@ def test_a_field_of_dates_in_one_shard_and_words_in_another_is_a_keyword_field(c
         hits = retriever.search("flow", {"when": "2020-01-02"}, k=400,
                                 query_vector=vectors[0]).hits
         assert hits and {h.metadata["when"] for h in hits} == {"2020-01-02"}
+
+
+def test_int8_shards_hold_the_whole_builds_codes_and_cosines(corpus, tmp_path):
+    """Every layout quantizes by the whole collection's bounds: a shard's own bounds rounded
+    its rows otherwise, and changed the top 10 of whole-build searches."""
+    documents, vectors = corpus
+    config = BuildConfig(vector_dtype="int8")
+    int8 = INFO.model_copy(update={"vector_dtype": "int8"})
+    build_index(documents, tmp_path / "whole", vectors=vectors, encoder_info=int8,
+                config=config, progress=False, dense="exact")
+    build_index(documents, tmp_path / "sharded", vectors=vectors, encoder_info=int8,
+                config=config, shards=3, progress=False, dense="exact")
+    build_streamed(sources(documents, vectors, 3), tmp_path / "streamed", encoder_info=int8,
+                   config=config, dense="exact")
+    whole = VectorStore.load(resolve_build_dir(tmp_path / "whole") / "vectors")
+    for name in ("sharded", "streamed"):
+        parts = [VectorStore.load(p / "vectors") for p in build_parts(tmp_path / name)]
+        assert np.array_equal(np.concatenate([p.data for p in parts]), whole.data), name
+        assert all(np.array_equal(p.scale, whole.scale) and np.array_equal(p.low, whole.low)
+                   for p in parts), name
+    with (Retriever.load(tmp_path / "whole", CONFIG) as a,
+          Retriever.load(tmp_path / "sharded", CONFIG) as b,
+          Retriever.load(tmp_path / "streamed", CONFIG) as c):
+        for query, vector in zip(QUERIES, vectors, strict=False):
+            want = [(h.doc_id, h.vector_score) for h in a.search(query, k=10,
+                                                                 query_vector=vector).hits]
+            for retriever in (b, c):
+                assert [(h.doc_id, h.vector_score) for h in retriever.search(
+                    query, k=10, query_vector=vector).hits] == want, query
 
 
 def test_a_document_id_in_two_shards_is_refused_naming_it(corpus, tmp_path):

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import numpy as np
+
 from indexes.field_summary import summarize_fields
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.metadata import MetadataIndex
 from indexes.passages import describe as describe_passages
-from retrieval.cli.common import Subparsers, add_parser
+from indexes.sharding import build_parts
+from retrieval.cli.common import Subparsers, add_parser, positive_int
+from retrieval.sharding.whole import joined_metadata
 
 TOP_VALUES = 5
 
@@ -18,7 +22,7 @@ def register(subparsers: Subparsers) -> None:
     describe = add_parser(subparsers, "describe",
                           "list an index's metadata fields, their types and common values")
     describe.add_argument("index", help="index root or build directory")
-    describe.add_argument("--top", type=int, default=TOP_VALUES,
+    describe.add_argument("--top", type=positive_int, default=TOP_VALUES,
                           help="values shown per keyword field")
     describe.set_defaults(func=run_describe)
 
@@ -26,8 +30,9 @@ def register(subparsers: Subparsers) -> None:
 def run_describe(args: argparse.Namespace) -> int:
     directory = resolve_build_dir(Path(args.index))
     manifest = read_manifest(directory)
-    metadata = MetadataIndex.load(directory / "metadata", prefault=False)
-    print(f"build {manifest.build_id} at {directory}: {manifest.n_docs} documents, "
+    metadata, shards = _metadata(directory)
+    print(f"build {manifest.build_id} at {directory}: {manifest.n_docs} documents"
+          f"{f' in {shards} shards' if shards > 1 else ''}, "
           f"encoder {manifest.encoder.encoder_id}, {manifest.encoder.vector_dtype} vectors")
     if manifest.passages is not None:
         print(f"rows are passages: {describe_passages(manifest.passages)}")
@@ -38,3 +43,14 @@ def run_describe(args: argparse.Namespace) -> int:
     for summary in summarize_fields(metadata, args.top):
         print(summary.text())
     return 0
+
+
+def _metadata(directory: Path) -> tuple[MetadataIndex, int]:
+    """The build's metadata over all its rows (a sharded build's joined from its shards, not
+    prefaulted: a description reads little of it) and its shard count."""
+    parts = [MetadataIndex.load(part / "metadata", prefault=False)
+             for part in build_parts(directory)]
+    if len(parts) == 1:
+        return parts[0], 1
+    starts = np.cumsum([0] + [p.n_docs for p in parts[:-1]]).tolist()
+    return joined_metadata(parts, starts, sum(p.n_docs for p in parts)), len(parts)

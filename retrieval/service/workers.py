@@ -43,12 +43,11 @@ def preload(index_root: Path) -> None:
 
     import indexes.onnx_encoder  # noqa: F401
     import retrieval.service.app  # noqa: F401
-    from indexes.warmup import warm_bm25
-    from retrieval.loaded_build import LoadedBuild
     from retrieval.request_path.fusion import warm_fusion
+    from retrieval.sharding.whole import open_build, warm_up_build
 
     # The workers verify the build when they load it; here only its arrays' types matter.
-    warm_bm25(LoadedBuild.load(index_root, verify=False).bm25)
+    warm_up_build(open_build(index_root, verify=False))
     warm_fusion()
 
     if threading.active_count() > 1:

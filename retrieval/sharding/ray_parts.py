@@ -163,9 +163,10 @@ class RemoteBM25(BM25Index):
         return rows, scores
 
     def score_rows(self, tokens: Sequence[str], rows: np.ndarray) -> np.ndarray:
-        known = self.parts.fetched.bm25
+        fetched = self.parts.fetched
+        known = fetched.bm25  # whole-query scores: no answer for a subset of the tokens
         wanted = np.asarray(rows, np.int64).tolist()
-        if all(r in known for r in wanted):
+        if list(tokens) == fetched.tokens and all(r in known for r in wanted):
             return np.array([known[r] for r in wanted], dtype=np.float64)
         return self.parts.per_owner("score_rows", rows, np.float64, list(tokens))
 
