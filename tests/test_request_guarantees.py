@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from polling import wait_until
 from pydantic import ValidationError
 from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
 
@@ -226,6 +227,50 @@ def test_a_search_without_a_deadline_never_takes_a_degraded_result_from_a_shared
             gated.gate.set()
         result = follower.result(timeout=30)
     assert result.degraded == [] and result.hits[0].vector_score != 0.0
+
+
+def test_a_search_joining_a_slow_flight_waits_no_longer_than_its_own_deadline(
+        index, query_encoder) -> None:
+    """A follower with a deadline stops waiting for a leader without one when its budget
+    ends, and ranks by what it has (BM25 alone), as if it had searched alone."""
+    gated = GatedEncoder(query_encoder)
+    with Retriever.load(index, {"cache": {"backend": "memory"}}, encoder=gated) as retriever, \
+            ThreadPoolExecutor(2) as callers:
+        gated.close_gate()
+        try:
+            leader = callers.submit(retriever.search, QUERIES[3], k=5)
+            assert gated.entered.acquire(timeout=30)  # the leader is inside the encoder
+            follower = callers.submit(retriever.search, QUERIES[3], k=5, deadline_ms=300)
+            result = follower.result(timeout=20)  # the gate is still closed
+            assert result.degraded == ["embed"] and result.hits
+            assert retriever.stats()["cache"]["single_flight"]["shared"] == 1
+        finally:
+            gated.gate.set()
+        assert leader.result(timeout=30).degraded == []
+
+
+def test_a_search_joining_a_flight_gets_its_own_query_and_hit_list(index, query_encoder
+                                                                   ) -> None:
+    """The shared result is copied as a cache hit is: the follower's query text (the key
+    collapses whitespace), timings and cache status, and a list of its own."""
+    gated = GatedEncoder(query_encoder)
+    spaced = QUERIES[2].replace(" ", "   ", 1)
+    with Retriever.load(index, {"cache": {"backend": "memory"}}, encoder=gated) as retriever, \
+            ThreadPoolExecutor(2) as callers:
+        gated.close_gate()
+        try:
+            leader = callers.submit(retriever.search, QUERIES[2], k=5)
+            assert gated.entered.acquire(timeout=30)
+            follower = callers.submit(retriever.search, spaced, k=5)
+            assert wait_until(lambda: retriever.stats()["cache"]["single_flight"]["shared"] == 1)
+        finally:
+            gated.gate.set()
+        first, second = leader.result(timeout=30), follower.result(timeout=30)
+    assert (first.query, second.query) == (QUERIES[2], spaced)
+    assert second.cache.result == "hit" and first.cache.result == "miss"
+    assert [h.doc_id for h in second.hits] == [h.doc_id for h in first.hits]
+    first.hits.clear()
+    assert len(second.hits) == 5
 
 
 def test_a_degraded_batch_result_is_never_cached(index, query_encoder) -> None:

@@ -2,8 +2,8 @@
 
 Layout::
 
-    <namespace>:v1:emb:{<tag>}:<digest of encoder_id + text>
-    <namespace>:v1:res:{<tag>}:<digest of build, snapshot, config, text, filters, k>
+    <namespace>:v3:emb:{<tag>}:<digest of encoder_id + text>
+    <namespace>:v3:res:{<tag>}:<digest of build, snapshot, config, text, filters, k>
 
 ``<tag>`` is a short hash of the normalized query text inside a Redis Cluster hash tag, so the
 embedding key and the result key of one request live in the same hash slot and a single
@@ -21,18 +21,27 @@ from typing import Any
 
 from retrieval.cache.base import CacheConfigError
 
-KEY_VERSION = "v2"  # bump when key layout or value encodings change: old entries just miss
+KEY_VERSION = "v3"  # bump when key layout or value encodings change: old entries just miss
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _TAG_BYTES = 8  # 64-bit tag: only for slot placement, the digest carries the identity
 _DIGEST_BYTES = 16
 
 
+# What both the analyzer and the encoder's tokenizer read as a space between words: Unicode
+# white space except control characters. str.split() also splits on those (\x0b, \x0c,
+# \x1c-\x1f, \x85), which the tokenizer deletes: "heat\x1ftransfer" is embedded as
+# "heattransfer", not as "heat transfer" (tests check this set against the tokenizer).
+_SEPARATORS = re.compile(
+    "[ \t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
+
+
 def normalize_query(text: str) -> str:
-    """Canonical form of a query for caching: whitespace collapsed and stripped, nothing
-    else. The analyzer's and the encoder's own normalizations differ (a cased encoder, an
-    analyzer without lowercasing, "ß" against "ss"), so folding case or compatibility forms
-    here would serve one query another's results."""
-    return " ".join(text.split())  # str.split() splits on all Unicode whitespace
+    """Canonical form of a query for caching: runs of separators (``_SEPARATORS``) collapsed
+    to one space and stripped, nothing else. The analyzer's and the encoder's own
+    normalizations differ (a cased encoder, an analyzer without lowercasing, "ß" against
+    "ss"), so folding case, compatibility forms or other characters here would serve one
+    query another's results."""
+    return _SEPARATORS.sub(" ", text).strip(" ")
 
 
 def validate_namespace(namespace: str) -> str:

@@ -35,11 +35,13 @@ class SingleFlight:
         self._leaders = 0
         self._followers = 0
 
-    def do(self, key: Hashable, fn: Callable[[], T]) -> T:
+    def do(self, key: Hashable, fn: Callable[[], T], timeout: float | None = None) -> T:
         """Run ``fn`` once for all concurrent callers with ``key``; all get its result or error.
 
         Followers re-raise the leader's exception object itself, so every caller sees the same
-        error type and message.
+        error type and message. A follower waits at most ``timeout`` seconds (None: until the
+        leader ends), then runs ``fn`` itself: a caller's own deadline bounds its wait, however
+        long the leader takes.
         """
         with self._lock:
             call = self._calls.get(key)
@@ -51,8 +53,8 @@ class SingleFlight:
                 self._followers += 1
         if leader:
             self._lead(key, call, fn)
-        else:
-            call.done.wait()
+        elif not call.done.wait(timeout):
+            return fn()
         if call.error is not None:
             raise call.error
         result: T = call.result

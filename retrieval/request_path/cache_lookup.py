@@ -128,9 +128,11 @@ class RequestCache:
             self.cache.set_many({lookup.embedding_key: encode_embedding(vector)},
                                 self.config.embedding_ttl_seconds)
 
-    def once(self, key: str, compute: Callable[[], SearchResult]) -> SearchResult:
-        """Concurrent identical misses in this process compute once."""
-        return self.flights.do(key, compute)
+    def once(self, key: str, compute: Callable[[], SearchResult], timeout: float | None
+             ) -> SearchResult:
+        """Concurrent identical misses in this process compute once; a search waits for
+        another's at most ``timeout`` seconds (what its deadline leaves), then computes."""
+        return self.flights.do(key, compute, timeout)
 
     def stats(self) -> dict[str, object]:
         return {**self.counters.snapshot(), "backend": self.cache.stats(),

@@ -166,9 +166,11 @@ class RequestPath:
         if lookup is None:
             return self._done(compute(), timer)
         assert self.cache is not None
-        result = self.cache.once(lookup.result_key, compute)
-        if result.degraded and not ran:  # the leader's deadline, not this search's: its own
-            result = compute()
+        result = self.cache.once(lookup.result_key, compute, begun.deadline.remaining())
+        if not ran:  # another search's result: its query text, timings and hit list
+            # are not this one's, and a result its deadline degraded is recomputed here
+            result = compute() if result.degraded else served_from_cache(result, request,
+                                                                         timer)
         return self._done(result, timer)
 
     def _lookup(self, live: Live, request: SearchRequest) -> Lookup:
