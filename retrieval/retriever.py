@@ -62,6 +62,10 @@ class Retriever:
     ) -> None:
         if encoder is not None:
             check_encoder(encoder, snapshot)
+        if config.features and feature_store is None:
+            raise ConfigError("features weights feature views, but no feature store is "
+                              "configured: set feature_store (a directory or redis:// URL) "
+                              "or pass feature_store= to the retriever", "features")
         self.config = config
         self.encoder = encoder
         self.root = root

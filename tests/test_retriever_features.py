@@ -7,7 +7,8 @@ import time
 import pytest
 from redis_servers import RedisProcess
 
-from retrieval import Retriever
+from retrieval import Retriever, RetrieverConfig
+from retrieval.errors import ConfigError
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 
 VIEW = FeatureView(name="popularity", features=(Feature(name="clicks", dtype="float32",
@@ -120,3 +121,18 @@ def test_unreachable_feature_store_serves_defaults(index, encoder):
                                                                                   k=10).hits]
     finally:
         server.cleanup()
+
+
+def test_feature_weights_without_a_feature_store_are_refused_at_load(index, encoder):
+    """Accepted before and ignored: every search ranked as if the weights were not there."""
+    with pytest.raises(ConfigError, match="no feature store is configured") as caught:
+        Retriever.load(index, _config(0.5), encoder=encoder)
+    assert caught.value.key == "features"
+
+
+def test_a_feature_store_namespace_is_checked_with_the_config():
+    """Checked as the cache's namespace is, at config time with its key (it failed at load as
+    a cache error naming no setting)."""
+    with pytest.raises(ConfigError, match="namespace 'tenant{a}' is invalid") as caught:
+        RetrieverConfig(feature_store={"location": "features", "namespace": "tenant{a}"})
+    assert caught.value.key == "feature_store.namespace"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from retrieval.cache.keys import validate_namespace
 from retrieval.features.local import LocalStore
 from retrieval.features.redis_store import (
     DEFAULT_CONNECT_TIMEOUT_MS,
@@ -40,6 +41,11 @@ class FeatureStoreConfig(BaseModel):
                                     "the server (None = system trust store)")
     tls_cert_file: str | None = Field(None, description="rediss://: client certificate (mTLS)")
     tls_key_file: str | None = Field(None, description="rediss://: client key (mTLS)")
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, value: str) -> str:
+        return validate_namespace(value)  # as the cache's: braces would break Cluster slots
 
     @model_validator(mode="after")
     def _check_location(self) -> FeatureStoreConfig:
