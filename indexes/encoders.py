@@ -15,6 +15,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from indexes.errors import MissingArtifactError
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 # Backends whose query vectors may search documents encoded by another backend of the same model:
@@ -87,6 +89,11 @@ class SentenceTransformerEncoder:
         from sentence_transformers import SentenceTransformer
 
         path = Path(model_path) if model_path else default_model_path()
+        if not path.is_dir():  # no hub to ask: a name that is no directory cannot load
+            raise MissingArtifactError(
+                f"no model directory {str(path)!r}: give a sentence-transformers model "
+                "directory (models are read from disk, never downloaded), or leave the "
+                "model out for the shipped all-MiniLM-L6-v2")
         self._model = SentenceTransformer(str(path), device="cpu")
         self.model = model_name(path)
         self.model_path = path

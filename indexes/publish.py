@@ -79,7 +79,7 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
     Rolling back twice returns to where the first rollback started: the build live before a
     rollback is, after it, the previously live one.
     """
-    root = Path(root)
+    root = check_root(Path(root))
     live = live_build_id(root)
     target = to or rollback_target(root)
     if target is None:
@@ -95,11 +95,16 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
     return publish_build(root, target, "rollback", note=f"from {live}")
 
 
-def list_builds(root: Path) -> list[BuildInfo]:
-    """Every placed build, newest first, with its status from ``CURRENT`` and the history."""
+def check_root(root: Path) -> Path:
     if not Path(root).is_dir():
         raise MissingArtifactError(f"no index root at {root}: give the directory a build was "
                                    "written to", root)
+    return root
+
+
+def list_builds(root: Path) -> list[BuildInfo]:
+    """Every placed build, newest first, with its status from ``CURRENT`` and the history."""
+    check_root(root)
     builds = Path(root) / "builds"
     if not builds.is_dir():
         return []

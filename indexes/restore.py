@@ -76,9 +76,9 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
         tar = tarfile.open(file, mode="r:*")
     except FileNotFoundError as exc:
         raise MissingArtifactError(f"no snapshot file {file}", file) from exc
-    except tarfile.TarError as exc:
-        raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file: {exc}); take "
-                                   "one with `retrieval snapshot ROOT FILE`", file) from exc
+    except tarfile.TarError as exc:  # its message lists every compression tried: not shown
+        raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file); take one "
+                                   "with `retrieval snapshot ROOT FILE`", file) from exc
     with tar:
         members = _members(tar, file)
         info = _read_info(tar, next(members, None), file)

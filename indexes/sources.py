@@ -55,7 +55,7 @@ class FieldMapping(BaseModel):
         """A mapping naming fields ``where`` lacks is an error listing the ones it has."""
         have = list(dict.fromkeys(fields))
         named = [self.text_field, *(f for f in (self.id_field, self.title_field) if f),
-                 *(self.keep or ())]
+                 *(self.keep or ()), *self.drop]
         missing = [repr(f) for f in named if f not in have]
         if self.id_field is None and "_id" not in have and "id" not in have:
             missing.insert(0, "'_id' (or 'id')")
@@ -63,7 +63,8 @@ class FieldMapping(BaseModel):
             raise CorpusError(
                 f"{where}: no field {', '.join(missing)}; its fields are "
                 f"{', '.join(map(repr, have)) or 'none'}: map them with --id-field, "
-                "--text-field, --title-field (FieldMapping in Python)")
+                "--text-field, --title-field and name metadata with --keep-fields, "
+                "--drop-fields (FieldMapping in Python)")
 
     def document(self, record: Mapping[str, Any], where: str) -> Document:
         """The record as a ``Document``; a missing id or a text that is not a string is an

@@ -9,6 +9,7 @@ from indexes.build import build_index
 from indexes.corpus import read_corpus, read_queries
 from indexes.demo_metadata import with_demo_metadata
 from indexes.encoders import SentenceTransformerEncoder
+from indexes.errors import CorpusError
 from retrieval.demo_quality import print_quality
 from retrieval.latency import by_stage, format_table
 from retrieval.retriever import Retriever
@@ -30,7 +31,8 @@ def _source(data: str | None) -> tuple[str, Path, list, dict[str, str]]:
     """(name, BEIR folder, documents, {query id: text})."""
     path = Path(data) if data else default_data()
     if not (path / "corpus.jsonl").is_file():
-        raise SystemExit(f"error: {path} has no corpus.jsonl (expected a BEIR folder)")
+        raise CorpusError(f"{path} has no corpus.jsonl: give --data a BEIR folder "
+                          "(corpus.jsonl, queries.jsonl, qrels/test.tsv)")
     docs = list(with_demo_metadata(read_corpus(path)))
     queries = read_queries(path / "queries.jsonl")
     print(f"data: BEIR folder {path.resolve()} ({len(docs)} documents, {len(queries)} queries;"

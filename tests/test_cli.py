@@ -16,6 +16,7 @@ from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from retrieval import Retriever
 from retrieval.cli import COMMANDS, main
+from retrieval.service.workers import preload
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,6 +101,54 @@ def test_describe_lists_fields_types_and_most_common_values(small_index, capsys)
     assert "department (keyword, 2 distinct values): 'aero' (2), 'structures' (1)" in out
     assert "year (number, 3 of 3 documents): 1962 .. 1970" in out
     assert "published (date, 1 of 3 documents): 1962-05-01T00:00:00Z .. 1962-05-01T00:00:00Z" in out
+
+
+def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys):
+    """Fields summed over every shard, as on the whole build; the forked workers' preload warms
+    each shard's kernels (both refused a sharded root with a misleading error)."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in SMALL))
+    index = tmp_path / "index"
+    assert main(["build", "--corpus", str(corpus), "--out", str(index), "--shards", "2"]) == 0
+    capsys.readouterr()
+    assert main(["describe", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "3 documents in 2 shards" in out
+    assert "department (keyword, 2 distinct values): 'aero' (2), 'structures' (1)" in out
+    assert "year (number, 3 of 3 documents): 1962 .. 1970" in out
+    preload(index)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--batch-size", "0"],
+     "invalid BuildConfig settings: --batch-size: Input should be greater than or equal to 1"),
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--k1", "-1"], "--k1: Input should"),
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--model", "{tmp}/no-model"],
+     "no model directory"),
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--drop-fields", "nothere"],
+     "no field 'nothere'"),
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--passages", "--passage-tokens",
+      "5"], "--passage-tokens: Input should be greater than or equal to 32"),
+    (["build", "--corpus", "{corpus}", "--out", "{corpus}"], "File exists: "),
+    (["calibrate", "{index}", "--data", "{tmp}/judged"], "No such file or directory: "),
+    (["rollback", "{tmp}/nope"], "no index root at"),
+    (["features", "materialize", "--view-file", "{corpus}", "--source", "{corpus}",
+      "--store", "{tmp}/fs"], "is invalid: Invalid JSON"),
+    (["restore", "{corpus}", "{tmp}/restored"], "is not a snapshot (not a tar file)"),
+    (["demo", "--data", "{tmp}/nope"], "has no corpus.jsonl: give --data a BEIR folder"),
+    (["delete", "{index}", "--ids", "{corpus}"], "holds JSON objects, not ids"),
+])
+def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args, says):
+    """Each printed a traceback (a refused setting, a missing path) or several lines."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in SMALL))
+    capsys.readouterr()
+    given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index) for a in args]
+    assert main(given) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and says in last, err
 
 
 def test_search_says_when_no_document_has_a_filter_value(small_index, capsys):

@@ -186,6 +186,12 @@ def test_cli_upsert_and_delete_through_the_url(written, tmp_path, monkeypatch, c
     corpus_file.write_text('{"_id": "cli-1", "text": "lipid metabolism in cardiac cells"}\n'
                            '{"_id": "cli-2", "text": "vitamin D and bone density"}\n')
     (tmp_path / "ids.txt").write_text("cli-1\n")
+    monkeypatch.delenv("RETRIEVAL_API_KEY", raising=False)
+    assert main(["upsert", "--url", server.url, "--corpus", str(corpus_file)]) == 2
+    assert "$RETRIEVAL_API_KEY is not set" in capsys.readouterr().err
+    monkeypatch.setenv("RETRIEVAL_API_KEY", READ_KEY)
+    assert main(["delete", "--url", server.url, "--ids", str(tmp_path / "ids.txt")]) == 2
+    assert "the key in $RETRIEVAL_API_KEY was refused" in capsys.readouterr().err
     monkeypatch.setenv("RETRIEVAL_API_KEY", WRITE_KEY)
     assert main(["upsert", "--url", server.url, "--corpus", str(corpus_file)]) == 0
     assert main(["delete", "--url", server.url, "--ids", str(tmp_path / "ids.txt")]) == 0

@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from pydantic import ValidationError
+
 from indexes.errors import RetrievalError
 from retrieval.cli import (
     admin,
@@ -70,3 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     except RetrievalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ValidationError as exc:  # a flag's value a setting refuses
+        print(f"error: {describe_flags(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path missing, taken or not ours to write
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 2
+
+
+def describe_flags(exc: ValidationError) -> str:
+    """One line naming each refused setting as the flag that set it (``batch_size`` is
+    ``--batch-size``), its rule and the value given."""
+    problems = [f"--{str(e['loc'][-1]).replace('_', '-')}: {e['msg']} (got {e['input']!r})"
+                if e["loc"] else e["msg"] for e in exc.errors(include_url=False)]
+    return f"invalid {exc.title} settings: " + "; ".join(problems)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """``No such file or directory: 'x/queries.jsonl'``, without errno's bracket."""
+    if exc.strerror and exc.filename is not None:
+        return f"{exc.strerror}: {str(exc.filename)!r}"
+    return str(exc)

@@ -133,7 +133,10 @@ def passage_config(args: argparse.Namespace) -> PassageConfig | None:
     try:
         return PassageConfig(**given)
     except ValidationError as exc:
-        errors = "; ".join(e["msg"] for e in exc.errors())
+        flags = {"max_tokens": "--passage-tokens", "overlap_tokens": "--passage-overlap"}
+        named = [(flags.get(str(e["loc"][-1])) if e["loc"] else None, e["msg"])
+                 for e in exc.errors()]
+        errors = "; ".join(f"{flag}: {msg}" if flag else msg for flag, msg in named)
         raise CorpusError(f"invalid passage lengths: {errors}") from exc
 
 

@@ -65,3 +65,14 @@ def mapping_of(args: argparse.Namespace) -> FieldMapping:
     return FieldMapping(id_field=args.id_field, text_field=args.text_field,
                         title_field=args.title_field, keep=names(args.keep_fields),
                         drop=names(args.drop_fields) or ())
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of values, texts...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is no whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value

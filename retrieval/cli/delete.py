@@ -23,22 +23,28 @@ def register(subparsers: Subparsers) -> None:
     delete.set_defaults(func=run_delete)
 
 
+ABSENT = " (ids the index lacks are no-ops)"
+
+
 def run_delete(args: argparse.Namespace) -> int:
     try:
         lines = Path(args.ids).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
     ids = [line.strip() for line in lines if line.strip()]
+    if ids and sum(i.startswith("{") for i in ids) * 2 > len(ids):
+        raise CorpusError(f"{args.ids} holds JSON objects, not ids: --ids takes one document "
+                          "id per line (a corpus file's ids: `jq -r ._id FILE`)")
     if args.url:
         with remote_writer(args) as client:
             for start in range(0, len(ids), args.batch):
                 ack = client.delete(ids[start:start + args.batch])
                 print(f"acknowledged seq {ack.seq}: {len(ids[start:start + args.batch])} ids "
-                      "deleted")
+                      f"deleted{ABSENT}")
         return 0
     if args.index is None:
         raise ConfigError("give the INDEX root, or --url of a running server", "index")
     with IndexWriter(args.index) as writer:
         seq = writer.delete(ids)
-    print(f"acknowledged seq {seq}: {len(ids)} ids deleted")
+    print(f"acknowledged seq {seq}: {len(ids)} ids deleted{ABSENT}")
     return 0

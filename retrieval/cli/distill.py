@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.common import Subparsers, add_parser, positive_int
 
 
 def register(subparsers: Subparsers) -> None:
@@ -21,7 +21,7 @@ def register(subparsers: Subparsers) -> None:
                          help="judged queries to measure the encoder on")
     command.add_argument("--qrels", default="test.tsv", help="file under FOLDER/qrels/")
     command.add_argument("--seed", type=int, default=0)
-    command.add_argument("--texts", type=int, default=None,
+    command.add_argument("--texts", type=positive_int, default=None,
                          help="query-like training texts cut from the passages (default "
                          "40,000)")
     command.set_defaults(func=run_distill)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from retrieval.errors import ConfigError
@@ -24,12 +26,23 @@ def add_remote_flags(parser: argparse.ArgumentParser) -> None:
                         "with --url (each is one acknowledged write)")
 
 
-def remote_writer(args: argparse.Namespace) -> RemoteRetriever:
-    """The client ``--url`` names; an INDEX as well, or a batch below 1, is an error."""
+@contextmanager
+def remote_writer(args: argparse.Namespace) -> Iterator[RemoteRetriever]:
+    """The client ``--url`` names; an INDEX as well, or a batch below 1, is an error. A
+    refused key is reported with where the command reads its key from."""
     if args.index is not None:
         raise ConfigError("give either an INDEX root or --url, not both", "url")
     if args.batch < 1:
         raise ConfigError(f"--batch must be at least 1, not {args.batch}", "batch")
     from retrieval.client import RemoteRetriever  # httpx: only for --url, not every command
+    from retrieval.service.errors import AuthenticationError
 
-    return RemoteRetriever(args.url, os.environ.get(args.api_key_env) or None, timeout=60.0)
+    key = os.environ.get(args.api_key_env) or None
+    try:
+        with RemoteRetriever(args.url, key, timeout=60.0) as client:
+            yield client
+    except AuthenticationError as exc:
+        where = (f"${args.api_key_env} is not set" if key is None else
+                 f"the key in ${args.api_key_env} was refused")
+        raise type(exc)(f"{exc} ({where}: put a key of write scope there, or name another "
+                        "variable with --api-key-env)") from exc

@@ -140,4 +140,9 @@ def load_view(path: str | Path) -> FeatureView:
     try:
         return FeatureView.model_validate_json(text)
     except ValidationError as exc:
-        raise FeatureConfigError(f"view file {str(file)!r} is invalid: {exc}") from exc
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors(include_url=False))
+        raise FeatureConfigError(f"view file {str(file)!r} is invalid: {problems}; write the "
+                                 "view as JSON (`retrieval features materialize --help` shows "
+                                 "one)") from exc

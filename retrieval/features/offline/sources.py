@@ -44,13 +44,14 @@ class FeatureSource(ABC):
         """Chunks of the view's columns (extra columns may be present)."""
 
 
-def _columns(view: FeatureView, available: Iterable[str]) -> list[str]:
-    """The columns to read: entity, features, and the timestamp when the source has it."""
+def _columns(view: FeatureView, available: Iterable[str], source: str) -> list[str]:
+    """The columns to read: entity, features, and the timestamp when the source has it;
+    ``source`` names the source in the error for a missing column."""
     present = set(available)
     wanted = [view.entity_key, *view.feature_names]
     missing = [column for column in wanted if column not in present]
     if missing:  # check_schema words the error; reuse it with a schema of the names present
-        check_schema(view, pa.schema([(name, pa.null()) for name in present]), "")
+        check_schema(view, pa.schema([(name, pa.null()) for name in present]), source)
     if view.timestamp_field in present:
         wanted.append(view.timestamp_field)
     return wanted
@@ -83,7 +84,7 @@ class ParquetSource(FeatureSource):
 
     def tables(self, view: FeatureView, batch_rows: int) -> Iterator[pa.Table]:
         parquet = self._file()
-        columns = _columns(view, parquet.schema_arrow.names)
+        columns = _columns(view, parquet.schema_arrow.names, self.name)
         check_schema(view, parquet.schema_arrow, self.name)  # types are known before any read
         for batch in parquet.iter_batches(batch_size=batch_rows, columns=columns):
             yield pa.Table.from_batches([batch])
@@ -108,7 +109,7 @@ class CsvSource(FeatureSource):
 
     def tables(self, view: FeatureView, batch_rows: int) -> Iterator[pa.Table]:
         header = self._header()
-        columns = _columns(view, header)
+        columns = _columns(view, header, self.name)
         # Declared types: text cannot tell an int column from a float one that happens to hold
         # whole numbers in its first block, and ids like "00123" must stay text.
         types = {view.entity_key: pa.string()}
@@ -145,7 +146,7 @@ class JsonlSource(FeatureSource):
         raise FeatureSourceError(f"JSONL file {self.name} has no rows")
 
     def tables(self, view: FeatureView, batch_rows: int) -> Iterator[pa.Table]:
-        _columns(view, self._first_keys())
+        _columns(view, self._first_keys(), self.name)
         schema = pa.schema([(f.name, ARROW_TYPES[f.dtype]) for f in view.features])
         parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
         try:
@@ -184,7 +185,7 @@ class CallableSource(FeatureSource):
             )
 
     def _from_columns(self, view: FeatureView, columns: Mapping[str, Any]) -> pa.Table:
-        wanted = _columns(view, columns.keys())
+        wanted = _columns(view, columns.keys(), self.name)
         arrays = {name: _to_array(list(columns[name]), name, self.name, view, 0) for name in wanted}
         lengths = {name: len(array) for name, array in arrays.items()}
         if len(set(lengths.values())) > 1:
@@ -206,7 +207,7 @@ class CallableSource(FeatureSource):
                 present.update(row.keys())
             arrays = {
                 name: _to_array([row.get(name) for row in chunk], name, self.name, view, first_row)
-                for name in _columns(view, present)
+                for name in _columns(view, present, self.name)
             }
             yield pa.table(arrays)
             first_row += len(chunk)
