@@ -52,10 +52,19 @@ class BuildInfo:
     status: Status
 
 
+def is_build_name(build_id: str) -> bool:
+    """One visible name (``..``, ``.tmp-*`` and paths are not)."""
+    return (isinstance(build_id, str) and build_id == Path(build_id).name != ""
+            and not build_id.startswith(".") and "\0" not in build_id)
+
+
 def build_dir(root: Path, build_id: str) -> Path:
-    """The directory of a placed build; ``UnknownBuildError`` listing the ones there are."""
+    """The directory of a placed build; ``UnknownBuildError`` listing the ones there are. A
+    build id is one name under ``builds/``: a path (absolute, with a separator or ``..``) or
+    a hidden staging name is none, so no caller (the console's sides, the gate) opens a
+    directory outside the root."""
     directory = Path(root) / "builds" / build_id
-    if not (directory / MANIFEST).is_file():
+    if not is_build_name(build_id) or not (directory / MANIFEST).is_file():
         known = ", ".join(b.build_id for b in list_builds(root)) or "none"
         raise UnknownBuildError(f"no build {build_id!r} under {root}/builds (builds there: "
                                 f"{known}); see `retrieval builds {root}`")

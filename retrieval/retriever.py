@@ -354,8 +354,10 @@ class Retriever:
         config = _config({**self.config.model_dump(exclude={"cache"}), **ranking,
                           "reload_interval_seconds": None, "cache": {"backend": "none"}})
         store = self._features.store if self._features is not None else None
+        # The root gives it the root's own calibration (relevance.json); it follows nothing:
+        # the reloader and the log's follower start in ``load`` alone.
         return Retriever(snapshot or self.snapshot, config,
-                         encoder if encoder is not None else self.encoder,
+                         encoder if encoder is not None else self.encoder, root=self.root,
                          feature_store=store)
 
     def close(self) -> None:

@@ -53,7 +53,7 @@ def app_client(root: Path, serving: Retriever, keys: ApiKeys | None = None,
                **server: Any) -> TestClient:
     config = ServeConfig(server=ServerSettings(**server))
     app = create_app(root, config, keys=keys or ApiKeys([]), loader=lambda: serving)
-    return TestClient(app)
+    return TestClient(app, base_url="http://127.0.0.1")
 
 
 def wait_ready(client: TestClient) -> None:
@@ -61,6 +61,15 @@ def wait_ready(client: TestClient) -> None:
     while client.get("/readyz").status_code != 200:
         assert time.monotonic() < deadline, "the service never became ready"
         time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def other_build(tmp_path_factory: pytest.TempPathFactory, dataset: Any, encoder: Any
+                ) -> tuple[Path, str]:
+    """(directory, id) of a build of another index on the same machine."""
+    root = tmp_path_factory.mktemp("elsewhere") / "index"
+    live, _ = console_root(root, dataset("cranfield"), encoder)
+    return root / "builds" / live, live
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +186,47 @@ def test_bad_console_requests_get_typed_errors_and_it_keeps_serving(client, path
     assert answer.json()["error"]["type"] == error and says in message
     assert "/tmp" not in message and "pytest" not in message  # no server paths
     assert client.post("/v1/search", json={"query": QUERY, "k": 2}).status_code == 200
+
+
+def test_a_side_keeps_only_hits_above_min_score_as_search_does(client, serving):
+    """min_score was accepted and ignored (every hit came back), and not checked."""
+    threshold = sorted(h.relevance for h in serving.search(QUERY, k=10).hits)[5]
+    want = [h.doc_id for h in serving.search(QUERY, k=10, min_score=threshold).hits]
+    answer = client.post("/v1/console/search", json={"query": QUERY, "k": 10,
+                                                     "min_score": threshold})
+    assert answer.status_code == 200, answer.text
+    assert [h["doc_id"] for h in answer.json()["hits"]] == want and len(want) < 10
+    bad = client.post("/v1/console/search", json={"query": QUERY, "min_score": 5})
+    assert bad.status_code == 400 and "min_score" in bad.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("outside", ["{other}", "../../../{other_name}/index/builds/{other_id}",
+                                     "..", ".tmp-x", "/etc"])
+def test_a_side_or_gate_names_builds_of_this_index_only(client, other_build, outside):
+    """A build id that is a path opened another index's build (any directory holding a
+    manifest) and searched it."""
+    path, other_id = other_build
+    name = outside.format(other=path, other_name=path.parents[2].name, other_id=other_id)
+    for route, body in (("/v1/console/search", {"query": QUERY, "side": {"build": name}}),
+                        ("/v1/console/gate", {"right": name, "queries": [{"query": "q"}]})):
+        answer = client.post(route, json=body)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["type"] == "UnknownBuildError"
+
+
+@pytest.mark.parametrize("headers", [{"origin": "http://evil.example"},
+                                     {"host": "evil.example"},
+                                     {"host": "evil.example", "origin": "http://evil.example"}])
+def test_a_keyless_consoles_api_answers_its_own_loopback_page_only(client, headers):
+    """Another site's page (its Origin, even a no-cors POST) or a name it pointed at the
+    loopback address (DNS rebinding: its Host) is refused; the page's own requests pass."""
+    for answer in (client.get("/v1/console/schema", headers=headers),
+                   client.post("/v1/console/search", json={"query": QUERY}, headers=headers)):
+        assert answer.status_code == 403, answer.text
+        assert "answers its own page on loopback" in answer.json()["error"]["message"]
+    own = client.post("/v1/console/search", json={"query": QUERY},
+                      headers={"origin": "http://127.0.0.1"})
+    assert own.status_code == 200, own.text
 
 
 def test_the_page_is_open_and_its_api_needs_an_admin_key(two_builds, serving):

@@ -116,7 +116,7 @@ async def _search(retriever: Retriever, body: SearchBody) -> SearchResult:
     return await retriever.asearch(body.query, body.filters, body.k, candidates=body.candidates,
                                    deadline_ms=body.deadline_ms, group_by=body.group_by,
                                    context=body.context or 0, min_seq=body.min_seq,
-                                   explain=body.explain)
+                                   explain=body.explain, min_score=body.min_score)
 
 
 def _gate_config(body: GateBody) -> GateConfig:

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from retrieval.service.auth import ApiKeys, allows
 from retrieval.service.auth import Scope as KeyScope
@@ -128,6 +129,13 @@ class Guard:
         """Whether the request's key may use ``route``; else 401 / 403 is sent."""
         needed = ROUTE_SCOPES.get(route, "read")
         if not self.keys.enabled:
+            if self.console and route in CONSOLE_API and not loopback_page(scope):
+                denied = ForbiddenError(
+                    "the console's API answers its own page on loopback on a server without "
+                    "keys; open the console at http://127.0.0.1:PORT/console (or configure "
+                    "API keys)")
+                await send_json(send, 403, error_body(denied))
+                return False
             if needed == "read" or self.open_writes or (self.console and route in CONSOLE_API):
                 return True
             denied = ForbiddenError(
@@ -168,6 +176,20 @@ class Guard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
+def loopback_page(scope: Scope) -> bool:
+    """Whether a request comes from a page this server served on loopback: its Host names a
+    loopback address (not a name another site pointed here: DNS rebinding), and its Origin,
+    where sent, is that host (another site's page sends its own, even in no-cors mode)."""
+    host = (_header(scope, b"host") or "").lower()
+    name = host.split("]")[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
+    origin = _header(scope, b"origin")
+    return name in LOOPBACK_NAMES and (origin is None or
+                                       urlsplit(origin.lower()).netloc == host)
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
