@@ -42,7 +42,7 @@ def judged_hits(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, 
     features: list[tuple[float, float, int]] = []
     labels: list[int] = []
     top: list[int] = []
-    ids = [q for q in queries if q in qrels]
+    ids = [q for q in queries if q in qrels and queries[q].strip()]  # an empty text: no hits
     for start in range(0, len(ids), batch):
         chunk = ids[start:start + batch]
         results = retriever.search_batch([queries[q] for q in chunk], k=k, explain=True)

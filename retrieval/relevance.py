@@ -29,12 +29,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from indexes.bm25 import BM25Params
 from indexes.errors import InvalidQueryError
 from indexes.manifest import Manifest
 from indexes.storage import fsync_write
+from retrieval.errors import ConfigError
 from retrieval.models import SearchResult
 
 ROOT_FILE = "relevance.json"  # an index's own calibration, beside builds/ and CURRENT
@@ -48,11 +49,21 @@ class Calibration(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     model: str = Field(description="the document model whose cosines it was fitted on")
-    intercept: float
+    intercept: float = Field(allow_inf_nan=False)
     weights: dict[str, float] = Field(description="feature name -> coefficient")
     fitted_on: dict[str, int] = Field(default_factory=dict,
                                       description="collection -> judged queries used")
     hits_per_query: int = Field(10, description="top hits of each query used as examples")
+
+    @field_validator("weights")
+    @classmethod
+    def _every_feature_once(cls, weights: dict[str, float]) -> dict[str, float]:
+        if sorted(weights) != sorted(FEATURES):
+            raise ValueError(f"weights must name exactly {list(FEATURES)}, not "
+                             f"{sorted(weights)}")
+        if not all(math.isfinite(w) for w in weights.values()):
+            raise ValueError(f"weights must be finite numbers, not {weights}")
+        return weights
 
     @property
     def calibration_id(self) -> str:
@@ -154,8 +165,17 @@ def calibration_for(root: Path | None, manifest: Manifest) -> Calibration | None
 
 @functools.lru_cache(maxsize=16)
 def _read(path: Path, stamp: int) -> Calibration:
-    """A calibration file, parsed once per modification (``stamp``)."""
-    return Calibration.model_validate_json(path.read_bytes())
+    """A calibration file, parsed once per modification (``stamp``); ``ConfigError`` naming
+    it when it is no calibration (a build reads it at load: refused, the old one serves)."""
+    try:
+        return Calibration.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
+            for e in exc.errors(include_url=False))
+        raise ConfigError(f"{path} is no relevance calibration ({why}); fit it again with "
+                          "`retrieval calibrate` or remove it to use the shipped one",
+                          "relevance") from None
 
 
 def check_min_score(min_score: object) -> float | None:

@@ -20,6 +20,7 @@ from retrieval.calibrate import (
     reliability,
     threshold_for,
 )
+from retrieval.errors import ConfigError
 from retrieval.relevance import ROOT_FILE, SHIPPED, Calibration, calibration_for, fit_calibration
 
 COLLECTIONS = ("scifact", "cranfield", "cisi")
@@ -153,6 +154,39 @@ def test_a_root_calibration_wins_and_round_trips(tmp_path, beir_index):
     assert calibration_for(tmp_path, manifest).intercept != other.intercept  # shipped instead
     assert calibration_for(None, manifest.model_copy(update={
         "encoder": manifest.encoder.model_copy(update={"model": "another-model"})})) is None
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ('{"model": "all-MiniLM-L6-v2", "intercept": 1, "weights": {"vector": 1, "coverage": 1}}',
+     "weights must name exactly"),
+    ('{"model": "all-MiniLM-L6-v2", "intercept": NaN, "weights": '
+     '{"vector": 1, "coverage": 1, "log_rank": -1}}', "intercept"),
+    ("not json", "Invalid JSON"),
+])
+def test_a_root_file_that_is_no_calibration_is_refused_naming_it(tmp_path, beir_index, body,
+                                                                 says):
+    """A weight missing made every search a KeyError (a 500); NaN made every relevance NaN
+    and min_score drop every hit; a file that is not JSON a bare ValidationError."""
+    root, _, _ = beir_index("scifact")
+    with Retriever.load(root, UNCACHED) as retriever:
+        manifest = retriever.snapshot.manifest
+    (tmp_path / ROOT_FILE).write_text(body)
+    with pytest.raises(ConfigError, match=f"relevance.json is no relevance calibration.*{says}"):
+        calibration_for(tmp_path, manifest)
+
+
+def test_a_variant_of_the_retriever_scores_with_the_roots_calibration(tmp_path, dataset):
+    """The console's sides (``with_ranking``) scored with the shipped calibration, or none,
+    while /v1/search used the root's own."""
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 50))  # a model nothing ships for
+    Calibration(model="random-8", intercept=-1.0,
+                weights={"vector": 1.0, "coverage": 2.0, "log_rank": -0.5}).save(tmp_path)
+    vector = unit_vectors(1, 1)[0]
+    with Retriever.load(tmp_path, UNCACHED) as retriever, \
+            retriever.with_ranking() as variant:
+        want = [h.relevance for h in retriever.search("cells", k=3, query_vector=vector).hits]
+        got = [h.relevance for h in variant.search("cells", k=3, query_vector=vector).hits]
+    assert None not in want and got == pytest.approx(want)
 
 
 def test_min_score_without_a_calibration_says_how_to_get_one(tmp_path, dataset):
