@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from indexes.distilled_encoder import DistilledEncoder, DistilledInfo, quantize_rows, table_checksum
+from indexes.errors import CorpusError
 from indexes.onnx_encoder import OnnxEncoder, default_cache_dir
 
 SIF_A = 1e-3
@@ -176,6 +177,10 @@ def distill(corpus: Sequence[str], trained_on: str, settings: DistillSettings | 
     rng = np.random.default_rng(settings.seed)
     texts = query_like_texts(corpus, settings, rng)
     held = rng.random(len(texts)) < settings.held_out
+    if held.all() or not held.any():  # nothing to train on, or nothing to measure it with
+        raise CorpusError(f"{len(texts)} query-like texts left {int(held.sum())} held out "
+                          f"and {int((~held).sum())} to train on; distilling needs both: "
+                          "give it more texts (--texts, or a larger corpus)")
     log(f"  {len(texts):,} query-like texts ({int(held.sum()):,} held out); teacher "
         f"{teacher.encoder_id} embedding them")
     targets = teacher.encode(texts, batch_size=128)

@@ -14,7 +14,9 @@ from typing import Any
 
 from indexes.distill import DistillSettings, distill
 from indexes.distilled_encoder import DistilledEncoder
-from indexes.encoders import Encoder
+from indexes.encoders import DEFAULT_MODEL, Encoder
+from indexes.errors import EncoderMismatchError
+from indexes.manifest import read_manifest, resolve_build_dir
 from retrieval.query_encoder import DISTILLED_DIR
 from retrieval.sharding.whole import open_build
 
@@ -29,11 +31,23 @@ def corpus_texts(root: str | Path) -> tuple[list[str], str]:
     return texts, f"{Path(root).name}: build {snapshot.build_id}, {len(texts):,} passages"
 
 
+def check_teacher(root: str | Path) -> None:
+    """The distilled encoder learns the shipped model's query vectors: a build whose vectors
+    are another model's could not be searched with them, so it is refused before training."""
+    model = read_manifest(resolve_build_dir(Path(root))).encoder.model
+    if model != DEFAULT_MODEL:
+        raise EncoderMismatchError(
+            f"the live build under {root} holds {model!r} vectors; a distilled query encoder "
+            f"learns {DEFAULT_MODEL}'s, so it could not search this build: distill an index "
+            f"built with {DEFAULT_MODEL}")
+
+
 def distill_index(root: str | Path, settings: DistillSettings | None = None, *,
                   judged: tuple[str, Mapping[str, str], Qrels] | None = None,
                   log: Callable[[str], None] = print) -> tuple[DistilledEncoder, Path]:
     """Train on ``root``'s passages, measure on ``judged`` (name, queries, qrels) when given,
     and save to ``ROOT/distilled``."""
+    check_teacher(root)
     texts, trained_on = corpus_texts(root)
     log(f"distilling a query encoder from {trained_on}")
     encoder = distill(texts, trained_on, settings, log=log)
