@@ -22,8 +22,10 @@ from pathlib import Path
 from indexes.errors import (
     ArtifactError,
     CorruptArtifactError,
+    InvalidWriteError,
     LiveBuildChangedError,
     LogGapError,
+    PublishError,
 )
 from indexes.history import (
     FlipRecord,
@@ -36,8 +38,10 @@ from indexes.history import (
     rollback_target,
 )
 from indexes.manifest import read_manifest
-from indexes.wal.log import holds_after, segments
+from indexes.wal.checks import check_records_fit
+from indexes.wal.log import holds_after, read_all, segments
 from indexes.wal.seal import retire
+from indexes.wal.state import Changes
 
 
 def go_live(root: Path, build_id: str, how: How, note: str = "",
@@ -57,6 +61,7 @@ def go_live(root: Path, build_id: str, how: How, note: str = "",
                 f"build {build_id!r} was made from {replaces!r}, but {live!r} went live under "
                 f"{root} meanwhile; publishing it would undo that. It stays placed, not live")
         check_log_holds(root, build_id, live)
+        check_writes_fit(root, build_id)
         record = flip(root, build_id, how, note)
         return record, _retire_unneeded(root)
 
@@ -90,6 +95,19 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
         f"publishing {build_id!r} would lose the writes after seq {needed}. It stays placed, "
         f"not live; build again from your corpus (its build seals the log where it starts) "
         f"or keep the live build")
+
+
+def check_writes_fit(root: Path, build_id: str) -> None:
+    """Refuse a build the log's writes after its ``log_seq`` cannot be applied to: upserts
+    logged whole for a passage build or the reverse (acknowledged while a build with the
+    other ``--passages`` setting ran, by a writer of the live build). Served, every reader
+    would refuse it; refused here, the live build serves on."""
+    manifest = read_manifest(root / "builds" / build_id)
+    records = read_all(root, after=manifest.log_seq)
+    try:
+        check_records_fit(manifest, Changes.of(records, after=manifest.log_seq))
+    except InvalidWriteError as exc:
+        raise PublishError(f"{exc}. Build {build_id!r} stays placed, not live") from exc
 
 
 def _retire_unneeded(root: Path) -> int:

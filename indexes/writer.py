@@ -263,6 +263,7 @@ class IndexWriter:
             known = self._replayed(request)
         if known is not None:
             return known
+        split_as = passage_config(self.manifest)
         rows, spans = self._rows_of(docs)
         matrix = self._vectors_for(rows, vectors)
         with self._locked():
@@ -271,6 +272,10 @@ class IndexWriter:
                 return known
             if self.kinds is not schema:  # another writer added a field since: check again
                 kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
+            if passage_config(self.manifest) != split_as:  # the catch-up found a build that
+                # splits otherwise went live: rows as it splits them (rare: under the lock)
+                rows, spans = self._rows_of(docs)
+                matrix = self._vectors_for(rows, vectors)
             record = Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
                             passages=tuple(spans), request=request)
             seq = self._append(record)

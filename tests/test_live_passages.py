@@ -18,8 +18,8 @@ from live_index import INFO, build_small, scifact_docs, unit_vectors
 from passage_fixtures import CAR_QUERY, TARGET
 
 from indexes import BuildConfig, Document, PassageConfig, build_index
-from indexes.errors import InvalidWriteError
-from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.errors import InvalidWriteError, PublishError
+from indexes.manifest import CURRENT, read_manifest, resolve_build_dir
 from indexes.publish import publish_build
 from indexes.wal import read_all
 from indexes.wal.split import split, token_counter
@@ -154,8 +154,12 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
     assert staged.live_writes is not None and staged.live_writes.records == 1
     assert read_manifest(staged.path).log_seq == 1  # the upsert is superseded, not applied
     assert resolve_build_dir(tmp_path) == whole
-    with Retriever.load(tmp_path, LIVE) as serving:  # a build given its log position
-        publish_build(tmp_path, build(publish=False, log_seq=0).build_id)
+    carrying = build(publish=False, log_seq=0).build_id  # given its log position
+    with pytest.raises(PublishError, match="another kind of build"):
+        publish_build(tmp_path, carrying)
+    assert resolve_build_dir(tmp_path) == whole  # the live build serves on
+    with Retriever.load(tmp_path, LIVE) as serving:  # flipped by hand, past the publish
+        (tmp_path / CURRENT).write_text(f"{carrying}\n")
         assert not serving.reload() and serving.snapshot.manifest.passages is None
         assert "another kind of build" in serving.reload_events[-1]["error"]
     with IndexWriter(tmp_path) as writer, pytest.raises(InvalidWriteError,
@@ -164,6 +168,40 @@ def test_records_written_for_whole_documents_never_serve_on_a_passage_build(tmp_
     assert len(read_all(tmp_path)) == 1  # the record is kept, not dropped
     with pytest.raises(InvalidWriteError, match="another kind of build"):
         Retriever.load(tmp_path, LIVE)
+
+
+def test_a_write_logged_while_a_passage_build_ran_keeps_it_from_going_live(tmp_path, dataset):
+    """A writer of the live build of whole documents logs an upsert after the passage
+    build sealed the log: the build cannot apply it, so its publish is refused."""
+    docs = scifact_docs(dataset("scifact"), 20)
+    build_small(tmp_path, docs)
+    rows, _ = split(docs, token_counter(None), SMALL)
+    staged = build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
+                         config=BuildConfig(passages=SMALL), progress=False, publish=False)
+    with IndexWriter(tmp_path) as writer:  # during the build, as far as the log can tell
+        writer.upsert([docs[0]], vectors=unit_vectors(1, 5))
+    with pytest.raises(PublishError, match="another kind of build"):
+        publish_build(tmp_path, staged.build_id)
+    with Retriever.load(tmp_path, LIVE) as serving:
+        assert serving.snapshot.manifest.passages is None and serving.applied_seq == 1
+
+
+def test_a_writer_opened_before_a_passage_build_went_live_splits_as_it_does(tmp_path,
+                                                                           dataset):
+    """The writer was opened on the build of whole documents; by its next write a passage
+    build is live: the upsert is split as that build splits (it was logged whole, and no
+    reader could apply it)."""
+    docs = scifact_docs(dataset("scifact"), 20)
+    build_small(tmp_path, docs)
+    with IndexWriter(tmp_path) as stale:
+        rows, _ = split(docs, token_counter(None), SMALL)
+        build_index(docs, tmp_path, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
+                    config=BuildConfig(passages=SMALL), progress=False)
+        stale.upsert([Document("fresh", "zebrafish telomerase in hibernation")],
+                     vectors=unit_vectors(1, 5))
+    assert read_all(tmp_path)[-1].passages  # its offsets, as a passage build's rows
+    with Retriever.load(tmp_path, LIVE) as serving:
+        assert serving.get_documents(["fresh"])[0] is not None
 
 
 def test_records_written_for_passages_never_serve_on_a_build_of_whole_documents(tmp_path,
