@@ -207,12 +207,28 @@ def _capture(root: Path, stack: ExitStack) -> _View:
 def _add_beside(root: Path, view: _View) -> None:
     """The root's own files beside its builds and log (its relevance calibration, its
     distilled query encoder): a restored root ranks and encodes as this one."""
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+    for path in sorted(_beside(root)):
         relative = path.relative_to(root)
-        if relative.parts[0] in ("builds", "wal", CURRENT, HISTORY) or any(
-                part.startswith(".") for part in relative.parts):  # locks, temporaries
+        if any(part.startswith(".") for part in relative.parts):  # locks, temporaries
             continue
-        _add_blob(view, relative.as_posix(), path.read_bytes())
+        try:
+            _add_blob(view, relative.as_posix(), path.read_bytes())
+        except FileNotFoundError:
+            continue  # removed meanwhile (a calibration replaced): not the root's any more
+
+
+def _beside(root: Path) -> list[Path]:
+    """The files under ``root`` outside its builds and log, which are never walked: a
+    build placed or collected meanwhile would vanish under the walk."""
+    found: list[Path] = []
+    for entry in root.iterdir():
+        if entry.name in ("builds", "wal", CURRENT, HISTORY) or entry.name.startswith("."):
+            continue
+        if entry.is_dir():
+            found += [p for p in entry.rglob("*") if p.is_file()]
+        elif entry.is_file():
+            found.append(entry)
+    return found
 
 
 def _history_bytes(root: Path) -> bytes | None:
