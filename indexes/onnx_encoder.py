@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -242,11 +244,27 @@ def quantize_model_int8(fp32_path: str | Path, model_dir: str | Path, out_path: 
             fused = fuse_attention(Path(fp32_path), Path(model_dir), Path(work) / "fused.onnx")
             # DefaultTensorType: shape inference cannot type the outputs of the fused
             # (contrib-domain) Attention nodes; every activation here is float32.
-            quantize_dynamic(fused, tmp, per_channel=True, reduce_range=False,
-                             weight_type=QuantType.QInt8,
-                             extra_options={"DefaultTensorType": TensorProto.FLOAT})
+            with _without_preprocessing_hint():
+                quantize_dynamic(fused, tmp, per_channel=True, reduce_range=False,
+                                 weight_type=QuantType.QInt8,
+                                 extra_options={"DefaultTensorType": TensorProto.FLOAT})
 
     return _atomic_write(Path(out_path), write)
+
+
+@contextmanager
+def _without_preprocessing_hint() -> Iterator[None]:
+    """onnxruntime warns on the root logger that ``quant_pre_process`` could help; it gave
+    the same vectors here (above), so a build's output does not show the hint."""
+    def drop(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider to run pre-processing")
+
+    root = logging.getLogger()
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
 
 
 def ensure_onnx(model_dir: Path, quantized: bool, cache_dir: Path | None = None) -> Path:

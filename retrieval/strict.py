@@ -57,7 +57,7 @@ def _dotted(loc: tuple[int | str, ...]) -> str:
 def _describe(model: type[BaseModel], error: ErrorDetails) -> str:
     key = _dotted(error["loc"]) or "(top level)"
     if error["type"] == "extra_forbidden":
-        known = _fields_at(model, error["loc"][:-1])
+        known = fields_at(model, error["loc"][:-1])
         name = str(error["loc"][-1])
         return (f"unknown key {key!r}{closest(name, known)}; remove it or use one of "
                 f"{sorted(known)}")
@@ -69,7 +69,7 @@ def _describe(model: type[BaseModel], error: ErrorDetails) -> str:
     return f"{key}: {message} (got {shown}); set {key} to a value that satisfies this"
 
 
-def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+def fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """Field names of the (nested) model at ``loc`` (list indices are skipped)."""
     current: Any = model
     for part in loc:

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from live_index import build_small
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
+from indexes.docstore import Document
 from retrieval import Retriever
 from retrieval.cli import COMMANDS, main
 from retrieval.service.workers import preload
@@ -137,13 +139,18 @@ def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys)
     (["restore", "{corpus}", "{tmp}/restored"], "is not a snapshot (not a tar file)"),
     (["demo", "--data", "{tmp}/nope"], "has no corpus.jsonl: give --data a BEIR folder"),
     (["delete", "{index}", "--ids", "{corpus}"], "holds JSON objects, not ids"),
+    (["distill", "{index}", "--texts", "1"], "distilling needs both"),
+    (["distill", "{given}", "--texts", "600"], "a distilled query encoder learns"),
 ])
 def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args, says):
     """Each printed a traceback (a refused setting, a missing path) or several lines."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(d) + "\n" for d in SMALL))
     capsys.readouterr()
-    given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index) for a in args]
+    if "{given}" in args:  # a build of vectors from another model
+        build_small(tmp_path / "given", [Document(f"d{i}", f"text {i}") for i in range(20)])
+    given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index, given=tmp_path / "given")
+             for a in args]
     assert main(given) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -187,7 +194,11 @@ def test_search_min_score_and_calibrate(small_index, tmp_path, capsys):
         json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
     (judged / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"{q}\t{d}\t1\n" for q, d in relevant.items()))
-    assert main(["calibrate", str(small_index), "--data", str(judged), "--k", "3"]) == 0
+    assert main(["calibrate", str(small_index), "--data", str(judged), "--k", "3"]) == 2
+    assert "5 judged queries" in capsys.readouterr().err  # below --min-queries: none written
+    assert not (small_index / "relevance.json").exists()
+    assert main(["calibrate", str(small_index), "--data", str(judged), "--k", "3",
+                 "--min-queries", "5"]) == 0
     out = capsys.readouterr().out
     assert "fitted on 5 judged queries" in out and "relevance.json" in out
     calibration = json.loads((small_index / "relevance.json").read_text())

@@ -139,3 +139,31 @@ def test_configured_but_empty_key_sources_are_errors(tmp_path: Path) -> None:
 ])
 def test_error_statuses(error: Exception, status: int) -> None:
     assert status_for(error) == status  # type: ignore[arg-type]
+
+
+def test_a_mistyped_server_key_gets_the_closest_one(tmp_path: Path) -> None:
+    """As the [retriever] table's keys do."""
+    path = tmp_path / "serve.toml"
+    path.write_text("[server]\nwrokers = 2\n")
+    with pytest.raises(ServiceConfigError, match=r"unknown key 'server.wrokers' in the config "
+                                                 r"file \(did you mean 'workers'\?\)"):
+        load_serve_config(path, {})
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("'department = = x'", "filter syntax error at position 13"),
+    ('{ "$or" = [] }', "$or takes a non-empty list"),
+])
+def test_a_named_filter_no_build_can_serve_stops_start_up(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          spec: str, says: str) -> None:
+    """A syntax error started the server, which then retried the load forever, unready; a
+    filter on fields the build lacks is still the build's to refuse (a later one may add
+    them)."""
+    path = tmp_path / "serve.toml"
+    path.write_text(f"[named_filters]\ntenant = {spec}\n")
+    assert cli_main(["serve", str(tmp_path), "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "named_filters (the config file): named filter 'tenant': " in err and says in err
+    path.write_text("[named_filters]\ntenant = 'no_such_field >= 2010'\n")
+    assert load_serve_config(path, {}).named_filters == {"tenant": "no_such_field >= 2010"}

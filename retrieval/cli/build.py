@@ -110,7 +110,8 @@ def run_build(args: argparse.Namespace) -> int:
     print(report.describe_resources())
     if not report.published:
         return after_build(args, report, encoder)
-    print(f"published build {report.build_id} at {report.path}: {report.n_docs} documents, "
+    rows = "passages" if report.passages is not None else "documents"
+    print(f"published build {report.build_id} at {report.path}: {report.n_docs} {rows}, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))
     if report.window is not None:

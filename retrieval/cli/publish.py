@@ -119,9 +119,11 @@ def run_builds(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([vars(r) for r in rows], indent=2))
         return 0
-    print(f"{'build id':<34} {'created':<26} {'docs':>9} {'MB':>8}  {'status':<16} encoder")
+    print(f"{'build id':<34} {'created (UTC)':<20} {'docs':>9} {'MB':>8}  {'status':<16} "
+          "encoder")
     for row in rows:
-        print(f"{row.build_id:<34} {row.created_at[:25]:<26} {row.n_docs:>9} "
+        created = row.created_at[:19] + "Z"  # written as UTC (isoformat with +00:00)
+        print(f"{row.build_id:<34} {created:<20} {row.n_docs:>9} "
               f"{row.size_bytes / 1e6:>8.1f}  {row.status:<16} {row.encoder_id}")
     return 0
 

@@ -10,9 +10,9 @@ tests whether a document has the field at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
-from retrieval.errors import MalformedFilterError
+from retrieval.errors import FilterTypeError, MalformedFilterError, UnknownFieldError
 from retrieval.filters.dsl import DslParser
 from retrieval.filters.nodes import FIELD_OPS, Filter, conj, disj, neg, show
 from retrieval.filters.validate import Context
@@ -35,6 +35,33 @@ def parse_filter(spec: object, kinds: Mapping[str, str], *, max_clauses: int = 6
     raise MalformedFilterError(f"a filter is a dict, a DSL string or None, not "
                                f"{type(spec).__name__}; e.g. {{'year': {{'gte': 2010}}}} or "
                                "'year >= 2010'")
+
+
+class _AnyField(Mapping[str, str]):
+    """Field kinds that know every field (as a keyword field): a filter's syntax and size,
+    checked without a build."""
+
+    def __getitem__(self, field: str) -> str:
+        return "keyword"
+
+    def __contains__(self, field: object) -> bool:
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def check_syntax(spec: object, *, max_clauses: int = 64, max_in_values: int = 1024) -> None:
+    """Raise ``MalformedFilterError`` or ``LimitExceededError`` for a filter no build can
+    serve (a syntax error, too many clauses); whether its fields and values fit is the
+    build's to say, so those errors are not raised here."""
+    try:
+        parse_filter(spec, _AnyField(), max_clauses=max_clauses, max_in_values=max_in_values)
+    except (UnknownFieldError, FilterTypeError):
+        pass
 
 
 ALL_OPS = (*FIELD_OPS, "contains", "any", "all", "exists")

@@ -17,11 +17,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from retrieval.config import RetrieverConfig
-from retrieval.errors import ConfigError
+from retrieval.errors import ConfigError, RetrievalError, closest
+from retrieval.filters.parse import check_syntax
 from retrieval.service.errors import ServiceConfigError
+from retrieval.strict import fields_at
 
 ENV_PREFIX = "RETRIEVAL_"
 ENV_SEPARATOR = "__"
@@ -146,6 +156,22 @@ class ServeConfig(BaseModel):
         default_factory=dict, description="filters registered by name when the index loads "
         "(``Retriever.register_filter``); requests refer to them as {\"$named\": name}")
 
+    @field_validator("named_filters")
+    @classmethod
+    def _check_named_filters(cls, named: dict[str, dict[str, Any] | str], info: ValidationInfo
+                             ) -> dict[str, dict[str, Any] | str]:
+        """A named filter no build can serve stops start-up here (one whose fields a build
+        lacks is refused when that build loads, and retried with the next)."""
+        retriever = info.data.get("retriever")
+        limits = (retriever or RetrieverConfig()).limits
+        for name, spec in named.items():
+            try:
+                check_syntax(spec, max_clauses=limits.max_filter_clauses,
+                             max_in_values=limits.max_in_values)
+            except RetrievalError as exc:
+                raise ValueError(f"named filter {name!r}: {exc}") from exc
+        return named
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The raw tables of a ``.toml`` or ``.json`` file."""
@@ -211,9 +237,11 @@ def _describe(error: ValidationError, sources: Mapping[str, str]) -> str:
             kind = "unknown key" if "unknown key" in str(nested) else "invalid key"
             lines.append(f"{kind} {key!r} in {where}: {nested}")
         elif item["type"] == "extra_forbidden":
-            lines.append(f"unknown key {key!r} in {where}")
+            known = fields_at(ServeConfig, item["loc"][:-1])
+            lines.append(f"unknown key {key!r} in {where}"
+                         f"{closest(str(item['loc'][-1]), known)}")
         else:
-            lines.append(f"{key} ({where}): {item['msg']}")
+            lines.append(f"{key} ({where}): {item['msg'].removeprefix('Value error, ')}")
     return "invalid service config: " + "; ".join(lines)
 
 
