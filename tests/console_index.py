@@ -23,6 +23,9 @@ def with_fields(i: int, doc: Document) -> Document:
         "department": ("aero", "structures", "heat")[i % 3],
         "tags": [TAGS[i % 5], TAGS[(i * 3 + 1) % 5]],
         "year": 1950 + i % 20,
+        # A keyword field named as the year's range inputs were (ids "f-year-from"): every
+        # console search failed on the clash.
+        "year-from": ("early", "late")[i % 2],
         "published": f"19{50 + i % 20}-0{1 + i % 9}-01"})
 
 

@@ -102,7 +102,7 @@ def test_search_with_a_filter_shows_the_services_hits_and_the_librarys_explanati
     page.keyboard.press("/")  # the keyboard way in
     assert page.evaluate("document.activeElement.id") == "q"
     page.keyboard.type(QUERY)
-    page.select_option("#f-tags", ["heat"])
+    page.select_option("#fk-tags", ["heat"])
     page.select_option("#fm-tags", "all")
     page.press("#q", "Enter")
     page.wait_for_selector("#hits > li")

@@ -67,7 +67,7 @@ const num = (id) => ($(id).value === "" ? null : Number($(id).value));
 // -- schema: the filter and side controls ---------------------------------------------------
 
 function keywordFilter(name, info) {
-  const select = el("select", { id: `f-${name}`, multiple: true, size: Math.min(4, info.common.length || 1),
+  const select = el("select", { id: `fk-${name}`, multiple: true, size: Math.min(4, info.common.length || 1),
                                 "aria-label": `${name} values`, "data-field": name });
   for (const [value, count] of info.common) select.append(el("option", { value, text: `${value} (${count})` }));
   const mode = info.multi_valued
@@ -75,13 +75,13 @@ function keywordFilter(name, info) {
          el("option", { value: "any", text: "any of" }), el("option", { value: "all", text: "all of" }))
     : null;
   const hint = `${info.distinct} values${info.multi_valued ? ", lists" : ""}`;
-  return el("div", { class: "filter" }, el("label", { for: `f-${name}`, text: `${name} (${hint})` }), mode, select);
+  return el("div", { class: "filter" }, el("label", { for: `fk-${name}`, text: `${name} (${hint})` }), mode, select);
 }
 
 function rangeFilter(name, info) {
   const type = info.kind === "date" ? "date" : "number";
   const bound = (which, value) => el("input", {
-    id: `f-${name}-${which}`, type, step: type === "number" ? "any" : null, "aria-label": `${name} ${which}`,
+    id: `fr-${name}-${which}`, type, step: type === "number" ? "any" : null, "aria-label": `${name} ${which}`,
     placeholder: value === null ? "" : String(value).slice(0, 10),
   });
   return el("div", { class: "filter" }, el("span", { class: "filter-name", text: `${name} (${info.kind})` }),
@@ -103,15 +103,15 @@ function readFilters() {
   const filters = {};
   for (const [name, info] of Object.entries(state.schema.fields)) {
     if (info.kind === "keyword") {
-      const chosen = [...$(`f-${name}`).selectedOptions].map((o) => o.value);
+      const chosen = [...$(`fk-${name}`).selectedOptions].map((o) => o.value);
       if (!chosen.length) continue;
       if (info.multi_valued) filters[name] = { [$(`fm-${name}`).value]: chosen };
       else filters[name] = chosen.length === 1 ? chosen[0] : { in: chosen };
       continue;
     }
     const range = {};
-    const from = $(`f-${name}-from`).value;
-    const to = $(`f-${name}-to`).value;
+    const from = $(`fr-${name}-from`).value;
+    const to = $(`fr-${name}-to`).value;
     if (from !== "") range.gte = info.kind === "date" ? from : Number(from);
     if (to !== "") range.lte = info.kind === "date" ? `${to}T23:59:59Z` : Number(to);
     if (Object.keys(range).length) filters[name] = range;
