@@ -37,6 +37,7 @@ from indexes.manifest import Manifest
 from indexes.storage import fsync_write
 from retrieval.errors import ConfigError
 from retrieval.models import SearchResult
+from retrieval.strict import problems
 
 ROOT_FILE = "relevance.json"  # an index's own calibration, beside builds/ and CURRENT
 SHIPPED = Path(__file__).with_name("relevance_minilm.json")
@@ -170,9 +171,7 @@ def _read(path: Path, stamp: int) -> Calibration:
     try:
         return Calibration.model_validate_json(path.read_bytes())
     except (OSError, ValidationError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in exc.errors(include_url=False))
+        why = exc.strerror if isinstance(exc, OSError) else problems(exc)
         raise ConfigError(f"{path} is no relevance calibration ({why}); fit it again with "
                           "`retrieval calibrate` or remove it to use the shipped one",
                           "relevance") from None

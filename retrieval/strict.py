@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -48,6 +49,15 @@ def config_error(model: type[BaseModel], exc: ValidationError) -> ConfigError:
     more = f" (and {len(errors) - _SHOWN} more)" if len(errors) > _SHOWN else ""
     key = _dotted(errors[0]["loc"]) if errors else None
     return ConfigError(f"invalid {model.__name__}: " + "; ".join(lines) + more, key)
+
+
+def problems(exc: ValidationError, key: Callable[[str], str] | None = None) -> str:
+    """Every error of ``exc`` as ``key: message`` joined by "; " (a model-level error as its
+    message alone); ``key`` names the last part of a location (a flag, say), else dotted."""
+    return "; ".join(
+        f"{key(str(e['loc'][-1])) if key else _dotted(e['loc'])}: "
+        f"{e['msg'].removeprefix('Value error, ')}" if e["loc"] else e["msg"]
+        for e in exc.errors(include_url=False))
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

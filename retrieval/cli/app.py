@@ -26,7 +26,7 @@ from retrieval.cli import (
     snapshot,
     upsert,
 )
-from retrieval.cli.common import Subparsers
+from retrieval.cli.common import Subparsers, flag_problems
 from retrieval.quiet import quiet_third_party
 
 # Each entry adds one subcommand (or a small group) to the root parser, in --help order.
@@ -73,19 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:  # a flag's value a setting refuses
-        print(f"error: {describe_flags(exc)}", file=sys.stderr)
+        print(f"error: invalid {exc.title} settings: {flag_problems(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # a path missing, taken or not ours to write
         print(f"error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
-
-
-def describe_flags(exc: ValidationError) -> str:
-    """One line naming each refused setting as the flag that set it (``batch_size`` is
-    ``--batch-size``), its rule and the value given."""
-    problems = [f"--{str(e['loc'][-1]).replace('_', '-')}: {e['msg']} (got {e['input']!r})"
-                if e["loc"] else e["msg"] for e in exc.errors(include_url=False)]
-    return f"invalid {exc.title} settings: " + "; ".join(problems)
 
 
 def describe_os_error(exc: OSError) -> str:

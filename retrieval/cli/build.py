@@ -17,7 +17,13 @@ from indexes.manifest import read_manifest
 from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
-from retrieval.cli.common import Subparsers, add_mapping_flags, add_parser, mapping_of
+from retrieval.cli.common import (
+    Subparsers,
+    add_mapping_flags,
+    add_parser,
+    flag_problems,
+    mapping_of,
+)
 from retrieval.cli.formats import CORPUS_FORMAT
 from retrieval.cli.publish import add_gate_flags, after_build
 from retrieval.errors import ConfigError
@@ -135,10 +141,7 @@ def passage_config(args: argparse.Namespace) -> PassageConfig | None:
         return PassageConfig(**given)
     except ValidationError as exc:
         flags = {"max_tokens": "--passage-tokens", "overlap_tokens": "--passage-overlap"}
-        named = [(flags.get(str(e["loc"][-1])) if e["loc"] else None, e["msg"])
-                 for e in exc.errors()]
-        errors = "; ".join(f"{flag}: {msg}" if flag else msg for flag, msg in named)
-        raise CorpusError(f"invalid passage lengths: {errors}") from exc
+        raise CorpusError(f"invalid passage lengths: {flag_problems(exc, flags)}") from exc
 
 
 def run_ray_build(args: argparse.Namespace, config: BuildConfig) -> int:

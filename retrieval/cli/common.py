@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping
 from typing import Any, TypeAlias
+
+from pydantic import ValidationError
 
 from indexes.sources import FieldMapping
 from retrieval.errors import MalformedFilterError
+from retrieval.strict import problems
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -76,3 +80,9 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
+
+
+def flag_problems(exc: ValidationError, flags: Mapping[str, str] | None = None) -> str:
+    """Each refused setting of ``exc`` named as the flag that set it: ``flags[name]``, else
+    ``batch_size`` is ``--batch-size``."""
+    return problems(exc, lambda name: (flags or {}).get(name, "--" + name.replace("_", "-")))

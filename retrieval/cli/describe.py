@@ -5,13 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
 from indexes.field_summary import summarize_fields
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.metadata import MetadataIndex
 from indexes.passages import describe as describe_passages
-from indexes.sharding import build_parts
+from indexes.sharding import is_sharded, read_layout
 from retrieval.cli.common import Subparsers, add_parser, positive_int
 from retrieval.sharding.whole import joined_metadata
 
@@ -48,9 +46,10 @@ def run_describe(args: argparse.Namespace) -> int:
 def _metadata(directory: Path) -> tuple[MetadataIndex, int]:
     """The build's metadata over all its rows (a sharded build's joined from its shards, not
     prefaulted: a description reads little of it) and its shard count."""
-    parts = [MetadataIndex.load(part / "metadata", prefault=False)
-             for part in build_parts(directory)]
-    if len(parts) == 1:
-        return parts[0], 1
-    starts = np.cumsum([0] + [p.n_docs for p in parts[:-1]]).tolist()
-    return joined_metadata(parts, starts, sum(p.n_docs for p in parts)), len(parts)
+    if not is_sharded(directory):
+        return MetadataIndex.load(directory / "metadata", prefault=False), 1
+    directory, layout = read_layout(directory, verify=False)
+    parts = [MetadataIndex.load(layout.shard_dir(directory, i) / "metadata", prefault=False)
+             for i in range(len(layout.shards))]
+    starts = [entry.start for entry in layout.shards]
+    return joined_metadata(parts, starts, layout.n_docs), len(parts)

@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from retrieval.features.errors import FeatureConfigError
+from retrieval.strict import problems
 
 FeatureDtype = Literal["float32", "float64", "int64", "bool"]
 FORMAT_VERSION = 1
@@ -140,9 +141,6 @@ def load_view(path: str | Path) -> FeatureView:
     try:
         return FeatureView.model_validate_json(text)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
-            for e in exc.errors(include_url=False))
-        raise FeatureConfigError(f"view file {str(file)!r} is invalid: {problems}; write the "
+        raise FeatureConfigError(f"view file {str(file)!r} is invalid: {problems(exc)}; write the "
                                  "view as JSON (`retrieval features materialize --help` shows "
                                  "one)") from exc
