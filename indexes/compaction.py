@@ -22,7 +22,7 @@ from indexes.ann import ANN_DIR
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
-from indexes.errors import LiveBuildChangedError
+from indexes.errors import CorpusError, LiveBuildChangedError
 from indexes.going_live import go_live, retire_folded
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
@@ -101,6 +101,11 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
         docs, vectors = passage_corpus(build, changes, writer.token_counter(), passages)
     else:
         docs, vectors = _live_corpus(build, changes)
+    if not docs:
+        raise CorpusError(
+            "every document is deleted, and a build needs at least one: nothing was folded. "
+            "Searches find nothing meanwhile; the log keeps the deletes until a document is "
+            "upserted, and the next compaction folds them")
     config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
                          bm25=BM25Params(**manifest.bm25), passages=passages,
                          vector_dtype=manifest.encoder.vector_dtype,  # type: ignore[arg-type]

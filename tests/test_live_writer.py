@@ -16,6 +16,7 @@ from live_index import DIM, build_small, scifact_docs, unit_vectors
 
 from indexes import Document
 from indexes.errors import (
+    CorpusError,
     InvalidWriteError,
     RequestReplayError,
     SchemaMismatchError,
@@ -201,6 +202,19 @@ def test_a_date_that_does_not_exist_is_refused_and_compaction_still_folds(tmp_pa
         found = retriever.search("text", {"when": {"gte": "2020-02-01"}}, k=5,
                                  query_vector=unit_vectors(1, 1)[0])
     assert [hit.doc_id for hit in found.hits] == ["d1"]
+
+
+def test_compacting_a_root_whose_documents_are_all_deleted_says_why_and_folds_later(
+        tmp_path, docs):
+    build_small(tmp_path, docs[:3])
+    with IndexWriter(tmp_path) as writer:
+        writer.delete([doc.id for doc in docs[:3]])
+        with pytest.raises(CorpusError, match="every document is deleted"):
+            writer.compact()
+        with Retriever.load(tmp_path, RetrieverConfig(cache={"backend": "none"})) as retriever:
+            assert retriever.search("cell", k=5, query_vector=unit_vectors(1, 1)[0]).hits == []
+        writer.upsert([Document("back", "a cell again")], vectors=unit_vectors(1, 2))
+        assert writer.compact().n_docs == 1
 
 
 def test_torn_tail_is_truncated_with_a_warning_and_acknowledged_records_stay(root, caplog):
