@@ -40,7 +40,6 @@ from retrieval.latency import summarize
 from retrieval.relevance import (
     SHIPPED,
     Calibration,
-    bm25_params,
     coverage,
     keyword_bound,
 )
@@ -67,8 +66,7 @@ def score_cost(retriever: Retriever, calibration: Calibration, texts: list[str],
     """ms per search of what the relevance score adds to it: the query terms' bound (one
     document-frequency lookup a term), the top 10 hits' coverage and the logistic model."""
     snapshot = retriever.snapshot
-    params = bm25_params(snapshot.manifest.bm25)
-    bm25, n_docs = snapshot.bm25, snapshot.bm25.n_docs
+    bm25 = snapshot.bm25
     tokens = [snapshot.analyzer(text) for text in texts]
     hits = [retriever.search(text, k=10).hits for text in texts]
     times = []
@@ -77,7 +75,7 @@ def score_cost(retriever: Retriever, calibration: Calibration, texts: list[str],
             cosine = np.array([h.vector_score for h in found])
             keyword = np.array([h.bm25_score for h in found])
             started = time.perf_counter()
-            covered = coverage(keyword, keyword_bound(terms, bm25.doc_freq, n_docs, params))
+            covered = coverage(keyword, keyword_bound(terms, bm25))
             calibration.score(cosine, covered, np.arange(1, cosine.size + 1))
             times.append((time.perf_counter() - started) * 1e3)
     return summarize(times)

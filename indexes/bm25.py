@@ -73,15 +73,27 @@ class BM25Params(BaseModel):
     epsilon: float = Field(0.25, ge=0, description="okapi only: floor for negative idf")
 
 
-def idf_weights(doc_freq: np.ndarray, n_docs: int, params: BM25Params) -> np.ndarray:
-    """idf per term, shape (n_terms,), float64."""
+def idf_weights(doc_freq: np.ndarray, n_docs: int, params: BM25Params,
+                floor: float | None = None) -> np.ndarray:
+    """idf per term, shape (n_terms,), float64. okapi floors a negative idf at ``floor``
+    (default: ``okapi_floor`` of these terms, for a whole vocabulary's ``doc_freq``)."""
     if params.variant == "lucene":
         return np.log1p((n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
     idf = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
     if idf.size:
-        floor = params.epsilon * idf.mean()
+        floor = params.epsilon * idf.mean() if floor is None else floor
         idf = np.where(idf < 0, floor, idf)
     return idf
+
+
+def okapi_floor(doc_freq: np.ndarray, n_docs: int, params: BM25Params) -> float:
+    """What okapi gives a term in more than half the documents: ``epsilon`` times the mean
+    idf over the vocabulary whose document frequencies ``doc_freq`` are (rank-bm25's)."""
+    if doc_freq.size == 0:
+        return 0.0
+    doc_freq = doc_freq.astype(np.float64)
+    return float(params.epsilon * np.mean(np.log(n_docs - doc_freq + 0.5)
+                                          - np.log(doc_freq + 0.5)))
 
 
 def impacts_for(
@@ -186,6 +198,8 @@ class BM25Index:
         # Repeated filters' postings restricted to their rows (budget_bytes = 0 turns it off).
         self.restricted = RestrictedPostings()
         self._term_max: np.ndarray | None = None  # per-term largest impact, made on first use
+        self.stats_docs = n_docs  # the documents idf counts (a live view's: the live ones)
+        self.idf_floor: float | None = None  # okapi's floor (made on first use if None)
 
     @classmethod
     def build(cls, docs: Iterable[Sequence[str]], params: BM25Params | None = None) -> BM25Index:
@@ -317,6 +331,21 @@ class BM25Index:
         """Rows holding ``term`` (0 when no row does)."""
         i = self.vocab.get(term)
         return 0 if i is None else int(self.indptr[i + 1] - self.indptr[i])
+
+    def vocabulary_doc_freqs(self) -> np.ndarray:
+        """Every vocabulary term's document frequency, in vocabulary order."""
+        return np.diff(self.indptr)
+
+    def idf(self, tokens: Sequence[str]) -> np.ndarray:
+        """float64 (len(tokens),): each token's idf as the scorer weighs it, okapi's floor
+        included; a token no row holds gets the idf of a document frequency of 0."""
+        df = np.array([self.doc_freq(token) for token in tokens], dtype=np.float64)
+        n = self.stats_docs
+        if self.params.variant == "lucene":
+            return idf_weights(df, n, self.params)
+        if self.idf_floor is None:  # one pass over the vocabulary, once per index
+            self.idf_floor = okapi_floor(self.vocabulary_doc_freqs(), n, self.params)
+        return idf_weights(df, n, self.params, floor=self.idf_floor)
 
     def doc_freqs(self, terms: Sequence[str]) -> np.ndarray:
         """``doc_freq`` of each of ``terms``, int64, in one pass."""

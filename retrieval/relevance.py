@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from indexes.bm25 import BM25Params
+from indexes.bm25 import BM25Index
 from indexes.errors import InvalidQueryError
 from indexes.manifest import Manifest
 from indexes.storage import fsync_write
@@ -86,30 +86,14 @@ class Calibration(BaseModel):
         return path
 
 
-def keyword_bound(tokens: Sequence[str], doc_freq: object, n_docs: int,
-                  params: BM25Params) -> float:
+def keyword_bound(tokens: Sequence[str], bm25: BM25Index) -> float:
     """The most any one document could score for these BM25 terms: Σ weight × max(idf, 0) ×
-    the saturation bound (``k1 + 1`` okapi, 1 lucene). ``doc_freq``: term -> rows holding it."""
+    the saturation bound (``k1 + 1`` okapi, 1 lucene), each term's idf as ``bm25`` scores it
+    (okapi's floor for a term in more than half the documents included)."""
+    params = bm25.params
     saturation = params.k1 + 1 if params.variant == "okapi" else 1.0
-    bound = 0.0
-    for token in tokens:
-        df = doc_freq(token)  # type: ignore[operator]
-        if params.variant == "okapi":
-            idf = math.log(n_docs - df + 0.5) - math.log(df + 0.5)
-        else:
-            idf = math.log(1 + (n_docs - df + 0.5) / (df + 0.5))
-        bound += getattr(token, "weight", 1.0) * max(idf, 0.0) * saturation
-    return bound
-
-
-def bm25_params(raw: dict[str, object]) -> BM25Params:
-    """A manifest's BM25 parameters, parsed once per distinct value."""
-    return _params(tuple(sorted(raw.items())))
-
-
-@functools.lru_cache(maxsize=16)
-def _params(items: tuple[tuple[str, object], ...]) -> BM25Params:
-    return BM25Params(**dict(items))
+    weights = np.array([getattr(token, "weight", 1.0) for token in tokens], dtype=np.float64)
+    return float(weights @ np.maximum(bm25.idf(tokens), 0.0)) * saturation
 
 
 def coverage(bm25: np.ndarray, bound: float) -> np.ndarray:

@@ -211,3 +211,42 @@ def test_fitting_is_deterministic_and_recovers_a_known_model():
     assert first.weights["log_rank"] == pytest.approx(-1.0, abs=0.3)
     with pytest.raises(InvalidQueryError, match="both kinds"):
         fit_calibration(features, np.zeros(4000), "m")
+
+
+COMMON = [f"flow {word} of a fluid" for word in ("laminar", "turbulent", "viscous", "heat",
+                                                  "supersonic", "boundary")] + \
+         ["a study of shock waves", "boundary layers of plates", "heat in metals"]
+
+
+def rank_bm25_bound(texts: list[str], analyzer, tokens: list[str]) -> float:
+    """The most a document can score for ``tokens``: rank-bm25's idf (its floor for a term
+    in more than half the documents) times ``k1 + 1``, summed."""
+    from rank_bm25 import BM25Okapi
+
+    scorer = BM25Okapi([analyzer(text) for text in texts])
+    return sum(scorer.idf.get(token, 0.0) for token in tokens) * (scorer.k1 + 1)
+
+
+@pytest.mark.parametrize("layout", ["whole", "sharded", "live"])
+def test_coverage_counts_a_term_in_most_documents_as_bm25_scores_it(tmp_path, layout):
+    """"flow" is in 6 of 9 documents: okapi's idf of it is negative, and BM25 scores it at
+    the vocabulary's floor; the coverage's bound counts it the same way, so a hit holding
+    every query term is below 1, and "flow" alone is covered above 0."""
+    from indexes import Document
+    from indexes.writer import IndexWriter
+
+    docs = [Document(f"d{i}", text) for i, text in enumerate(COMMON)]
+    build_small(tmp_path, docs, shards=2 if layout == "sharded" else None)
+    texts = COMMON
+    if layout == "live":
+        with IndexWriter(tmp_path) as writer:  # 6 of 8 left: idf over the live documents
+            writer.delete(["d7"])
+        texts = COMMON[:7] + COMMON[8:]
+    with Retriever.load(tmp_path, UNCACHED) as retriever:
+        analyzer = retriever.snapshot.analyzer
+        for query in ("flow", "laminar flow", "turbulent flow heat"):
+            hit = retriever.search(query, k=1, explain=True,
+                                   query_vector=unit_vectors(1, 3)[0]).hits[0]
+            bound = rank_bm25_bound(texts, analyzer, analyzer(query))
+            assert hit.explanation.coverage == pytest.approx(hit.bm25_score / bound, rel=1e-9)
+            assert 0 < hit.explanation.coverage < 1

@@ -22,7 +22,7 @@ import numpy as np
 
 from indexes.analysis import analyze
 from indexes.analyzer import Analyzer
-from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for
+from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for, okapi_floor
 from indexes.docstore import DocStore
 
 
@@ -99,13 +99,16 @@ def live_bm25(base: BaseTerms, alive: np.ndarray, delta_tokens: Sequence[list[st
     order = np.argsort(term_ids, kind="stable")  # base part sorted; delta rows come after
     term_ids, rows, tfs = term_ids[order], rows[order], tfs[order]
     doc_freq = df[present].astype(np.float64)
-    idf = idf_weights(doc_freq, n_live, params)
+    floor = okapi_floor(doc_freq, n_live, params)
+    idf = idf_weights(doc_freq, n_live, params, floor)
     impacts = impacts_for(tfs, lengths[rows], idf[term_ids], avgdl, params)
     indptr = np.zeros(doc_freq.size + 1, dtype=np.int64)
     np.cumsum(df[present], out=indptr[1:])
     terms = np.array(sorted(vocab, key=vocab.__getitem__), dtype=object)[present].tolist()
     index = BM25Index(terms, indptr, rows, impacts.astype(np.float32),
                       n_base + len(delta_tokens), params)
+    index.stats_docs = n_live  # dead rows keep their row numbers, not their place in idf
+    index.idf_floor = floor  # the relevance score's bound needs it: no second pass
     rank = (np.cumsum(live) - 1).astype(np.int32)
     folded = BaseTerms({t: i for i, t in enumerate(terms)}, term_ids, rank[rows], tfs,
                        lengths[live])

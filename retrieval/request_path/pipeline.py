@@ -35,7 +35,7 @@ from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, Explanation, Hit, SearchResult
-from retrieval.relevance import Calibration, bm25_params, coverage, keyword_bound
+from retrieval.relevance import Calibration, coverage, keyword_bound
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline
 from retrieval.request_path.explain import explain_hits
 from retrieval.request_path.feature_stage import FeatureOutcome, FeatureStage
@@ -139,9 +139,7 @@ def run_pipeline(
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
     documents = snapshot.docs.get_many(rows[order])  # one call per shard on remote layouts
-    covered = coverage(bm25[order], keyword_bound(terms.tokens, snapshot.bm25.doc_freq,
-                                                  snapshot.bm25.n_docs,
-                                                  bm25_params(snapshot.manifest.bm25))) \
+    covered = coverage(bm25[order], keyword_bound(terms.tokens, snapshot.bm25)) \
         if relevance is not None or request.explain else None
     scores: list[float | None] = [None] * len(order)
     if relevance is not None and query_vector is not None and covered is not None:

@@ -21,7 +21,7 @@ except ImportError as exc:
     raise MissingExtraError("ray", "ray[data,serve]", __name__) from exc
 
 from indexes.ann import ExactDense
-from indexes.bm25 import BM25Index
+from indexes.bm25 import BM25Index, BM25Params
 from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
 from indexes.typos import LiveTypos, TypoIndex
@@ -135,12 +135,15 @@ class RemoteBM25(BM25Index):
     """BM25 over the shard deployments (every shard holds the global vocabulary)."""
 
     def __init__(self, parts: RemoteParts, vocab: list[str], n_docs: int,
-                 doc_freqs: np.ndarray, typos: TypoIndex | LiveTypos | None = None) -> None:
+                 doc_freqs: np.ndarray, params: BM25Params,
+                 typos: TypoIndex | LiveTypos | None = None) -> None:
         self.parts = parts
         self.typos = typos
         self.vocab_list, self.vocab = vocab, {t: i for i, t in enumerate(vocab)}
-        self.n_docs = n_docs
+        self.n_docs = self.stats_docs = n_docs
+        self.params = params
         self._doc_freqs = doc_freqs
+        self.idf_floor = None
 
     def doc_freq(self, term: str) -> int:
         """Rows holding ``term`` in the whole collection (``doc_freqs``: the shards' postings
@@ -148,6 +151,9 @@ class RemoteBM25(BM25Index):
         other)."""
         i = self.vocab.get(term)
         return 0 if i is None else int(self._doc_freqs[i])
+
+    def vocabulary_doc_freqs(self) -> np.ndarray:
+        return self._doc_freqs
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -179,7 +179,8 @@ class RayShardedBuild(LoadedBuild):
         first = LoadedBuild.load(shard_dirs[0], verify=False)
         return cls(path=directory, manifest=manifest, analyzer=first.analyzer,
                    bm25=RemoteBM25(parts, first_bm25.vocab_list, manifest.n_docs,
-                                   np.asarray(doc_freqs), first_bm25.typos), metadata=metadata,
+                                   np.asarray(doc_freqs), first_bm25.params, first_bm25.typos),
+                   metadata=metadata,
                    vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs),
                    dense=RemoteDense(parts, vectors),
                    passages=joined_passages(directory, layout), remote=parts)

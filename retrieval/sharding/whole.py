@@ -147,11 +147,16 @@ class ShardedBM25(BM25Index):
         self.slices = slices
         self.vocab_list, self.vocab = first.vocab_list, first.vocab
         self.typos = first.typos
-        self.n_docs = n_docs
+        self.n_docs = self.stats_docs = n_docs
         self.params = first.params
+        self.idf_floor = None
 
     def doc_freq(self, term: str) -> int:
         return sum(part.doc_freq(term) for part in self.parts)
+
+    def vocabulary_doc_freqs(self) -> np.ndarray:
+        return sum((part.vocabulary_doc_freqs() for part in self.parts[1:]),
+                   self.parts[0].vocabulary_doc_freqs())
 
     def top_candidates(self, tokens: Sequence[str], n: int, mask: np.ndarray | None = None,
                        kernel: Kernel | str | None = None) -> tuple[np.ndarray, np.ndarray]:
