@@ -98,6 +98,33 @@ def test_verify_checks_the_log_and_fails_on_a_damaged_record(dataset, tmp_path, 
     assert "damaged" in capsys.readouterr().err
 
 
+def test_verify_fails_on_a_damaged_acked_file_and_a_writer_rewrites_it(dataset, tmp_path,
+                                                                       capsys):
+    """A damaged ACKED reads as "nothing acknowledged": verify says so rather than ok."""
+    from live_index import unit_vectors
+
+    from indexes import Document
+    from indexes.wal import segments
+    from indexes.wal.log import ACKED, acked_end, wal_dir
+    from indexes.writer import IndexWriter
+
+    build_small(tmp_path, scifact_docs(dataset("scifact"), 20))
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("v1", "verify text")], vectors=unit_vectors(1, 1))
+    acked = wal_dir(tmp_path) / ACKED
+    data = bytearray(acked.read_bytes())
+    data[9] ^= 0x01  # inside the end offset
+    acked.write_bytes(bytes(data))
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "ACKED is damaged" in capsys.readouterr().err
+    acked.unlink()
+    assert main(["verify", str(tmp_path)]) == 0
+    with IndexWriter(tmp_path):
+        pass
+    (_, path), = segments(tmp_path)
+    assert acked_end(path) == path.stat().st_size
+
+
 def test_a_compaction_retires_segments_a_stopped_one_left_behind(dataset, tmp_path, capsys):
     """A compaction that published its build but stopped before retiring: the next one has
     nothing to fold and retires what the live build and its rollback target both hold."""

@@ -261,14 +261,32 @@ def read_all(root: Path, after: int = 0) -> list[Record]:
 
 def check_log(root: Path) -> tuple[int, int]:
     """(whole records, bytes of a torn tail) of the root's log; raises ``LogCorruptionError``
-    where a damaged record is not a tail (``retrieval verify``)."""
+    where a damaged record is not a tail, or where ``wal/ACKED`` is damaged (``retrieval
+    verify``)."""
     listed = segments(root)
     count, torn = 0, 0
     for i, (_, path) in enumerate(listed):
         records, end = read_from(path, 0, newest=i == len(listed) - 1)
         count += len(records)
         torn = path.stat().st_size - end
+    _check_acked(wal_dir(root) / ACKED)
     return count, torn
+
+
+def _check_acked(path: Path) -> None:
+    """A damaged ``ACKED`` reads as "nothing acknowledged" (``acked_end``): a damaged record
+    the log acknowledged would then be cut as a torn tail at the next writer's open, not
+    refused. Empty is not damaged: a writer creates it before its first acknowledgement."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    if data and (len(data) < ACK.size or zlib.crc32(data[:16]) != ACK.unpack_from(data)[2]):
+        raise LogCorruptionError(
+            f"{path} is damaged (its checksum does not match), so where the acknowledged "
+            "records end is unknown. Delete it, and the next writer to open the root writes "
+            "it again; that writer cuts a damaged record at the newest segment's end as a "
+            "torn tail, so first compare that segment with a backup if you have one", path)
 
 
 def repair_tail(path: Path) -> tuple[int, int]:
