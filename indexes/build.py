@@ -325,6 +325,11 @@ def _rows_for(
     else:
         rows, passage_map, info, window = split_documents(
             docs, counter or passage_counter(config.passages), config.passages)
+        tokenizer = config.passages.tokenizer
+        if counter is None and tokenizer and \
+                Path(tokenizer).resolve() != default_model_path().resolve():
+            # Recorded: live writes and compaction must cut as this build did.
+            info = info.model_copy(update={"tokenizer": str(Path(tokenizer).resolve())})
     if window is not None:  # once, in the log (the CLI also prints it in its summary)
         (log.warning if window.rows_over_window else log.info)("%s", window.describe())
     return rows, passage_map, info, window

@@ -282,6 +282,10 @@ class PassageInfo(BaseModel):
     n_passages: int
     max_per_document: int
     title: str = "prepended to every passage for BM25 and the vector; not in the offsets"
+    tokenizer: str | None = Field(None, description="the model directory whose tokenizer cut "
+                                  "the passages, when the build was given vectors and "
+                                  "``PassageConfig.tokenizer`` (None: the encoder's, else the "
+                                  "packaged model's); live writes and compaction cut with it")
 
 
 def describe(info: Any) -> str:

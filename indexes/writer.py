@@ -93,7 +93,7 @@ class IndexWriter:
         self._lock_file = open(wal_dir(self.root) / LOCK, "a")  # noqa: SIM115 - held while open
         self._thread_lock = threading.Lock()
         self._encoder = encoder
-        self._counter: TokenCounter | None = None
+        self._counter: tuple[Path, TokenCounter] | None = None  # (its directory, it)
         self._fd = -1
         self._segment = 0  # first seq of the segment appended to
         self._end = 0  # where this writer has read (and written) that segment up to
@@ -319,13 +319,16 @@ class IndexWriter:
         return split(docs, self.token_counter(), config)
 
     def token_counter(self) -> TokenCounter:
-        """The tokenizer passages are counted with (the encoder's, else the packaged model's)."""
-        if self._counter is None:
-            self._counter = TokenCounter.for_model(self.tokenizer_dir())
-        return self._counter
+        """The tokenizer passages are counted with (``tokenizer_dir``)."""
+        directory = self.tokenizer_dir()
+        if self._counter is None or self._counter[0] != directory:  # a new build may differ
+            self._counter = (directory, TokenCounter.for_model(directory))
+        return self._counter[1]
 
     def tokenizer_dir(self) -> Path:
-        return tokenizer_dir(self._encoder)
+        """The live build's recorded tokenizer, else the encoder's, else the packaged
+        model's (``indexes.wal.split.tokenizer_dir``)."""
+        return tokenizer_dir(self._encoder, passage_config(self.manifest))
 
     def _append(self, record: Record) -> int:
         data = encode_record(record)

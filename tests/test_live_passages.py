@@ -222,3 +222,47 @@ def test_records_written_for_passages_never_serve_on_a_build_of_whole_documents(
     assert read_all(tmp_path, after=read_manifest(resolve_build_dir(tmp_path)).log_seq) == []
     with Retriever.load(tmp_path, LIVE) as serving:
         assert serving.snapshot.manifest.passages is None and serving.applied_seq == 1
+
+
+def word_level_tokenizer(directory: Path, texts: list[str]) -> Path:
+    """A tokenizer of whole words: it counts fewer tokens than the packaged model's word
+    pieces, so it cuts passages elsewhere."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = sorted({w for text in texts for w in text.split()})
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]", *words])},
+                                           unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    directory.mkdir()
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def test_a_build_cut_with_a_given_tokenizer_is_written_to_and_compacted_with_it(tmp_path,
+                                                                              dataset):
+    from indexes.errors import MissingArtifactError
+    from indexes.passages import TokenCounter
+
+    docs = scifact_docs(dataset("scifact"), 20)
+    long = Document("long", " ".join(d.text for d in docs[:6]))
+    words = word_level_tokenizer(tmp_path / "words", [d.content for d in [*docs, long]])
+    config = PassageConfig(max_tokens=64, overlap_tokens=8, tokenizer=str(words))
+    counter = TokenCounter.for_model(words)
+    rows, _ = split(docs, counter, config)
+    root = tmp_path / "root"
+    build_index(docs, root, vectors=unit_vectors(len(rows), 1), encoder_info=INFO,
+                config=BuildConfig(passages=config), progress=False)
+    assert read_manifest(resolve_build_dir(root)).passages.tokenizer == str(words.resolve())
+    (passages,) = split([long], counter, config)[1]
+    assert len(passages) != len(split([long], token_counter(None), config)[1][0])
+    with IndexWriter(root) as writer:
+        writer.upsert([long], vectors=unit_vectors(len(passages), 2))  # one row a passage
+        assert list(read_all(root)[-1].passages[0]) == list(passages)
+        report = writer.compact()
+    compacted = read_manifest(resolve_build_dir(root))
+    assert compacted.build_id == report.build_id
+    assert compacted.passages.tokenizer == str(words.resolve())
+    assert compacted.passages.n_passages == len(rows) + len(passages)
+    shutil.rmtree(words)
+    with IndexWriter(root) as writer, pytest.raises(MissingArtifactError, match="words"):
+        writer.upsert([long], vectors=unit_vectors(len(passages), 3))

@@ -18,7 +18,7 @@ import numpy as np
 
 from indexes.docstore import DocStore, Document
 from indexes.encoders import default_model_path
-from indexes.errors import InvalidWriteError
+from indexes.errors import InvalidWriteError, MissingArtifactError
 from indexes.long_documents import split_documents
 from indexes.manifest import Manifest
 from indexes.passages import PassageConfig, PassageMap, TokenCounter
@@ -36,12 +36,22 @@ def passage_config(manifest: Manifest) -> PassageConfig | None:
     info = manifest.passages
     if info is None:
         return None
-    return PassageConfig(max_tokens=info.max_tokens, overlap_tokens=info.overlap_tokens)
+    return PassageConfig(max_tokens=info.max_tokens, overlap_tokens=info.overlap_tokens,
+                         tokenizer=info.tokenizer)
 
 
-def tokenizer_dir(encoder: Any | None) -> Path:
-    """The model directory whose tokenizer cuts passages: the encoder's own (as a build with
-    that encoder cuts them), else the packaged model's (the build's default)."""
+def tokenizer_dir(encoder: Any | None, config: PassageConfig | None = None) -> Path:
+    """The model directory whose tokenizer cuts passages: the one the build recorded
+    (``config.tokenizer``, a build given vectors and a tokenizer), else the encoder's own (as
+    a build with that encoder cuts them), else the packaged model's (the build's default)."""
+    if config is not None and config.tokenizer is not None:
+        recorded = Path(config.tokenizer)
+        if not (recorded / "tokenizer.json").is_file():
+            raise MissingArtifactError(
+                f"the live build's passages were cut with the tokenizer in {recorded}, which "
+                "holds no tokenizer.json any more: put it back, or rebuild with another "
+                "PassageConfig.tokenizer", recorded / "tokenizer.json")
+        return recorded
     model_path = getattr(encoder, "model_path", None)
     if model_path is not None and (Path(model_path) / "tokenizer.json").is_file():
         return Path(model_path)
