@@ -50,7 +50,8 @@ def metadata_json(metadata: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True)
 class Document:
-    """One input document; ``metadata`` values are filterable when scalar or lists of scalars."""
+    """One input document; ``metadata`` values are filterable when strings, numbers, booleans,
+    dates (ISO 8601 strings) or lists of strings and booleans (null items skipped)."""
 
     id: str
     text: str

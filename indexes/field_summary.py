@@ -68,19 +68,24 @@ def summarize_field(metadata: MetadataIndex, name: str, kind: FieldKind, top: in
         # nlargest, not a full sort: an id-like field can hold a value per document.
         best = heapq.nlargest(top, range(len(values)), key=lambda i: (int(counts[i]), _neg(i)))
         holders = int(np.unique(np.asarray(rows)).size) if len(rows) else 0
-        return FieldSummary(name, kind, holders, metadata.n_docs, len(values),
+        return FieldSummary(name, kind, holders, metadata.n_live, len(values),
                             [(values[i], int(counts[i])) for i in best],
                             multi_valued=len(rows) > holders)
     column = metadata.numeric_column(name)
     present = column[~np.isnan(column)]
     if not present.size:
-        return FieldSummary(name, kind, 0, metadata.n_docs)
-    return FieldSummary(name, kind, int(present.size), metadata.n_docs, low=float(present.min()),
+        return FieldSummary(name, kind, 0, metadata.n_live)
+    return FieldSummary(name, kind, int(present.size), metadata.n_live, low=float(present.min()),
                         high=float(present.max()))
 
 
 def iso_date(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+    """The UTC time ``seconds`` after the epoch; past what a datetime holds (a date of year 1
+    at a positive offset is in year 0 in UTC) the seconds themselves."""
+    try:
+        return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+    except (ValueError, OverflowError, OSError):
+        return f"{seconds:.0f} seconds from 1970-01-01T00:00:00Z"
 
 
 def _neg(i: int) -> int:

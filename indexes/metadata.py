@@ -87,12 +87,19 @@ def keyword_value(value: Any) -> str:
     return str.__str__(value) if isinstance(value, str) else str(value)
 
 
+def keyword_items(value: Any) -> set[str]:
+    """The indexed values of one row's keyword value: a list's distinct items (null items
+    skipped; ``True`` and ``"true"`` are one value), or the value itself."""
+    items = value if isinstance(value, list | tuple) else (value,)
+    return {keyword_value(item) for item in items if item is not None}
+
+
 def value_kind(value: Any) -> FieldKind | None:
     """The kind a single value implies; None for values that are stored but not indexed."""
     if isinstance(value, str):
         return "date" if _DATE.match(value) else "keyword"
-    if isinstance(value, list | tuple):  # JSON stores a tuple as a list
-        return "keyword" if all(isinstance(v, str | bool) for v in value) else None
+    if isinstance(value, list | tuple):  # JSON stores a tuple as a list; null items skipped
+        return "keyword" if all(isinstance(v, str | bool) or v is None for v in value) else None
     return type_kind(type(value))
 
 
@@ -297,6 +304,12 @@ class MetadataIndex:
         scatter_postings(mask, rows, offsets, self.keyword_ids(field, values, joined))
         return mask
 
+    @property
+    def n_live(self) -> int:
+        """Documents a search can find: ``n_docs`` less a live view's deleted and replaced
+        rows (``live_rows``)."""
+        return self.n_docs if self.live_rows is None else int(np.count_nonzero(self.live_rows))
+
     def keyword_postings(self, field: str) -> tuple[list[str], np.ndarray, np.ndarray]:
         """(sorted values, int64 offsets (n_values + 1,), int32 rows): a field's postings."""
         return self._keywords[field]
@@ -377,9 +390,9 @@ def keyword_pairs(column: list[Any]) -> tuple[list[int], list[str]]:
             rows.append(row)
             keys.append(value)
         elif value is not None and value_kind(value) is not None:
-            for item in set(value if isinstance(value, list | tuple) else [value]):
+            for key in keyword_items(value):
                 rows.append(row)
-                keys.append(keyword_value(item))
+                keys.append(key)
     return rows, keys
 
 

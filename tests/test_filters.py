@@ -394,6 +394,9 @@ ERROR_CASES: list[tuple[str, Any, type[InvalidQueryError], list[str]]] = [
      ["dept", "1024"]),
     ("too-many-in-values-dsl", "dept IN (" + ",".join("'x'" for _ in range(1025)) + ")",
      LimitExceededError, ["dept", "1024"]),
+    ("too-many-all-values", {"tags": {"all": [str(i) for i in range(65)]}},
+     LimitExceededError, ["64", "each value of an ALL list is one"]),
+    ("id-exists", {"id": {"exists": True}}, MalformedFilterError, ["document id", "= or IN"]),
     ("too-deep-dict", _nested_not(10_000), LimitExceededError, ["32", "deeper"]),
     ("too-deep-and", {"$and": [_nested_not(40)]}, LimitExceededError, ["32"]),
     ("too-deep-parens", "(" * 100_000 + "year = 1" + ")" * 100_000, LimitExceededError, ["32"]),
@@ -569,3 +572,26 @@ def test_foreign_operators_inside_strings_are_plain_values() -> None:
     node = parse_filter("dept = '==' OR dept = '&&'", {"dept": "keyword"})
     assert canonical(node) == canonical(parse_filter({"$or": [{"dept": "=="}, {"dept": "&&"}]},
                                                      {"dept": "keyword"}))
+
+
+def test_field_summaries_name_dates_a_datetime_cannot_hold() -> None:
+    """Year 1 at +01:00 is year 0 in UTC: the summary (describe, the console) named the
+    range with a ValueError."""
+    from indexes.field_summary import summarize_fields
+    from indexes.metadata import MetadataIndex
+
+    metadata = MetadataIndex.build([{"when": "0001-01-01T00:00:00+01:00"},
+                                    {"when": "9999-12-31T23:59:59-01:00"},
+                                    {"when": "2020-01-01"}])
+    (summary,) = summarize_fields(metadata, top=5)
+    assert "seconds from 1970-01-01T00:00:00Z" in json.dumps(summary.as_dict())
+    assert "seconds from 1970-01-01T00:00:00Z" in summary.text()
+
+
+def test_a_named_filter_reference_in_any_mapping_is_at_the_top_level() -> None:
+    from collections import OrderedDict
+
+    from retrieval.filters.named import split_named
+
+    assert split_named(OrderedDict([("$named", "mine"), ("dept", "a")])) == ("mine",
+                                                                             {"dept": "a"})

@@ -41,13 +41,20 @@ class _Token(NamedTuple):
     pos: int
 
 
-def _number(text: str) -> float | int:
+MAX_DIGITS = 4300  # int()'s default limit on the digits of a string it converts
+
+
+def _number(text: str, start: int) -> float | int:
     """A float, except an integer literal no float holds exactly: kept whole, so the field's
-    check can refuse it instead of matching its rounded neighbours."""
+    check can refuse it instead of matching its rounded neighbours (or infinity)."""
     value = float(text)
-    if text.lstrip("-").isdigit() and float(int(text)) != int(text):
-        return int(text)
-    return value
+    if not text.lstrip("-").isdigit():
+        return value
+    if len(text) > MAX_DIGITS:  # past what int() reads from text
+        raise MalformedFilterError(f"filter syntax error at position {start}: a number of "
+                                   f"{len(text)} digits; no field holds one that long")
+    whole = int(text)
+    return whole if value != whole else value  # exact: Python compares float and int exactly
 
 
 def _unescape(body: str, start: int) -> str:
@@ -91,7 +98,7 @@ class DslParser:
                                        f"{self._near(start)}")
         self.pos, text, group = match.end(), match.group(), match.lastgroup
         if group == "number":
-            return _Token("number", text, _number(text), start)
+            return _Token("number", text, _number(text, start), start)
         if group in ("string", "quoted"):
             body = _unescape(text[1:-1], start + 1)
             return _Token("string" if group == "string" else "field", text, body, start)

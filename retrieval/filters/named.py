@@ -45,7 +45,6 @@ class BoundFilters:
     """The named filters of one build."""
 
     entries: Mapping[str, NamedMask]
-    n_docs: int
 
     def get(self, name: str) -> NamedMask:
         entry = self.entries.get(name)
@@ -85,12 +84,12 @@ class NamedFilters:
             self._specs[name] = spec
         entries = dict(bound.entries) if bound is not None else {}
         entries[name] = entry
-        return BoundFilters(entries, metadata.n_docs)
+        return BoundFilters(entries)
 
     def unregister(self, name: str, bound: BoundFilters) -> BoundFilters:
         with self._lock:
             self._specs.pop(name, None)
-        return BoundFilters({k: v for k, v in bound.entries.items() if k != name}, bound.n_docs)
+        return BoundFilters({k: v for k, v in bound.entries.items() if k != name})
 
     def bind(self, metadata: MetadataIndex) -> BoundFilters:
         """Every registered filter's mask for the build of ``metadata`` (call before the swap).
@@ -100,14 +99,14 @@ class NamedFilters:
         """
         with self._lock:
             specs = dict(self._specs)
-        return BoundFilters({name: self._evaluate(spec, metadata) for name, spec in specs.items()},
-                            metadata.n_docs)
+        return BoundFilters({name: self._evaluate(spec, metadata)
+                             for name, spec in specs.items()})
 
     def _evaluate(self, spec: Any, metadata: MetadataIndex) -> NamedMask:
         parsed = parse_filter(spec, metadata.kinds, max_clauses=self.max_clauses,
                               max_in_values=self.max_in_values)
         if parsed is None:
-            return NamedMask(None, "", None, metadata.n_docs, _digest(""))
+            return NamedMask(None, "", None, metadata.n_live, _digest(""))
         mask, allowed = evaluate_counted(parsed, metadata)
         key = canonical(parsed)
         return NamedMask(parsed, key, mask, allowed, _digest(key))
@@ -118,12 +117,12 @@ def _digest(key: str) -> str:
 
 
 NAMED_KEY = "$named"
-NO_NAMED_FILTERS = BoundFilters({}, 0)
+NO_NAMED_FILTERS = BoundFilters({})
 
 
 def split_named(spec: Any) -> tuple[str | None, Any]:
     """(the name a filter refers to or None, the filter without the reference or None)."""
-    if type(spec) is not dict or NAMED_KEY not in spec:
+    if not isinstance(spec, Mapping) or NAMED_KEY not in spec:
         return None, spec
     name = spec[NAMED_KEY]
     if not isinstance(name, str) or not name:

@@ -100,7 +100,8 @@ class Context:
         self.clauses += 1
         if self.clauses > self.max_clauses:
             raise LimitExceededError(f"filter has more than {self.max_clauses} conditions "
-                                     "(max_clauses); merge equalities into IN lists")
+                                     "(max_clauses; each value of an ALL list is one); merge "
+                                     "equalities into IN lists, or raise max_clauses")
 
     def compare(self, field: str, op: str, value: object) -> Filter:
         """``field op value`` for op in eq, ne, gt, gte, lt, lte."""
@@ -121,6 +122,9 @@ class Context:
         """``{field: {"exists": true}}``: documents holding any value of ``field`` (false:
         those holding none). A range without bounds is that test, on every kind."""
         self.kind(field)
+        if field == ID_FIELD:  # refused by every build: a syntax error, named at start-up
+            raise MalformedFilterError(f"{ID_FIELD!r} is the document id, which every "
+                                       "document has: filter it with = or IN, not 'exists'")
         if not isinstance(flag, bool):
             raise FilterTypeError(f"field {field!r}: 'exists' takes true or false, got "
                                   f"{show(flag)}")

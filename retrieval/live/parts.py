@@ -16,7 +16,7 @@ import numpy as np
 
 from indexes.ann import ExactDense
 from indexes.docstore import DocStore, Document
-from indexes.metadata import MetadataIndex, keyword_value, parse_date, value_kind
+from indexes.metadata import MetadataIndex, keyword_items, parse_date, value_kind
 from indexes.vectors import VectorStore
 
 
@@ -158,8 +158,8 @@ def _keyword_postings(base: MetadataIndex, field: str, alive: np.ndarray,
         value = record.get(field)
         if value is None or value_kind(value) is None:
             continue
-        for item in sorted(set(value if isinstance(value, list | tuple) else [value]), key=str):
-            added[keyword_value(item)].append(n_base + i)
+        for key in sorted(keyword_items(value)):
+            added[key].append(n_base + i)
     base_values, offsets, rows = (base.keyword_postings(field) if field in base.kinds
                                   else ([], np.zeros(1, np.int64), np.empty(0, np.int32)))
     values = sorted(set(base_values) | set(added))
@@ -172,9 +172,15 @@ def _keyword_postings(base: MetadataIndex, field: str, alive: np.ndarray,
     delta_rows = np.asarray([r for rs in added.values() for r in rs], dtype=np.int32)
     all_ids = np.concatenate([base_ids[keep], delta_ids])
     all_rows = np.concatenate([rows[keep], delta_rows])
+    counts = np.bincount(all_ids, minlength=len(values))
+    held = np.flatnonzero(counts)
+    if held.size < len(values):  # values only deleted or replaced rows held: gone, as rebuilt
+        renumber = np.zeros(len(values), dtype=np.int64)
+        renumber[held] = np.arange(held.size)
+        all_ids, values, counts = renumber[all_ids], [values[i] for i in held], counts[held]
     order = np.argsort(all_ids, kind="stable")  # base rows ascending, delta rows after them
     new_offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(all_ids, minlength=len(values)), out=new_offsets[1:])
+    np.cumsum(counts, out=new_offsets[1:])
     return values, new_offsets, all_rows[order].astype(np.int32)
 
 
