@@ -145,7 +145,9 @@ def _split_compiled(texts: Sequence[str], analyzer: Analyzer, table: _WordTable
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Word ids of the texts' tokens (int32) and each text's end among them (int64)."""
     buf, ends = _encoded(texts, analyzer.config)
-    out = np.empty(buf.shape[0] // 3 + 1, dtype=np.int32)
+    # A token takes 2 bytes and a separator, but the documents are joined with none between
+    # them: a document of b bytes holds at most b // 3 + 1 tokens ("ab" is 2 bytes, 1 token).
+    out = np.empty(buf.shape[0] // 3 + len(texts) + 1, dtype=np.int32)
     token_ends = np.empty(len(texts), dtype=np.int64)
     table.state[2:] = 0
     is_word = word_characters()

@@ -90,6 +90,18 @@ def test_random_text_gets_the_python_analyzers_postings(texts, workers):
     assert_same(compiled(texts, AnalyzerConfig(), params, workers), expected)
 
 
+@pytest.mark.parametrize("texts", [["hi"] * 4, ["ab"] * 5000, ["ab cd"] * 3000,
+                                   ["ab ab ab"] * 200, ["ab", "", "cd", "e", "fg"] * 400])
+def test_documents_of_a_few_short_words_keep_every_posting(texts):
+    """A batch's documents are joined with no byte between them: "ab" is 2 bytes and one
+    token, more tokens than the 3 bytes a token the buffer was sized for (the last document's
+    postings were lost, or the heap written past its end)."""
+    params = BM25Params()
+    expected = reference([Analyzer()(t) for t in texts], params)
+    for workers in (1, 2):
+        assert_same(compiled(texts, AnalyzerConfig(), params, workers), expected)
+
+
 def test_another_token_pattern_and_no_stemmer_are_analyzed_in_python_the_same_way():
     config = AnalyzerConfig(token_pattern=r"[a-z]+", stemmer=None, stop_words=("of",))
     texts = [d.content for d in read_corpus(SHIPPED / "cranfield")][:300]
