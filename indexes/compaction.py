@@ -30,7 +30,13 @@ from indexes.sharding.layout import build_parts, is_sharded
 from indexes.storage import read_json
 from indexes.vectors import VectorStore
 from indexes.wal.checks import check_records_fit
-from indexes.wal.log import read_all
+from indexes.wal.log import (
+    LogCorruptionError,
+    check_starts_by,
+    read_all,
+    segments,
+    wal_dir,
+)
 from indexes.wal.split import passage_config, passage_corpus
 from indexes.wal.state import Changes
 
@@ -93,6 +99,11 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                                 retired, round(time.perf_counter() - started, 3))
     folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
+    if records[0].seq != manifest.log_seq + 1 if records else folded > manifest.log_seq:
+        listed = segments(root)
+        check_starts_by(listed[0][1], listed[0][0], manifest.log_seq)
+        raise LogCorruptionError(f"the log has lost writes after seq {manifest.log_seq}: "
+                                 "restore it from a backup", wal_dir(root))
     changes = Changes.of(records, after=manifest.log_seq)
     check_records_fit(manifest, changes)
     passages = passage_config(manifest)

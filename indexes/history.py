@@ -97,14 +97,34 @@ def _read(root: Path) -> tuple[list[FlipRecord], list[int]]:
 
 
 def append_record(root: Path, record: FlipRecord) -> None:
-    """Append one line and fsync it (O_APPEND: concurrent appends do not interleave)."""
+    """Append one line and fsync it (O_APPEND: concurrent appends do not interleave). A torn
+    last line (an append cut short: a crash, a full disk) is cut off first, so this record
+    is a line of its own rather than the end of a damaged one."""
     line = (record.model_dump_json() + "\n").encode("utf-8")
-    fd = os.open(Path(root) / HISTORY, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(Path(root) / HISTORY, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        _cut_torn_line(fd)
         os.write(fd, line)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _cut_torn_line(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    at = size
+    while at > 0:  # back to the end of the last whole line
+        step = min(4096, at)
+        at -= step
+        newline = os.pread(fd, step, at).rfind(b"\n")
+        if newline != -1:
+            at += newline + 1
+            break
+    log.warning("%s: a torn last line of %d bytes cut off before appending", HISTORY,
+                size - at)
+    os.ftruncate(fd, at)
 
 
 @contextmanager

@@ -141,7 +141,7 @@ class IndexWriter:
         path = existing[-1][1]
         if path.stat().st_size == self._end:
             return
-        records, end = read_from(path, self._end)
+        records, end = read_from(path, self._end, after=self.last_seq)
         self._absorb(records)
         self._end = end
         if path.stat().st_size != end:  # a writer died mid-append: truncate its torn tail

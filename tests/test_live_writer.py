@@ -317,6 +317,60 @@ def test_a_damaged_record_inside_the_log_fails_loudly_in_20_trials(root):
     path.write_bytes(pristine)
 
 
+def test_a_log_cut_at_or_just_past_a_record_boundary_is_loud_not_a_torn_tail(root):
+    """Cut anywhere from the end of an acknowledged record to 15 bytes past it (less than a
+    header): the records read whole, but ACKED says more were acknowledged. It read as a log
+    of fewer writes, and the writer "repaired" it and gave their seqs out again."""
+    acked = _acknowledged(root, 6)
+    (_, path), = segments(root)
+    pristine = path.read_bytes()
+    ends, at = [], 0
+    for record in read_all(root):
+        at += len(encode_record(record))
+        ends.append(at)
+    assert ends[-1] == len(pristine) and len(ends) == len(acked)
+    for cut in (ends[2], ends[2] + 1, ends[2] + 15, ends[-2]):
+        path.write_bytes(pristine[:cut])
+        with pytest.raises(LogCorruptionError, match="cut off and was acknowledged"):
+            read_all(root)
+        with pytest.raises(LogCorruptionError):
+            check_log(root)
+        with pytest.raises(LogCorruptionError):
+            IndexWriter(root)
+        assert path.read_bytes() == pristine[:cut]  # nothing truncated, ACKED not lowered
+    path.write_bytes(pristine)
+    assert [r.seq for r in read_all(root)] == acked
+
+
+@pytest.mark.parametrize("damage", ["older segment cut", "older segment gone",
+                                    "segment renamed"])
+def test_a_gap_in_the_log_fails_verify_and_compaction(root, damage):
+    """Writes 1-3 in one segment, 4-6 in the next: losing a whole record of the older one, or
+    all of it, left a log that read back without a word, and compaction folded it."""
+    with IndexWriter(root) as writer:
+        for n in range(3):
+            writer.delete([f"d{n}"])
+        writer.rotate()
+        for n in range(3, 6):
+            writer.delete([f"d{n}"])
+    (_, older), (_, newer) = segments(root)
+    if damage == "older segment cut":
+        whole = older.read_bytes()
+        older.write_bytes(whole[:len(whole) - len(encode_record(read_all(root)[2]))])
+    elif damage == "older segment gone":  # reads as retired: the live build says otherwise
+        older.unlink()
+    else:
+        older.rename(wal_dir(root) / segment_name(2))
+    if damage != "older segment gone":
+        with pytest.raises(LogCorruptionError, match="lost"):
+            read_all(root)
+    with pytest.raises(LogCorruptionError, match="lost"):
+        check_log(root, live_seq=0)  # as verify calls it: the live build's log_seq
+    with pytest.raises(LogCorruptionError, match="lost"), IndexWriter(root) as writer:
+        writer.compact()
+    assert newer.is_file()  # nothing folded, nothing retired
+
+
 def test_a_damaged_last_record_is_loud_and_only_an_unacknowledged_tail_is_torn(root, caplog):
     """The last acknowledged record damaged: ``LogCorruptionError`` (``wal/ACKED`` says it was
     acknowledged), nothing truncated. Bytes after it (an append cut before its fsync) are a

@@ -91,6 +91,22 @@ def test_torn_history_line_is_skipped(tmp_path):
     assert [r.build_id for r in read_history(tmp_path)][-1] == second
 
 
+def test_a_flip_after_a_torn_history_line_is_recorded_whole(tmp_path, caplog):
+    """The next flip's line was appended onto the torn one: its record was lost, and the
+    damaged line (no longer the last) failed verify and stopped gc from then on."""
+    from indexes.history import check_history
+
+    _build(tmp_path)
+    second = _build(tmp_path, revision=1)
+    with open(tmp_path / HISTORY, "a") as handle:
+        handle.write('{"build_id": "half-writ')
+    third = _build(tmp_path, revision=2)
+    assert [r.build_id for r in read_history(tmp_path)][-2:] == [second, third]
+    check_history(tmp_path)
+    assert "torn last line" in caplog.text
+    collect_garbage(tmp_path, keep=1)
+
+
 def test_cli_builds_publish_and_rollback(tmp_path, capsys):
     first = _build(tmp_path)
     staged = _build(tmp_path, revision=1, publish=False)

@@ -176,28 +176,44 @@ def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | Non
          origin: int = 0, acked: int = 0) -> Iterator[tuple[int, int, bytes]]:
     """(seq, end offset, payload) of each whole, checksum-valid record from ``start``; stops
     at a short or corrupt record with nothing whole after it (a torn tail, or bytes still being
-    written). Raises ``LogCorruptionError`` (naming ``path``) when a whole record follows it or
-    it starts before ``acked`` (the file offset acknowledged records reach, ``acked_end``).
-    ``after``: the seq of the record before ``start`` when known (else the segment's name, for
-    ``start`` 0, or the damaged record's own header gives it); ``origin``: the file offset of
-    ``data`` (for the error's byte positions)."""
+    written). Raises ``LogCorruptionError`` (naming ``path``) when a whole record follows it,
+    when it starts before ``acked`` (the file offset acknowledged records reach,
+    ``acked_end``) or the data ends before that, and, read from a segment's first byte, when a
+    seq does not follow the one before it (the first follows the segment's name). ``after``:
+    the seq of the record before ``start`` when known (for the errors' words); ``origin``: the
+    file offset of ``data`` (for the error's byte positions)."""
     at, last = start, after
-    if last is None and start == 0 and path is not None and path.stem.isdigit():
+    # Read from its first byte, a segment's records run on from the seq in its name.
+    whole = origin + start == 0 and path is not None and path.stem.isdigit()
+    if whole and path is not None:
         last = int(path.stem) - 1
     while at + HEADER.size <= len(data):
         length, seq, crc = HEADER.unpack_from(data, at)
         end = at + HEADER.size + length
         payload = data[at + HEADER.size:end]
         if end > len(data) or zlib.crc32(struct.pack("<Q", seq) + payload) != crc:
-            if origin + at < acked:
-                raise LogCorruptionError(
-                    f"{path}: the record at byte {origin + at} (after seq {last}) is damaged "
-                    f"and was acknowledged ({ACKED}: records up to byte {acked}); restore the "
-                    "log from a backup", path or Path("."))
+            _raise_if_acked(at, last, path, origin, acked, "is damaged")
             _raise_if_followed(data, at, last, path, origin)
             return
+        if whole and last is not None and seq != last + 1:
+            raise LogCorruptionError(
+                f"{path}: the record at byte {origin + at} is seq {seq}, not {last + 1}: "
+                "the log has lost (or repeated) writes; restore it from a backup",
+                path or Path("."))
         yield seq, end, payload
         at, last = end, seq
+    _raise_if_acked(at, last, path, origin, acked, "is cut off")  # the file ends before it
+
+
+def _raise_if_acked(at: int, last: int | None, path: Path | None, origin: int, acked: int,
+                    what: str) -> None:
+    """A record that starts before ``acked`` was acknowledged: damaged or cut off, it is
+    lost, never a torn tail to drop."""
+    if origin + at < acked:
+        raise LogCorruptionError(
+            f"{path}: the record at byte {origin + at} (after seq {last}) {what} and was "
+            f"acknowledged ({ACKED}: records up to byte {acked}); restore the log from a "
+            "backup", path or Path("."))
 
 
 def _raise_if_followed(data: bytes, at: int, last: int | None, path: Path | None,
@@ -209,7 +225,7 @@ def _raise_if_followed(data: bytes, at: int, last: int | None, path: Path | None
         last = HEADER.unpack_from(data, at)[1] - 1 if at + HEADER.size <= len(data) else 0
     for seq in (last + 1, last + 2):
         found = data.find(struct.pack("<Q", seq), at + 5)
-        while found != -1:
+        while found != -1 and found + 12 <= len(data):  # a whole header holds the seq
             begin = found - 4
             length, _, crc = HEADER.unpack_from(data, begin)
             end = begin + HEADER.size + length
@@ -250,23 +266,51 @@ def read_all(root: Path, after: int = 0) -> list[Record]:
     """Every whole record with seq > ``after``, oldest first."""
     out: list[Record] = []
     listed = segments(root)
-    for i, (_, path) in enumerate(listed):
+    follows: int | None = None  # the seq the next segment must start at
+    for i, (first, path) in enumerate(listed):
         try:
             records, _ = read_from(path, 0, newest=i == len(listed) - 1)
-        except FileNotFoundError:  # retired meanwhile: folded into the live build
+        except FileNotFoundError:  # retired meanwhile (the oldest first): folded
             continue
+        follows = _check_follows(path, first, follows, records)
         out.extend(r for r in records if r.seq > after)
     return out
 
 
-def check_log(root: Path) -> tuple[int, int]:
+def check_starts_by(path: Path, first: int, live_seq: int) -> None:
+    """Raise when the log's oldest segment (``path``, first seq ``first``) starts past
+    ``live_seq + 1``: the writes between were retired unfolded, or lost."""
+    if first > live_seq + 1:
+        raise LogCorruptionError(
+            f"{path}: the log starts at seq {first}, but the live build holds writes up to seq "
+            f"{live_seq} only: seqs {live_seq + 1}-{first - 1} are lost; restore the log from a "
+            "backup", path)
+
+
+def _check_follows(path: Path, first: int, follows: int | None, records: list[Record]
+                   ) -> int | None:
+    """Raise when segment ``path`` (its first seq ``first``) does not start where the one
+    before it ended; returns where the next must start (None: not known)."""
+    if follows is not None and first != follows:
+        raise LogCorruptionError(
+            f"{path}: the segment starts at seq {first}, but the one before it ends at seq "
+            f"{follows - 1}: the writes in between are lost; restore the log from a backup",
+            path)
+    return records[-1].seq + 1 if records else None
+
+
+def check_log(root: Path, live_seq: int | None = None) -> tuple[int, int]:
     """(whole records, bytes of a torn tail) of the root's log; raises ``LogCorruptionError``
-    where a damaged record is not a tail, or where ``wal/ACKED`` is damaged (``retrieval
-    verify``)."""
+    where a damaged record is not a tail, where seqs leave a gap, where the log starts past
+    ``live_seq + 1`` (the live build's ``log_seq``: writes it lacks are gone) or where
+    ``wal/ACKED`` is damaged (``retrieval verify``)."""
     listed = segments(root)
-    count, torn = 0, 0
-    for i, (_, path) in enumerate(listed):
+    if listed and live_seq is not None:
+        check_starts_by(listed[0][1], listed[0][0], live_seq)
+    count, torn, follows = 0, 0, None
+    for i, (first, path) in enumerate(listed):
         records, end = read_from(path, 0, newest=i == len(listed) - 1)
+        follows = _check_follows(path, first, follows, records)
         count += len(records)
         torn = path.stat().st_size - end
     _check_acked(wal_dir(root) / ACKED)
