@@ -62,12 +62,16 @@ def test_sharded_results_equal_unsharded_on_scifact(scifact_shards, count, filte
         want = unsharded.search(text, filters, 10, query_vector=vector)
         got = sharded[count].search(text, filters, 10, query_vector=vector)
         assert [h.doc_id for h in got.hits] == [h.doc_id for h in want.hits], text
+        assert (got.candidates, got.allowed) == (want.candidates, want.allowed), text
         for a, b in zip(got.hits, want.hits, strict=True):
-            assert a.score == pytest.approx(b.score, abs=1e-6)
+            # Fused scores are normalized over the candidates. The exact dense leg's cosines
+            # come from BLAS over matrices of another size (a shard's) and may differ in the
+            # last bit; twice in full-suite runs (never alone) a near-tie at the dense cut
+            # swapped one candidate, moving a fused score by 2.7e-5.
+            assert a.score == pytest.approx(b.score, abs=1e-4), (text, a.doc_id)
             assert a.bm25_score == pytest.approx(b.bm25_score, abs=1e-6)
             assert a.vector_score == pytest.approx(b.vector_score, abs=1e-6)
             assert a.text == b.text and a.metadata == b.metadata
-        assert (got.candidates, got.allowed) == (want.candidates, want.allowed)
         fired += any(h.bm25_score == 0 for h in want.hits)  # a row only the dense leg found
     if filters is TIGHT:
         assert fired > 0  # the guardrail's sharded path was exercised
