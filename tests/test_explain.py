@@ -101,3 +101,15 @@ def test_explanations_of_grouped_hits_rank_among_every_candidate(passage_root, f
                 assert why is not None and why.fused + why.features == pytest.approx(hit.score)
                 assert fused_from(why) == pytest.approx(why.fused, abs=1e-6)
                 assert why.candidates == result.candidates
+
+
+def test_min_max_bounds_are_the_candidates_own():
+    """``min(initial=0.0)`` reported 0 for every minimum above it: the explanation's bounds
+    did not give back the fused score."""
+    from retrieval import RetrieverConfig
+    from retrieval.request_path.explain import normalization
+
+    bounds = normalization(np.array([2.0, 3.0, 5.0]), np.array([0.5, 0.8, 0.6], np.float32),
+                           RetrieverConfig(fusion="minmax"))
+    assert bounds == pytest.approx({"bm25_min": 2.0, "bm25_max": 5.0, "vector_min": 0.5,
+                                    "vector_max": 0.8})

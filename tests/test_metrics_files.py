@@ -40,3 +40,19 @@ def test_an_empty_worker_file_is_a_worker_with_no_samples(tmp_path: Path) -> Non
     with pytest.raises(struct.error):  # the library's collector, on the same files
         scrape(prometheus_multiprocess.MultiProcessCollector(None, path=str(tmp_path)))
     assert scrape(WorkerFiles(str(tmp_path))) == {"retrieval_reloads_total": 5.0}
+
+
+def test_a_made_up_http_method_is_counted_as_other(monkeypatch) -> None:
+    """Each method a client made up was a series of its own: no key was needed to grow the
+    registry without bound."""
+    from retrieval.service.metrics import ServiceMetrics
+
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    metrics = ServiceMetrics()
+    for n in range(5):
+        metrics.observe_request("/healthz", f"X{n}RANDOM", 405, 0.001)
+    metrics.observe_request("/healthz", "GET", 200, 0.001)
+    methods = {sample.labels["method"]
+               for family in text_string_to_metric_families(metrics.exposition().decode())
+               for sample in family.samples if "method" in sample.labels}
+    assert methods == {"other", "GET"}

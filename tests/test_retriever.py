@@ -147,7 +147,10 @@ def test_result_shape_and_timings(scifact):
     assert [h.score for h in result.hits] == sorted((h.score for h in result.hits), reverse=True)
     for stage in ("validate", "filter", "bm25", "embed", "rerank", "fuse", "hydrate", "total"):
         assert result.timings[stage] >= 0
-    assert result.cache.embedding == "miss" and result.cache.result == "off"
+    # No cache configured: "off", not a miss a service would count as a lookup.
+    assert result.cache.embedding == "off" and result.cache.result == "off"
+    assert [r.cache.embedding for r in scifact.search_batch(["statins", "cell"], k=2)] == \
+        ["off", "off"]
     hit = result.hits[0]
     assert hit.text and hit.metadata["doc_type"] in ("review", "trial")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -58,11 +59,16 @@ def normalization(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig
     if config.fusion == "rrf":
         return {"rrf_k": float(config.rrf_k)}
     if config.fusion == "minmax" or bm25.size == 0:
-        return {"bm25_min": float(bm25.min(initial=0.0)), "bm25_max": float(bm25.max(initial=0.0)),
-                "vector_min": float(cosine.min(initial=0.0)),
-                "vector_max": float(cosine.max(initial=0.0))}
+        return {"bm25_min": _extreme(bm25, np.min), "bm25_max": _extreme(bm25, np.max),
+                "vector_min": _extreme(cosine, np.min), "vector_max": _extreme(cosine, np.max)}
     mix = config.vector_weight * zscore(cosine) + (1 - config.vector_weight) * zscore(bm25)
     return {"bm25_mean": float(bm25.mean()), "bm25_std": float(bm25.std()),
             "vector_mean": float(cosine.mean()), "vector_std": float(cosine.std()),
             "mix_min": float(mix.min()), "mix_max": float(mix.max())}
 
+
+
+def _extreme(values: np.ndarray, which: Any) -> float:
+    """The candidates' min or max as fusion normalized by it (0.0 without candidates): not
+    ``min(initial=0.0)``, which reported 0 for a minimum above it."""
+    return float(which(values)) if values.size else 0.0

@@ -193,6 +193,8 @@ class RequestPath:
                                       "hit" if cached_vector is not None else None,
                                       self.features, deadline, live.relevance,
                                       self._encoder_id)
+        if self.cache is None and result.cache.embedding == "miss":  # no cache to miss
+            result.cache = CacheInfo(result="off", embedding="off")
         if lookup is not None and self.cache is not None:
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if lasting(result):
@@ -216,7 +218,7 @@ class RequestPath:
             if given is None and self.cache is not None:
                 return self._cached_batch(live, requests)
             vectors = given if given is not None else self.encode([r.query for r in requests])
-            status = "provided" if query_vectors is not None else "miss"
+            status = "provided" if given is not None else "off"  # else the cached batch
             return [self._uncached(live, r, ReadyVector(v), status)
                     for r, v in zip(requests, vectors, strict=True)]
 

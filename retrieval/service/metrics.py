@@ -29,6 +29,10 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
+# The request counter's method label: the standard methods, anything else "other".
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
 class WorkerFiles:
     """prometheus-client's multiprocess collector over the workers' files, less those still at
     0 bytes. A worker creates its file before sizing it; a scrape in between failed on it
@@ -88,6 +92,8 @@ class ServiceMetrics:
     # -- per request ----------------------------------------------------------------------
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        # Any client picks the method: one it made up is "other", or each would be a series.
+        method = method if method in HTTP_METHODS else "other"
         self._child(self.requests, route, method, status).inc()
         self._child(self.request_seconds, route).observe(seconds)
 
