@@ -112,12 +112,13 @@ class RemoteRetriever:
                      k: int | None = None, *, candidates: int | None = None,
                      query_vectors: np.ndarray | None = None, group_by: str | None = None,
                      context: int = 0, min_seq: int | None = None,
-                     min_score: float | None = None) -> list[SearchResult]:
+                     explain: bool = False, min_score: float | None = None
+                     ) -> list[SearchResult]:
         """``Retriever.search_batch`` on the server (one request)."""
         _no_vectors(query_vectors)
         body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates,
                      group_by=group_by, context=context or None, min_seq=min_seq,
-                     min_score=min_score)
+                     explain=explain or None, min_score=min_score)
         return _batch(self._post("/v1/search/batch", body))
 
     # -- writes -------------------------------------------------------------------------------

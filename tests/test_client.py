@@ -81,3 +81,16 @@ def test_query_vectors_are_refused_with_a_clear_error() -> None:
             remote.search("x", query_vector=np.zeros(384, dtype=np.float32))
         with pytest.raises(RetrievalError):
             remote.search_batch(["x"], query_vectors=np.zeros((1, 384), dtype=np.float32))
+
+
+def test_the_remote_searches_take_every_argument_the_retrievers_do() -> None:
+    """``explain`` was missing from ``RemoteRetriever.search_batch`` (a TypeError), though
+    the batch body takes it. ``abandoned`` is the in-process event a server sets."""
+    import inspect
+
+    from retrieval import Retriever
+
+    for name in ("search", "search_batch", "asearch", "asearch_batch"):
+        local = set(inspect.signature(getattr(Retriever, name)).parameters) - {"abandoned"}
+        remote = set(inspect.signature(getattr(RemoteRetriever, name)).parameters)
+        assert local <= remote, (name, local - remote)

@@ -206,6 +206,10 @@ def test_a_batch_over_its_work_bounds_is_refused_before_any_work(index, query_en
             asyncio.run(retriever.asearch_batch(QUERIES[:4], k=5, candidates=1000))
         assert not counting.entered.acquire(blocking=False)  # refused before any encode
         assert len(retriever.search_batch(QUERIES[:5], k=10)) == 5
+    config["limits"]["max_batch_hits"] = None
+    with Retriever.load(index, config, encoder=counting) as retriever:  # candidates raised to k
+        with pytest.raises(LimitExceededError, match="max_batch_candidates"):
+            retriever.search_batch(QUERIES[:4], k=800, candidates=50)
 
 
 def test_a_search_without_a_deadline_never_takes_a_degraded_result_from_a_shared_flight(

@@ -225,6 +225,7 @@ def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverCon
     c = integer(config.candidates if candidates is None else candidates)
     if not (isinstance(k, int) and isinstance(c, int)):
         return  # validate names the bad argument
+    c = max(c, k)  # as validate raises each query's candidates to k
     for name, total, limit, key in (
             ("hits (queries x k)", queries * k, max_hits, "max_batch_hits"),
             ("candidates (queries x candidates)", queries * c, max_candidates,
