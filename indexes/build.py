@@ -154,9 +154,17 @@ def embed_documents(
         done = {i for i, _ in found}
         todo = [i for i in todo if i not in done]
     if todo:
-        vectors[todo] = encoder.encode(
-            [texts[i] for i in todo], batch_size=config.batch_size, progress=progress
-        )
+        encoded = np.asarray(encoder.encode([texts[i] for i in todo],
+                                            batch_size=config.batch_size, progress=progress))
+        if encoded.shape != (len(todo), encoder.dim):
+            raise CorpusError(f"the encoder {encoder.encoder_id} returned vectors of shape "
+                              f"{encoded.shape} for {len(todo)} texts; it says it makes "
+                              f"{encoder.dim}-dimensional ones")
+        if (row := non_finite_row(encoded)) is not None:  # every search would rank it first
+            raise CorpusError(f"the encoder {encoder.encoder_id} returned NaN or infinity for "
+                              f"row {todo[row]} ({texts[todo[row]][:60]!r}); nothing was "
+                              "built")
+        vectors[todo] = encoded
     return vectors, len(texts) - len(todo)
 
 

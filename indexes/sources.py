@@ -17,6 +17,7 @@ and templates left out), never with regexes.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,9 @@ def _load_table(path: Path, mapping: FieldMapping) -> Any:
 def _csv_header(path: Path, delimiter: str) -> list[str]:
     import csv
 
-    with path.open(newline="", encoding="utf-8") as handle:
+    # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name;
+    # pyarrow drops it too, and the id column must be named as it reads it.
+    with path.open(newline="", encoding="utf-8-sig") as handle:
         return next(csv.reader(handle, delimiter=delimiter), [])
 
 
@@ -172,11 +175,17 @@ def markdown_title(text: str) -> str:
     return ""
 
 
+_XML_DECLARATION = re.compile(r"\A\s*<\?xml[^>]*\?>")
+
+
 def html_text(html: str, path: Path) -> tuple[str, str]:
     """(title, readable text) of an HTML page, parsed by lxml."""
     import lxml.html
     from lxml.etree import ParserError
 
+    # lxml refuses a str that declares an encoding (XHTML's <?xml ... encoding=...?>): the
+    # text is decoded already, so the declaration says nothing.
+    html = _XML_DECLARATION.sub("", html, count=1)
     try:
         tree = lxml.html.document_fromstring(html)
     except (ParserError, ValueError) as exc:

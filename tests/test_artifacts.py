@@ -206,3 +206,36 @@ class _OtherEncoder:
 def test_encoder_model_mismatch_is_refused(small_root):
     with pytest.raises(EncoderMismatchError, match="other-model"):
         Retriever.load(small_root, encoder=_OtherEncoder())
+
+
+class _BrokenEncoder:
+    """Our Encoder interface in memory, returning what a faulty model could: a NaN row, or
+    rows of another width than it says."""
+
+    encoder_id, model = "broken:fp32:4", "broken"
+
+    def __init__(self, dim: int, width: int, nan_row: int | None) -> None:
+        self.dim, self.width, self.nan_row = dim, width, nan_row
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        vectors = np.full((len(texts), self.width), 0.5, dtype=np.float32)
+        if self.nan_row is not None:
+            vectors[self.nan_row] = np.nan
+        return vectors
+
+
+@pytest.mark.parametrize(("width", "nan_row", "says"), [
+    (4, 2, "returned NaN or infinity for row 2 \\('third text'"),
+    (5, None, r"shape \(4, 5\) for 4 texts; it says it makes 4-dimensional"),
+])
+def test_vectors_an_encoder_got_wrong_are_refused_naming_them(tmp_path, width, nan_row,
+                                                              says):
+    """A NaN row was stored, and every search then scored every row 1.0 in row order; a
+    wrong width was numpy's broadcast error."""
+    from indexes.errors import CorpusError
+
+    docs = [Document(f"d{i}", text) for i, text in
+            enumerate(["first text", "second text", "third text", "fourth text"])]
+    with pytest.raises(CorpusError, match=says):
+        build_index(docs, tmp_path, encoder=_BrokenEncoder(4, width, nan_row), progress=False)
+    assert not (tmp_path / CURRENT).exists()

@@ -76,6 +76,24 @@ def test_csv_ids_that_look_like_numbers_stay_text(tmp_path):
             ] == ["00123", "0042"]
 
 
+def test_csv_ids_stay_text_behind_a_byte_order_mark(tmp_path):
+    """Excel starts a UTF-8 CSV with a byte-order mark: the first column read "\ufeffid", so
+    the id column was typed by pyarrow (00123 became '123', and 001 collided with 1)."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbfid,text\n00123,hello\n0042,world\n")
+    assert [d.id for d in read_corpus(path)] == ["00123", "0042"]
+
+
+def test_an_xhtml_file_with_an_encoding_declaration_is_read(tmp_path):
+    """lxml refuses a decoded string that declares an encoding: the whole folder failed."""
+    (tmp_path / "page.xhtml.html").write_text(
+        "<?xml version='1.0' encoding='utf-8'?>\n<html xmlns='http://www.w3.org/1999/xhtml'>"
+        "<head><title>Naïve flow</title></head><body><p>Über laminar flow.</p></body></html>",
+        encoding="utf-8")
+    (doc,) = read_corpus(tmp_path)
+    assert (doc.title, doc.text) == ("Naïve flow", "Über laminar flow.")
+
+
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])
 def test_iso_dates_in_a_table_are_a_date_field(tmp_path, suffix):
     # pyarrow reads an ISO 8601 column as dates or datetimes (Parquet stores them so): they
