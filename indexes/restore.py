@@ -131,7 +131,11 @@ def _read_info(tar: tarfile.TarFile, first: tarfile.TarInfo | None, file: Path) 
         raise SnapshotCorruptError(f"{file} does not start with {SNAPSHOT_JSON}: it is not a "
                                    "snapshot; take one with `retrieval snapshot ROOT FILE`",
                                    file, SNAPSHOT_JSON)
-    raw = source.read()
+    try:
+        raw = source.read()
+    except tarfile.TarError as exc:  # the file cut short inside it
+        raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
+                                   file, SNAPSHOT_JSON) from exc
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -40,9 +40,10 @@ from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import (
     EncoderMismatchError,
     InvalidWriteError,
+    MissingArtifactError,
     RequestReplayError,
 )
-from indexes.manifest import Manifest, read_manifest, resolve_build_dir
+from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_path
@@ -89,6 +90,10 @@ class IndexWriter:
         self.root = Path(root)
         self.lock_timeout_seconds = lock_timeout_seconds
         resolve_build_dir(self.root)  # a mistyped root is an error, not a new wal/ in it
+        if not (self.root / CURRENT).is_file():  # a build's own directory: no reader looks
+            raise MissingArtifactError(  # for a log there, so its writes would never serve
+                f"{self.root} is a build, not an index root: give the root that holds "
+                "CURRENT and builds/", self.root / CURRENT)
         wal_dir(self.root).mkdir(parents=True, exist_ok=True)
         self._lock_file = open(wal_dir(self.root) / LOCK, "a")  # noqa: SIM115 - held while open
         self._thread_lock = threading.Lock()

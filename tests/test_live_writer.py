@@ -401,3 +401,14 @@ def test_a_damaged_last_record_is_loud_and_only_an_unacknowledged_tail_is_torn(r
     later.write_bytes(encode_record(Record(acked[-1] + 1, "delete", ids=("c0-0",))))
     with pytest.raises(LogCorruptionError, match="newer segment"):
         read_all(root)
+
+
+def test_a_writer_given_a_build_directory_is_refused(root):
+    """It acknowledged writes into builds/<id>/wal/, which no reader of the root reads."""
+    from indexes.errors import MissingArtifactError
+    from indexes.manifest import resolve_build_dir
+
+    build = resolve_build_dir(root)
+    with pytest.raises(MissingArtifactError, match="is a build, not an index root"):
+        IndexWriter(build)
+    assert not (build / "wal").exists()

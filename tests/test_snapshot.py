@@ -241,6 +241,18 @@ def test_a_flipped_byte_names_the_member_and_leaves_no_root(root, tmp_path, kind
     assert not list(tmp_path.glob(".restored.restore-*"))
 
 
+def test_a_file_cut_inside_its_snapshot_json_is_a_corrupt_snapshot(root, tmp_path):
+    """tarfile's ReadError came through as a traceback."""
+    file = tmp_path / "snap.tar"
+    take_snapshot(root, file)
+    offset, size = member_offsets(file)["SNAPSHOT.json"]
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(file.read_bytes()[:offset + size // 2])
+    with pytest.raises(SnapshotCorruptError, match="damaged"):
+        restore_snapshot(cut, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+
+
 def test_restore_refuses_a_root_that_is_not_empty(root, tmp_path):
     take_snapshot(root, tmp_path / "snap.tar")
     target = tmp_path / "busy"
