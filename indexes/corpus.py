@@ -34,10 +34,19 @@ def read_jsonl(path: Path, mapping: FieldMapping | None = None) -> Iterator[Docu
 
 
 def _read_lines(path: Path, mapping: FieldMapping) -> Iterator[Document]:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:  # decoded line by line: an error names its line
         records = ((number, _parse(line, path, number))
-                   for number, line in enumerate(handle, start=1) if line.strip())
+                   for number, line in _decoded(handle, path) if line.strip())
         yield from checked(_documents(records, path, mapping), path)
+
+
+def _decoded(lines: Iterable[bytes], path: Path) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(lines, start=1):
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorpusError(f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line "
+                              f"is {raw[exc.start]:#04x}); save the file as UTF-8") from exc
 
 
 def _documents(records: Iterator[tuple[int, object]], path: Path, mapping: FieldMapping

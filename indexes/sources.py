@@ -132,8 +132,12 @@ def _csv_header(path: Path, delimiter: str) -> list[str]:
 
     # utf-8-sig: a byte-order mark (Excel writes one) is not part of the first column's name;
     # pyarrow drops it too, and the id column must be named as it reads it.
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        return next(csv.reader(handle, delimiter=delimiter), [])
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            return next(csv.reader(handle, delimiter=delimiter), [])
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: not UTF-8 near its start (byte {exc.start} of a block "
+                          "read); save the file as UTF-8") from exc
 
 
 def read_folder(root: Path, mapping: FieldMapping) -> Iterator[Document]:

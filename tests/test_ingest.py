@@ -84,6 +84,19 @@ def test_csv_ids_stay_text_behind_a_byte_order_mark(tmp_path):
     assert [d.id for d in read_corpus(path)] == ["00123", "0042"]
 
 
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    """UnicodeDecodeError came through as a traceback, with no line."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "fine"}\n'
+                     b'{"_id": "c", "text": "caf\xe9"}\n')
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:3: not UTF-8 .*0xe9"):
+        list(read_corpus(path))
+    table = tmp_path / "latin.csv"
+    table.write_bytes(b"id,t\xe9xt\na,first\n")
+    with pytest.raises(CorpusError, match="latin.csv: not UTF-8"):
+        list(read_corpus(table))
+
+
 def test_an_xhtml_file_with_an_encoding_declaration_is_read(tmp_path):
     """lxml refuses a decoded string that declares an encoding: the whole folder failed."""
     (tmp_path / "page.xhtml.html").write_text(
