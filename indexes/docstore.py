@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from indexes.errors import CorruptArtifactError
+from indexes.errors import CorpusError, CorruptArtifactError
 from indexes.mapping import prefault_mapping
 from indexes.storage import load_array, save_array
 
@@ -43,7 +43,12 @@ def metadata_json(metadata: dict[str, Any]) -> bytes:
     try:
         encoded = orjson.dumps(metadata, option=ORJSON_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError is one
-        return METADATA_JSON.encode(metadata).encode("utf-8")
+        try:
+            return METADATA_JSON.encode(metadata).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # nested: the top level was checked
+            raise CorpusError(f"metadata {str(metadata)[:80]} holds a value JSON has no type "
+                              f"for ({exc}); give strings, numbers, booleans, lists or objects "
+                              "(.isoformat() for a date, str(value) for a Decimal)") from exc
     # orjson writes NaN and the infinities as null, where the standard encoder keeps them.
     return METADATA_JSON.encode(metadata).encode("utf-8") if b"null" in encoded else encoded
 

@@ -95,8 +95,14 @@ class FieldMapping(BaseModel):
 def cell_value(value: Any) -> Any:
     """A source's value as JSON holds it: a date or a datetime (pyarrow reads an ISO 8601
     column of a CSV or Parquet file as one) becomes its ISO 8601 string, which the build
-    indexes as a date field."""
-    return value.isoformat() if isinstance(value, datetime.date) else value
+    indexes as a date field; also inside a list or a struct (``list<date32>``)."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    if isinstance(value, list):
+        return [cell_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: cell_value(item) for key, item in value.items()}
+    return value
 
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:

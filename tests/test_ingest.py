@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from indexes import FieldMapping, read_corpus
+from indexes import Document, FieldMapping, read_corpus
 from indexes.errors import CorpusError
 from indexes.metadata import MetadataIndex
 from retrieval.cli.app import main
@@ -95,6 +96,29 @@ def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
     table.write_bytes(b"id,t\xe9xt\na,first\n")
     with pytest.raises(CorpusError, match="latin.csv: not UTF-8"):
         list(read_corpus(table))
+
+
+def test_dates_inside_a_parquet_list_or_struct_are_iso_strings(tmp_path):
+    """A list<date32> column reached the build as datetime.date objects, a TypeError there
+    (docs say a table's dates need nothing)."""
+    import datetime
+
+    from indexes import build_index
+    from indexes.manifest import EncoderInfo
+
+    path = tmp_path / "dated.parquet"
+    pq.write_table(pa.table({"id": ["a"], "text": ["first"],
+                             "days": pa.array([[18292, 18779]], pa.list_(pa.date32())),
+                             "span": pa.array([{"from": 18292}],
+                                              pa.struct([("from", pa.date32())]))}), path)
+    (doc,) = read_corpus(path)
+    assert doc.metadata == {"days": ["2020-01-31", "2021-06-01"],
+                            "span": {"from": "2020-01-31"}}
+    nested = Document("b", "second", metadata={"span": {"from": datetime.date(2020, 1, 31)}})
+    info = EncoderInfo(encoder_id="given", model="given", dim=2, vector_dtype="float32")
+    with pytest.raises(CorpusError, match="holds a value JSON has no type for"):
+        build_index([nested], tmp_path / "root", vectors=np.ones((1, 2), np.float32),
+                    encoder_info=info, progress=False)
 
 
 def test_an_xhtml_file_with_an_encoding_declaration_is_read(tmp_path):
