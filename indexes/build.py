@@ -173,7 +173,7 @@ def embed_documents(
 PART_TYPES = (("id", str), ("text", str), ("title", str), ("metadata", dict))
 
 
-def _check_documents(documents: Sequence[Document]) -> None:
+def check_documents(documents: Sequence[Document]) -> None:
     """Refuse what a live write refuses (``indexes.wal.checks``), naming the document: an
     empty corpus, a part of the wrong type (types are read column by column, in C), an empty
     or blank id (a write could never update or delete it), a repeated id."""
@@ -247,7 +247,7 @@ def build_index(
     config = config or BuildConfig()
     root = Path(root)
     parents = list(documents)
-    _check_documents(parents)
+    check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     contract = None
     if log_seq is None:

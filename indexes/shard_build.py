@@ -47,7 +47,7 @@ import numpy as np
 from indexes import rebuild
 from indexes.analysis import analyze
 from indexes.bm25 import BM25Index, CollectionStatistics, doc_freqs_of
-from indexes.build import BuildConfig, BuildReport, stage_and_place
+from indexes.build import BuildConfig, BuildReport, check_documents, stage_and_place
 from indexes.build_write import DenseLeg, write_components, write_layout
 from indexes.cpu import peak_rss_bytes
 from indexes.docstore import Document
@@ -168,6 +168,10 @@ def read_shard(shard: int, source: ShardSource, dim: int | None = None) -> Shard
     if not documents:
         raise CorpusError(f"shard {shard}'s source gave no documents: every shard needs at "
                           "least one; give fewer shards")
+    try:  # as a whole build checks them (ids repeated across shards are found later)
+        check_documents(documents)
+    except CorpusError as exc:
+        raise CorpusError(f"shard {shard}: {exc}") from exc
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
     if matrix.ndim != 2 or len(matrix) != len(documents) or (dim and matrix.shape[1] != dim):
         raise CorpusError(f"shard {shard}'s source gave vectors of shape {matrix.shape} for "

@@ -139,7 +139,7 @@ def test_int8_shards_hold_the_whole_builds_codes_and_cosines(corpus, tmp_path):
 
 def test_a_document_id_in_two_shards_is_refused_naming_it(corpus, tmp_path):
     documents, vectors = corpus
-    documents = [*documents[:399], Document(documents[5].id, "a copy", None, {})]
+    documents = [*documents[:399], Document(documents[5].id, "a copy", "", {})]
     with pytest.raises(CorpusError, match=rf"duplicate document id '{documents[5].id}' "
                                           r"\(in shards \[0, 1\]\)"):
         build_streamed(sources(documents, vectors, 2), tmp_path, encoder_info=INFO)
@@ -186,6 +186,20 @@ def test_a_source_with_a_non_finite_vector_is_refused(corpus, tmp_path):
                                           rf"'{documents[7].id}'\)"):
         build_streamed([GivenRows(documents, vectors)], tmp_path, encoder_info=INFO)
     assert not (tmp_path / "builds").exists()
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (Document(" ", "blank id"), "shard 0: document 3 has a blank id"),
+    (Document(7, "an int id"), r"shard 0: document 3 \(7\): its id is a int"),  # type: ignore[arg-type]
+    (Document("x", None), "shard 0: document 3 .*its text is a NoneType"),  # type: ignore[arg-type]
+])
+def test_a_shard_source_is_checked_as_a_whole_build_checks_its_documents(corpus, tmp_path,
+                                                                          bad, message):
+    """A blank id was built (no write could update or delete it); an int id or a None text
+    was an AttributeError deep in the build."""
+    documents = [*corpus[0][:3], bad, *corpus[0][4:10]]
+    with pytest.raises(CorpusError, match=message):
+        build_streamed([GivenRows(documents, corpus[1][:10])], tmp_path, encoder_info=INFO)
 
 
 def run_twice(task, jobs):
