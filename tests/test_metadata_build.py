@@ -28,12 +28,13 @@ from indexes.metadata import (
 WORDS = st.sampled_from(["a", "b", "c", "true", "2020-01-31", "x y"])
 DATES = st.sampled_from(["2020-01-31", "2021-06-01T12:30:00Z", "2019-12-31 23:59:59.5",
                          "2022-02-02T01:02:03+02:00"])
-# Per field, values of one kind (a keyword field may mix strings, dates, booleans and lists;
-# None, nested objects and mixed lists are stored but not indexed: a column converts them).
+# Per field, values of one kind (a keyword field may mix strings, dates, booleans and lists,
+# whose null items are skipped; None, nested objects and mixed lists are stored but not
+# indexed: a column converts them).
 # numpy's float64 is a float (numpy's integers are not ints: the build refuses them, below).
 UNINDEXED = st.sampled_from([None, {"nested": 1}, [1, "a"]])
-KEYWORD = st.one_of(WORDS, DATES, st.booleans(), st.lists(st.one_of(WORDS, st.booleans()),
-                                                           max_size=4), UNINDEXED)
+KEYWORD = st.one_of(WORDS, DATES, st.booleans(),
+                    st.lists(st.one_of(WORDS, st.booleans(), st.none()), max_size=4), UNINDEXED)
 NUMBER = st.one_of(st.integers(-5, 5), st.floats(-1e6, 1e6, allow_nan=False),
                    st.sampled_from([None, np.float64(3)]))
 DATE = st.one_of(DATES, st.none())
@@ -65,8 +66,9 @@ def one_by_one(records: list[dict[str, Any]]) -> tuple[dict[str, str], dict, dic
             for row, record in enumerate(records):
                 value = record.get(field)
                 if value is not None and value_kind(value) is not None:
-                    for item in set(value if isinstance(value, list) else [value]):
-                        rows[keyword_value(item)].append(row)
+                    items = value if isinstance(value, list) else [value]
+                    for key in {keyword_value(item) for item in items if item is not None}:
+                        rows[key].append(row)  # True and "true" are one value
             postings[field] = {value: rows[value] for value in sorted(rows)}
         else:
             columns[field] = [converted(record.get(field), kind, row, field)

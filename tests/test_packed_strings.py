@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from indexes.metadata import MetadataIndex
+from indexes.metadata import MetadataIndex, keyword_value
 from indexes.packed_strings import (
     _HIGH,
     StringTable,
@@ -99,7 +99,8 @@ def test_spec_keys_of_string_lists_are_exact() -> None:
 
 
 class Renamed(str):
-    """A str whose str() is another string: the parser keys by str(), as before."""
+    """A str whose str() is another string (a ``class C(str, Enum)`` member's is its name):
+    the parser keys by its own characters, as the build indexes it (``keyword_value``)."""
 
     def __str__(self) -> str:
         return "renamed-" + str.__str__(self)
@@ -115,7 +116,8 @@ def test_one_of_strings_equals_one_of() -> None:
     assert one_of_strings("f", ["x"] * 100) == one_of("f", ["x"])  # one value: equality
     odd = [Renamed(f"v{i}") for i in range(PACKED_FROM)] + [f"v{i}" for i in range(PACKED_FROM)]
     leaf = one_of_strings("f", odd)
-    assert leaf == one_of("f", map(str, odd))
+    assert leaf == one_of("f", map(keyword_value, odd)) == one_of("f", [f"v{i}" for i in
+                                                                         range(PACKED_FROM)])
     assert isinstance(leaf, In) and all(type(v) is str for v in leaf.values)
     nul = [f"v{i}\0" for i in range(PACKED_FROM)]
     assert one_of_strings("f", nul) == one_of("f", nul)
