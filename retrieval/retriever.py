@@ -171,6 +171,7 @@ class Retriever:
             try:
                 retriever._log = LogFollower(root, retriever.snapshot, retriever._serve,
                                              retriever.reload, config.live_lag_seconds)
+                retriever._log.start()
             except BaseException:  # e.g. records a passage build cannot apply
                 retriever.close()
                 raise

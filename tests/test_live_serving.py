@@ -237,3 +237,27 @@ def test_negated_filters_count_only_the_documents_that_serve(root, docs):
         absent = retriever.search(NEEDLE, filters={"year": {"exists": False}},
                                   query_vector=query_vector, k=5)
         assert absent.allowed == yearless
+
+
+def test_two_compactions_during_a_load_are_followed_not_called_lost_writes(root, docs,
+                                                                           monkeypatch):
+    """Between opening the build and following its log, a compaction, five writes and a
+    compaction more: the first apply found its segment retired and reloaded the retriever,
+    which served the new build past the follower; its retry said the writes were gone."""
+    warm_up = Retriever._warm_up
+
+    def meanwhile(self: Retriever) -> None:
+        warm_up(self)
+        with IndexWriter(root) as writer:
+            writer.delete(["never-there"])
+            writer.compact()
+            for n in range(5):
+                writer.upsert([Document(f"late-{n}", f"{NEEDLE} {n}")],
+                              vectors=unit_vectors(1, n))
+            writer.compact()
+
+    monkeypatch.setattr(Retriever, "_warm_up", meanwhile)
+    with load(root) as retriever:
+        found = ids(retriever.search(NEEDLE, k=10, query_vector=unit_vectors(1, 9)[0]))
+        assert sorted(found[:5]) == [f"late-{n}" for n in range(5)]
+        assert retriever.applied_seq == 6

@@ -55,10 +55,16 @@ class LogFollower:
         # Why the log could not be applied (e.g. a damaged record): the last good state
         # serves on, and the service's /readyz says so until a poll succeeds.
         self.failure: str | None = None
+        self._lag_seconds = lag_seconds
+
+    def start(self) -> None:
+        """Apply what the log holds now, then follow it (every ``lag_seconds``). Called once
+        the retriever holds this follower: a reload the first apply asks for (a compaction
+        retired the segment it read) must rebase it, not serve the new build past it."""
         self.apply_now()
-        if lag_seconds is not None:
-            self._lag = lag_seconds
-            self._interval = min(0.05, lag_seconds / 4)
+        if self._lag_seconds is not None:
+            self._lag = self._lag_seconds
+            self._interval = min(0.05, self._lag_seconds / 4)
             self._thread = threading.Thread(target=self._run, name="retrieval-log",
                                             daemon=True)
             self._thread.start()
