@@ -165,6 +165,8 @@ def check_min_score(min_score: object) -> float | None:
     """``min_score`` as a float in [0, 1], or None; anything else is ``InvalidQueryError``."""
     if min_score is None:
         return None
+    if isinstance(min_score, np.integer | np.floating):  # a numpy scalar, as k takes one
+        min_score = float(min_score)
     if isinstance(min_score, bool) or not isinstance(min_score, int | float) \
             or not 0.0 <= float(min_score) <= 1.0:
         raise InvalidQueryError(f"min_score must be a number from 0 to 1 (a relevance "

@@ -131,6 +131,17 @@ def test_questions_the_corpus_cannot_answer_score_low(beir_index):
     assert np.median([h.relevance for h in answered]) > 0.5
 
 
+def test_numpy_scalars_are_taken_for_min_score_and_context():
+    """k took np.int64(3); context and min_score refused numpy's scalars."""
+    from retrieval.relevance import check_min_score
+    from retrieval.request_path.grouping import check_grouping
+
+    assert check_min_score(np.float32(0.5)) == 0.5 and check_min_score(np.int64(1)) == 1.0
+    assert check_grouping("document", np.int64(1)) == ("document", 1)
+    with pytest.raises(InvalidQueryError, match="min_score must be a number from 0 to 1"):
+        check_min_score(np.float64("nan"))
+
+
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "high", True, float("nan")])
 def test_a_bad_min_score_is_a_typed_error(beir_index, bad):
     root, _, _ = beir_index("scifact")

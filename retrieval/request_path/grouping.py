@@ -37,6 +37,8 @@ def check_grouping(group_by: Any, context: Any) -> tuple[str | None, int]:
     if group_by is not None and group_by not in GROUP_BY:
         raise InvalidQueryError(f"group_by must be None or one of {list(GROUP_BY)}, got "
                                 f"{group_by!r}")
+    if isinstance(context, np.integer):  # a computed count, as k takes one
+        context = int(context)
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidQueryError(f"context must be a non-negative integer (neighbouring "
                                 f"passages on each side), got {context!r}")
