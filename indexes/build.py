@@ -386,6 +386,10 @@ def _given_vectors(vectors: np.ndarray | None, encoder_info: EncoderInfo | None,
         return None
     if encoder_info is None:
         raise CorpusError("precomputed vectors need encoder_info naming their encoder")
+    kind = np.asarray(vectors).dtype
+    if kind.kind not in "fiu":  # strings were numpy's ValueError, complex numbers a warning
+        raise CorpusError(f"precomputed vectors hold {kind} values; give real numbers "
+                          "(float32 rows, one per document)")
     matrix = np.ascontiguousarray(vectors, dtype=np.float32)
     if matrix.shape != (n_rows, encoder_info.dim):
         raise CorpusError(f"vectors have shape {matrix.shape}; expected "

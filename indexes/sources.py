@@ -122,10 +122,12 @@ def _load_table(path: Path, mapping: FieldMapping) -> Any:
         if TABLE_SUFFIXES[path.suffix.lower()] == "Parquet":
             return pq.read_table(path)
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-        # Ids stay text even when they look like numbers ("00123" must not become 123).
+        # Ids, texts and titles stay text even when they look like numbers ("00123" must
+        # not become 123, a title "2" not "2.0").
         header = _csv_header(path, delimiter)
         id_fields = (mapping.id_field,) if mapping.id_field else ("_id", "id")
-        text_columns = {name: pa.string() for name in id_fields if name in header}
+        texts = (*id_fields, mapping.text_field, mapping.title_field or "title")
+        text_columns = {name: pa.string() for name in texts if name in header}
         return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
                                convert_options=pa_csv.ConvertOptions(
                                    column_types=text_columns, strings_can_be_null=True))

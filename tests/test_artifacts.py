@@ -154,10 +154,14 @@ def test_failed_build_raises_typed_error_and_publishes_nothing(small_root, tmp_p
         build_index([], root, encoder=encoder)
     vectors = np.ones((3, 4), dtype=np.float32)
     vectors[2, 1] = np.nan
+    info = EncoderInfo(encoder_id="given", model="given", dim=4, vector_dtype="float32")
     with pytest.raises(CorpusError, match="row 2 holds NaN or infinity"):
         build_index([Document(i, "x y") for i in "abc"], root, vectors=vectors,
-                    encoder_info=EncoderInfo(encoder_id="given", model="given", dim=4,
-                                             vector_dtype="float32"))
+                    encoder_info=info)
+    for odd, named in ((np.full((3, 4), "0.5"), "<U3"), (vectors.astype(complex), "complex")):
+        with pytest.raises(CorpusError, match=f"hold {named}.* values; give real numbers"):
+            build_index([Document(i, "x y") for i in "abc"], root, vectors=odd,
+                        encoder_info=info)
     assert (root / CURRENT).read_text() == before
 
 

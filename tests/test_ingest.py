@@ -71,6 +71,9 @@ def test_csv_ids_that_look_like_numbers_stay_text(tmp_path):
     path = tmp_path / "ids.csv"
     path.write_text("id,text\n00123,first\n7,second\n")
     assert [d.id for d in read_corpus(path)] == ["00123", "7"]
+    numbers = tmp_path / "numbers.csv"  # a title and a text of digits stay as written
+    numbers.write_text("id,title,text\na,2,10\nb,3.50,007\n")
+    assert [(d.title, d.text) for d in read_corpus(numbers)] == [("2", "10"), ("3.50", "007")]
     mapped = tmp_path / "keys.csv"
     mapped.write_text("key,body\n00123,first\n0042,second\n")
     assert [d.id for d in read_corpus(mapped, FieldMapping(id_field="key", text_field="body"))
