@@ -41,7 +41,7 @@ from indexes.manifest import (
     read_manifest,
     staging_dir,
 )
-from indexes.metadata import MetadataIndex
+from indexes.metadata import MetadataIndex, refuse_surrogates
 from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounter
 from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.storage import tree_size
@@ -189,6 +189,8 @@ def check_documents(documents: Sequence[Document]) -> None:
                               f"{type(value).__name__} ({value!r:.60}); give a "
                               f"{wanted.__name__}")
     ids = [d.id for d in documents]
+    refuse_surrogates(ids, "a document id")
+    refuse_surrogates([d.title for d in documents], "a title")  # texts: content_hashes
     distinct = set(ids)
     if "" in distinct or any(map(str.isspace, distinct)):
         row = next(i for i, doc_id in enumerate(ids) if not doc_id.strip())

@@ -87,6 +87,21 @@ def keyword_value(value: Any) -> str:
     return str.__str__(value) if isinstance(value, str) else str(value)
 
 
+def refuse_surrogates(texts: Sequence[str], what: str) -> None:
+    """``CorpusError`` when a text holds a lone surrogate (half of a UTF-16 pair: JSON's
+    "\\ud800" escape reads as one), which no file can store as UTF-8. One join, one encode."""
+    try:
+        "".join(texts).encode("utf-8")
+    except UnicodeEncodeError:
+        for text in texts:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise CorpusError(f"{what} {text[:40]!r} holding a lone surrogate "
+                                  f"({text[exc.start]!r} at {exc.start}), which is no text; "
+                                  "fix the source's escapes") from exc
+
+
 def keyword_items(value: Any) -> set[str]:
     """The indexed values of one row's keyword value: a list's distinct items (null items
     skipped; ``True`` and ``"true"`` are one value), or the value itself."""
@@ -262,6 +277,8 @@ class MetadataIndex:
         known = collection.values if collection is not None else {}
         keywords = {f: _keyword_postings(values[f], known.get(f))
                     for f, k in kinds.items() if k == "keyword"}
+        for field, (distinct, _, _) in keywords.items():
+            refuse_surrogates(distinct, f"metadata field {field!r} holds a value")
         columns = {f: _column(values[f], f, k) for f, k in kinds.items() if k != "keyword"}
         return cls(len(records), kinds, keywords, columns)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from indexes.errors import EncoderMismatchError, InvalidQueryError
 from indexes.mapping import prefault_mapping
+from indexes.metadata import refuse_surrogates
 from indexes.storage import load_array, read_json, save_array, write_json
 
 VectorDtype = Literal["float32", "float16", "int8"]
@@ -35,8 +36,13 @@ def non_finite_row(vectors: np.ndarray) -> int | None:
 
 
 def content_hashes(texts: Sequence[str]) -> np.ndarray:
-    """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key)."""
-    digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]
+    """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key). A text holding
+    a lone surrogate is a ``CorpusError`` (``refuse_surrogates``)."""
+    try:
+        digests = [hashlib.sha256(t.encode("utf-8")).digest()[:16] for t in texts]
+    except UnicodeEncodeError:
+        refuse_surrogates(texts, "a text")
+        raise
     return np.array(digests, dtype="S16")
 
 

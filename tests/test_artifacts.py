@@ -243,3 +243,28 @@ def test_vectors_an_encoder_got_wrong_are_refused_naming_them(tmp_path, width, n
     with pytest.raises(CorpusError, match=says):
         build_index(docs, tmp_path, encoder=_BrokenEncoder(4, width, nan_row), progress=False)
     assert not (tmp_path / CURRENT).exists()
+
+
+@pytest.mark.parametrize(("document", "says"), [
+    (Document("a\ud800", "x y"), "a document id 'a\\\\ud800' holding a lone surrogate"),
+    (Document("a", "x y", "t\udc00"), "a title 't\\\\udc00' holding a lone surrogate"),
+    (Document("a", "x \ud800 y"), "a text 'x \\\\ud800 y' holding a lone surrogate"),
+    (Document("a", "x y", metadata={"lab": "l\ud800"}),
+     "metadata field 'lab' holds a value 'l\\\\ud800' holding a lone surrogate"),
+])
+def test_a_lone_surrogate_is_refused_naming_where(tmp_path, document, says):
+    """JSON's "\\ud800" escape reads as half a UTF-16 pair, which no file stores as UTF-8:
+    a UnicodeEncodeError at the end of the build, from the doc store or a JSON writer; and
+    from a live write's digest."""
+    from indexes.errors import CorpusError, InvalidWriteError
+    from indexes.writer import IndexWriter
+
+    info = EncoderInfo(encoder_id="given", model="given", dim=2, vector_dtype="float32")
+    docs = [Document("b", "x y", metadata={"lab": "l1"}), document]
+    with pytest.raises(CorpusError, match=says):
+        build_index(docs, tmp_path, vectors=np.ones((2, 2), np.float32), encoder_info=info,
+                    progress=False)
+    build_index(docs[:1], tmp_path, vectors=np.ones((1, 2), np.float32), encoder_info=info,
+                progress=False)
+    with IndexWriter(tmp_path) as writer, pytest.raises(InvalidWriteError, match="surrogate"):
+        writer.upsert([document], vectors=np.ones((1, 2), np.float32))

@@ -9,9 +9,16 @@ from typing import Any
 
 from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
-from indexes.errors import InvalidWriteError, SchemaMismatchError
+from indexes.errors import CorpusError, InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
-from indexes.metadata import FieldKind, inexact_number, merge_kinds, parse_date, value_kind
+from indexes.metadata import (
+    FieldKind,
+    inexact_number,
+    merge_kinds,
+    parse_date,
+    refuse_surrogates,
+    value_kind,
+)
 from indexes.wal.log import Record
 from indexes.wal.state import Changes
 
@@ -98,7 +105,11 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
         raise InvalidWriteError(f"document {doc.id!r}: title must be a string and metadata "
                                 "an object")
     try:
-        json.dumps(doc.metadata)
+        refuse_surrogates([doc.id, doc.title, doc.text], f"document {position}: its text")
+    except CorpusError as exc:
+        raise InvalidWriteError(str(exc)) from exc
+    try:  # UTF-8 as stored: a lone surrogate is a ValueError too
+        json.dumps(doc.metadata, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidWriteError(f"document {doc.id!r}: metadata is not JSON ({exc}); use "
                                 "strings, numbers, booleans, lists and objects") from exc
