@@ -78,6 +78,10 @@ def test_each_limit_is_a_typed_error(root, encoder, limits, call, message):
     limited = Retriever.load(root, {"limits": limits, "candidates": 10}, encoder=encoder)
     with pytest.raises(LimitExceededError, match=message):
         limited.search(**call)
+    batch = {**call, "queries": ["cell", call["query"]]}
+    del batch["query"]
+    with pytest.raises(LimitExceededError, match=rf"query [01] of the batch: .*{message}"):
+        limited.search_batch(**batch)  # named by its position, as validation names it
     assert limited.search("cell", k=2).hits
 
 

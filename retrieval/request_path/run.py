@@ -19,7 +19,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,9 @@ class Begun:
     lookup: Lookup | None
     timer: StageTimer
     deadline: Deadline
+
+
+T = TypeVar("T")
 
 
 class RequestPath:
@@ -219,8 +222,9 @@ class RequestPath:
                 return self._cached_batch(live, requests)
             vectors = given if given is not None else self.encode([r.query for r in requests])
             status = "provided" if given is not None else "off"  # else the cached batch
-            return [self._uncached(live, r, ReadyVector(v), status)
-                    for r, v in zip(requests, vectors, strict=True)]
+            return [in_batch(i, functools.partial(self._uncached, live, r, ReadyVector(v),
+                                                  status))
+                    for i, (r, v) in enumerate(zip(requests, vectors, strict=True))]
 
     def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
                   status: str) -> SearchResult:
@@ -250,8 +254,9 @@ class RequestPath:
                 continue
             vector = fresh.get(i, lookup.embedding)
             assert vector is not None
-            result = self._uncached(live, request, ReadyVector(vector),
-                                    "miss" if i in fresh else "hit")
+            result = in_batch(i, functools.partial(self._uncached, live, request,
+                                                   ReadyVector(vector),
+                                                   "miss" if i in fresh else "hit"))
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if lasting(result):
                 self.cache.store(lookup, result, fresh.get(i))
@@ -352,9 +357,10 @@ def lasting(result: SearchResult) -> bool:
     return not result.degraded and result.features_available is not False
 
 
-def in_batch(position: int, check: Callable[[], SearchRequest]) -> SearchRequest:
-    """``check()`` for the query at ``position`` of a batch; its error names the position."""
+def in_batch(position: int, step: Callable[[], T]) -> T:
+    """``step()`` for the query at ``position`` of a batch (its validation, its search); its
+    error names the position."""
     try:
-        return check()
+        return step()
     except InvalidQueryError as exc:
         raise type(exc)(f"query {position} of the batch: {exc}") from exc
