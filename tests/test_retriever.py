@@ -149,8 +149,11 @@ def test_result_shape_and_timings(scifact):
         assert result.timings[stage] >= 0
     # No cache configured: "off", not a miss a service would count as a lookup.
     assert result.cache.embedding == "off" and result.cache.result == "off"
-    assert [r.cache.embedding for r in scifact.search_batch(["statins", "cell"], k=2)] == \
-        ["off", "off"]
+    batch = scifact.search_batch(["statins", "cell"], k=2)
+    assert [r.cache.embedding for r in batch] == ["off", "off"]
+    for each in batch:  # the batch's one encode is each query's embed stage, in its total
+        assert each.timings["embed"] > 0
+        assert each.timings["total"] >= each.timings["embed"] + each.timings["bm25"]
     hit = result.hits[0]
     assert hit.text and hit.metadata["doc_type"] in ("review", "trial")
 

@@ -16,6 +16,7 @@ lookup, so an event loop can serve in-process cache hits itself (``Retriever.ase
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -220,15 +221,21 @@ class RequestPath:
         with self.in_flight:
             if given is None and self.cache is not None:
                 return self._cached_batch(live, requests)
+            started = time.perf_counter()
             vectors = given if given is not None else self.encode([r.query for r in requests])
+            encode_ms = None if given is not None else (time.perf_counter() - started) * 1e3
             status = "provided" if given is not None else "off"  # else the cached batch
             return [in_batch(i, functools.partial(self._uncached, live, r, ReadyVector(v),
-                                                  status))
+                                                  status, encode_ms))
                     for i, (r, v) in enumerate(zip(requests, vectors, strict=True))]
 
     def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
-                  status: str) -> SearchResult:
-        timer = StageTimer()
+                  status: str, encode_ms: float | None = None) -> SearchResult:
+        """One query of a batch; ``encode_ms``: the batch's one encoder call, which encoded
+        it (its ``embed`` stage, and part of its ``total``)."""
+        timer = StageTimer(before_ms=encode_ms or 0.0)
+        if encode_ms is not None:
+            timer.record("embed", encode_ms, start_offset_ms=0.0)
         search_alone(self.in_flight.count <= 1)
         result = run_pipeline(live.snapshot, request, pending, timer, self.config,
                               status, self.features,  # type: ignore[arg-type]
@@ -243,8 +250,10 @@ class RequestPath:
                                          snapshot.build_id, snapshot.vectors.dim)
         missing = [i for i, look in enumerate(lookups)
                    if look.result is None and look.embedding is None]
+        started = time.perf_counter()
         fresh = dict(zip(missing, self.encode([requests[i].query for i in missing]),
                          strict=True)) if missing else {}
+        encode_ms = (time.perf_counter() - started) * 1e3
         results = []
         for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
             if lookup.result is not None:
@@ -254,9 +263,9 @@ class RequestPath:
                 continue
             vector = fresh.get(i, lookup.embedding)
             assert vector is not None
-            result = in_batch(i, functools.partial(self._uncached, live, request,
-                                                   ReadyVector(vector),
-                                                   "miss" if i in fresh else "hit"))
+            result = in_batch(i, functools.partial(
+                self._uncached, live, request, ReadyVector(vector),
+                "miss" if i in fresh else "hit", encode_ms if i in fresh else None))
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if lasting(result):
                 self.cache.store(lookup, result, fresh.get(i))

@@ -14,9 +14,12 @@ class StageTimer:
 
     __slots__ = ("_start", "_last", "timings", "intervals", "wall_start_ns")
 
-    def __init__(self) -> None:
-        self.wall_start_ns = time.time_ns()
-        self._start = self._last = time.perf_counter()
+    def __init__(self, before_ms: float = 0.0) -> None:
+        """``before_ms``: work done for the request before this timer started (a batch's
+        shared encode), counted in its ``total``."""
+        self.wall_start_ns = time.time_ns() - int(before_ms * 1e6)
+        self._last = time.perf_counter()
+        self._start = self._last - before_ms / 1e3
         self.timings: dict[str, float] = {}
         self.intervals: list[tuple[str, float, float]] = []
 
