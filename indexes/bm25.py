@@ -76,24 +76,24 @@ class BM25Params(BaseModel):
 def idf_weights(doc_freq: np.ndarray, n_docs: int, params: BM25Params,
                 floor: float | None = None) -> np.ndarray:
     """idf per term, shape (n_terms,), float64. okapi floors a negative idf at ``floor``
-    (default: ``okapi_floor`` of these terms, for a whole vocabulary's ``doc_freq``)."""
+    (default: ``okapi_idf``'s, for a whole vocabulary's ``doc_freq``)."""
     if params.variant == "lucene":
         return np.log1p((n_docs - doc_freq + 0.5) / (doc_freq + 0.5))
+    if floor is None:
+        return okapi_idf(doc_freq, n_docs, params)[0]
     idf = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
-    if idf.size:
-        floor = params.epsilon * idf.mean() if floor is None else floor
-        idf = np.where(idf < 0, floor, idf)
-    return idf
+    return np.where(idf < 0, floor, idf)
 
 
-def okapi_floor(doc_freq: np.ndarray, n_docs: int, params: BM25Params) -> float:
-    """What okapi gives a term in more than half the documents: ``epsilon`` times the mean
-    idf over the vocabulary whose document frequencies ``doc_freq`` are (rank-bm25's)."""
-    if doc_freq.size == 0:
-        return 0.0
-    doc_freq = doc_freq.astype(np.float64)
-    return float(params.epsilon * np.mean(np.log(n_docs - doc_freq + 0.5)
-                                          - np.log(doc_freq + 0.5)))
+def okapi_idf(doc_freq: np.ndarray, n_docs: int, params: BM25Params
+              ) -> tuple[np.ndarray, float]:
+    """okapi's idf of a vocabulary whose document frequencies are ``doc_freq``, and its
+    floor: what a term in more than half the documents gets, ``epsilon`` times the mean idf
+    (rank-bm25's)."""
+    doc_freq = doc_freq.astype(np.float64, copy=False)
+    idf = np.log(n_docs - doc_freq + 0.5) - np.log(doc_freq + 0.5)
+    floor = float(params.epsilon * idf.mean()) if idf.size else 0.0
+    return np.where(idf < 0, floor, idf), floor
 
 
 def impacts_for(
@@ -344,7 +344,7 @@ class BM25Index:
         if self.params.variant == "lucene":
             return idf_weights(df, n, self.params)
         if self.idf_floor is None:  # one pass over the vocabulary, once per index
-            self.idf_floor = okapi_floor(self.vocabulary_doc_freqs(), n, self.params)
+            self.idf_floor = okapi_idf(self.vocabulary_doc_freqs(), n, self.params)[1]
         return idf_weights(df, n, self.params, floor=self.idf_floor)
 
     def doc_freqs(self, terms: Sequence[str]) -> np.ndarray:

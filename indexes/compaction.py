@@ -99,7 +99,9 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                                 retired, round(time.perf_counter() - started, 3))
     folded = writer.rotate()
     records = [r for r in read_all(root, after=manifest.log_seq) if r.seq <= folded]
-    if records[0].seq != manifest.log_seq + 1 if records else folded > manifest.log_seq:
+    if (records[0].seq != manifest.log_seq + 1) if records else (folded > manifest.log_seq):
+        if resolve_build_dir(root) != build:  # builds published meanwhile retired the log
+            raise LiveBuildChangedError(f"the live build of {root} changed while compacting")
         listed = segments(root)
         check_starts_by(listed[0][1], listed[0][0], manifest.log_seq)
         raise LogCorruptionError(f"the log has lost writes after seq {manifest.log_seq}: "

@@ -97,9 +97,10 @@ def _read(root: Path) -> tuple[list[FlipRecord], list[int]]:
 
 
 def append_record(root: Path, record: FlipRecord) -> None:
-    """Append one line and fsync it (O_APPEND: concurrent appends do not interleave). A torn
-    last line (an append cut short: a crash, a full disk) is cut off first, so this record
-    is a line of its own rather than the end of a damaged one."""
+    """Append one line and fsync it; the caller holds ``flipping(root)``, so no other append
+    runs meanwhile. A torn last line (an append cut short: a crash, a full disk) is cut off
+    first, so this record is a line of its own rather than the end of a damaged one; a last
+    line that reads whole without its newline (a hand edit) gets the newline instead."""
     line = (record.model_dump_json() + "\n").encode("utf-8")
     fd = os.open(Path(root) / HISTORY, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -122,9 +123,14 @@ def _cut_torn_line(fd: int) -> None:
         if newline != -1:
             at += newline + 1
             break
-    log.warning("%s: a torn last line of %d bytes cut off before appending", HISTORY,
-                size - at)
-    os.ftruncate(fd, at)
+    try:
+        FlipRecord.model_validate_json(os.pread(fd, size - at, at))
+    except ValidationError:
+        log.warning("%s: a torn last line of %d bytes cut off before appending", HISTORY,
+                    size - at)
+        os.ftruncate(fd, at)
+    else:
+        os.write(fd, b"\n")
 
 
 @contextmanager

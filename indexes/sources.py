@@ -67,9 +67,11 @@ class FieldMapping(BaseModel):
                 "--text-field, --title-field and name metadata with --keep-fields, "
                 "--drop-fields (FieldMapping in Python)")
 
-    def document(self, record: Mapping[str, Any], where: str) -> Document:
+    def document(self, record: Mapping[str, Any], where: str, table: bool = False
+                 ) -> Document:
         """The record as a ``Document``; a missing id or a text that is not a string is an
-        error naming ``where``."""
+        error naming ``where``. ``table``: a table's row, whose dates may be nested in lists
+        and structs (a JSON record holds none: its lists are not walked)."""
         id_field = self.id_field or ("_id" if "_id" in record else "id")
         doc_id, text = record.get(id_field), record.get(self.text_field)
         if doc_id is None or doc_id == "" or not isinstance(text, str):
@@ -88,21 +90,24 @@ class FieldMapping(BaseModel):
         for name in self.drop:
             metadata.pop(name, None)
         return Document(id=str(doc_id), text=text, title=str(title),
-                        metadata={k: cell_value(v) for k, v in metadata.items()
-                                  if v is not None})
+                        metadata={k: (table_value if table else cell_value)(v)
+                                  for k, v in metadata.items() if v is not None})
 
 
 def cell_value(value: Any) -> Any:
     """A source's value as JSON holds it: a date or a datetime (pyarrow reads an ISO 8601
     column of a CSV or Parquet file as one) becomes its ISO 8601 string, which the build
-    indexes as a date field; also inside a list or a struct (``list<date32>``)."""
-    if isinstance(value, datetime.date):
-        return value.isoformat()
+    indexes as a date field."""
+    return value.isoformat() if isinstance(value, datetime.date) else value
+
+
+def table_value(value: Any) -> Any:
+    """``cell_value`` also inside a list or a struct (a ``list<date32>`` column)."""
     if isinstance(value, list):
-        return [cell_value(item) for item in value]
+        return [table_value(item) for item in value]
     if isinstance(value, dict):
-        return {key: cell_value(item) for key, item in value.items()}
-    return value
+        return {key: table_value(item) for key, item in value.items()}
+    return cell_value(value)
 
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
@@ -110,7 +115,7 @@ def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
     table = _load_table(path, mapping)
     mapping.check(table.column_names, str(path))
     for number, record in enumerate(table.to_pylist(), start=1):
-        yield mapping.document(record, f"{path}: row {number}")
+        yield mapping.document(record, f"{path}: row {number}", table=True)
 
 
 def _load_table(path: Path, mapping: FieldMapping) -> Any:

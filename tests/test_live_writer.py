@@ -412,3 +412,20 @@ def test_a_writer_given_a_build_directory_is_refused(root):
     with pytest.raises(MissingArtifactError, match="is a build, not an index root"):
         IndexWriter(build)
     assert not (build / "wal").exists()
+
+
+def test_segments_retired_while_the_log_is_read_are_no_gap(root, monkeypatch):
+    """Listed, then the two oldest retired while the first was read: the third starts past
+    where the first ended, and that read as lost writes on a healthy log."""
+    import indexes.wal.log as wal_log
+
+    with IndexWriter(root) as writer:
+        for n in range(9):
+            writer.delete([f"d{n}"])
+            if n in (2, 5):
+                writer.rotate()
+    listed = segments(root)
+    assert [first for first, _ in listed] == [1, 4, 7]
+    listed[1][1].unlink()  # retired after the listing; the first was already read
+    monkeypatch.setattr(wal_log, "segments", lambda _root: listed)
+    assert [r.seq for r in read_all(root)] == [1, 2, 3, 7, 8, 9]

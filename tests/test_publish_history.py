@@ -105,6 +105,10 @@ def test_a_flip_after_a_torn_history_line_is_recorded_whole(tmp_path, caplog):
     check_history(tmp_path)
     assert "torn last line" in caplog.text
     collect_garbage(tmp_path, keep=1)
+    whole = (tmp_path / HISTORY).read_text()  # a whole last line without its newline (an
+    (tmp_path / HISTORY).write_text(whole.rstrip("\n"))  # editor's save) is kept
+    fourth = _build(tmp_path, revision=3)
+    assert [r.build_id for r in read_history(tmp_path)][-3:] == [second, third, fourth]
 
 
 def test_cli_builds_publish_and_rollback(tmp_path, capsys):

@@ -105,7 +105,8 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
         raise InvalidWriteError(f"document {doc.id!r}: title must be a string and metadata "
                                 "an object")
     try:
-        refuse_surrogates([doc.id, doc.title, doc.text], f"document {position}: its text")
+        for part in ("id", "title", "text"):
+            refuse_surrogates([getattr(doc, part)], f"document {position}: its {part}")
     except CorpusError as exc:
         raise InvalidWriteError(str(exc)) from exc
     try:  # UTF-8 as stored: a lone surrogate is a ValueError too

@@ -270,7 +270,8 @@ def read_all(root: Path, after: int = 0) -> list[Record]:
     for i, (first, path) in enumerate(listed):
         try:
             records, _ = read_from(path, 0, newest=i == len(listed) - 1)
-        except FileNotFoundError:  # retired meanwhile (the oldest first): folded
+        except FileNotFoundError:  # retired meanwhile (the oldest first): folded, and the
+            follows = None  # next may be retired too by the time it is read: no gap known
             continue
         follows = _check_follows(path, first, follows, records)
         out.extend(r for r in records if r.seq > after)
@@ -284,7 +285,7 @@ def check_starts_by(path: Path, first: int, live_seq: int) -> None:
         raise LogCorruptionError(
             f"{path}: the log starts at seq {first}, but the live build holds writes up to seq "
             f"{live_seq} only: seqs {live_seq + 1}-{first - 1} are lost; restore the log from a "
-            "backup", path)
+            "backup, or publish a build of the whole corpus", path)
 
 
 def _check_follows(path: Path, first: int, follows: int | None, records: list[Record]

@@ -39,7 +39,8 @@ def run_verify(args: argparse.Namespace) -> int:
           f"{len(manifest.files)} files verified")
     if (Path(args.index) / CURRENT).is_file():  # an index root: its history and log too
         check_history(Path(args.index))  # CorruptArtifactError: exit 2, the line named
-        records, torn = check_log(Path(args.index), manifest.log_seq)  # exit 2, named
+        live = read_manifest(resolve_build_dir(Path(args.index)))  # now: builds may have
+        records, torn = check_log(Path(args.index), live.log_seq)  # gone live meanwhile
         tail = f"; a torn tail of {torn} bytes (an unacknowledged write)" if torn else ""
         print(f"ok: write-ahead log, {records} whole records{tail}")
     return 0

@@ -50,9 +50,10 @@ def _number(text: str, start: int) -> float | int:
     value = float(text)
     if not text.lstrip("-").isdigit():
         return value
-    if len(text) > MAX_DIGITS:  # past what int() reads from text
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:  # past what int() reads from text
         raise MalformedFilterError(f"filter syntax error at position {start}: a number of "
-                                   f"{len(text)} digits; no field holds one that long")
+                                   f"{digits} digits; no field holds one that long")
     whole = int(text)
     return whole if value != whole else value  # exact: Python compares float and int exactly
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from indexes.analysis import analyze
 from indexes.analyzer import Analyzer
-from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for, okapi_floor
+from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for, okapi_idf
 from indexes.docstore import DocStore
 
 
@@ -99,8 +99,11 @@ def live_bm25(base: BaseTerms, alive: np.ndarray, delta_tokens: Sequence[list[st
     order = np.argsort(term_ids, kind="stable")  # base part sorted; delta rows come after
     term_ids, rows, tfs = term_ids[order], rows[order], tfs[order]
     doc_freq = df[present].astype(np.float64)
-    floor = okapi_floor(doc_freq, n_live, params)
-    idf = idf_weights(doc_freq, n_live, params, floor)
+    floor = None  # lucene has none
+    if params.variant == "okapi":
+        idf, floor = okapi_idf(doc_freq, n_live, params)
+    else:
+        idf = idf_weights(doc_freq, n_live, params)
     impacts = impacts_for(tfs, lengths[rows], idf[term_ids], avgdl, params)
     indptr = np.zeros(doc_freq.size + 1, dtype=np.int64)
     np.cumsum(df[present], out=indptr[1:])

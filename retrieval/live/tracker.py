@@ -175,8 +175,9 @@ class LogFollower:
         return LogCorruptionError(
             f"the write-ahead log of {self.root} starts at {starts}, but the build served "
             f"({self.base.build_id}) holds writes up to seq {after} only: the writes in "
-            "between are gone and later ones are not served. Publish a build that holds "
-            "them (compact, or build from your corpus)", wal_dir(self.root))
+            "between are gone and later ones are not served. Restore the log from a backup, "
+            "or publish a build of the whole corpus (compaction refuses a log with a gap)",
+            wal_dir(self.root))
 
     def _publish(self, last_seq: int | None = None, records: list[Record] | None = None) -> None:
         records = self.records if records is None else records
