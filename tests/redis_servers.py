@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import redis
+from serving import dies_with_this_process
 
 _LIVE: list[RedisProcess] = []
 _START_TIMEOUT = 10.0
@@ -88,8 +89,8 @@ class RedisProcess:
         """Start the server and wait until it answers PING."""
         require_binaries()
         self._proc = subprocess.Popen(
-            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+            self._argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=dies_with_this_process)
         self.paused = False
         self._wait_ready()
 

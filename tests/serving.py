@@ -17,6 +17,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 
 
+def dies_with_this_process() -> None:
+    """A child's ``preexec_fn``: SIGTERM it when the test process dies, so a run killed
+    before its teardowns (a CI timeout, Ctrl-C twice) leaves no server behind."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -74,5 +83,5 @@ def serve(root: Path, config: Path, log: Path, env: dict[str, str]) -> Serving:
             [sys.executable, "-m", "retrieval", "serve", str(root), "--config", str(config),
              "--port", str(port), "--log-level", "warning"],
             cwd=REPO, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            start_new_session=True, preexec_fn=dies_with_this_process)
     return Serving(f"http://127.0.0.1:{port}", process, log)

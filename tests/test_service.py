@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serving import Serving, free_port
+from serving import Serving, dies_with_this_process, free_port
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
@@ -91,7 +91,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, dataset: Any, beir_index: A
         process = subprocess.Popen(
             [sys.executable, "-m", "retrieval", "serve", str(base / "index"), "--config",
              str(base / "serve.toml"), "--port", str(port), "--log-level", "warning"],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=dies_with_this_process)
     server = Server(f"http://127.0.0.1:{port}", process, log, base / "index", docs,
                     list(queries.values()))
     try:
