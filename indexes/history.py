@@ -150,6 +150,9 @@ def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
     record = FlipRecord(build_id=build_id, at=datetime.now(UTC).isoformat(), how=how,
                         previous=live_build_id(root), note=note)
     append_record(root, record)
+    # Flips take turns under the lock, so a temp file of CURRENT here is a killed flip's.
+    for leftover in root.glob(f".{CURRENT_FILE}.tmp-*"):
+        leftover.unlink(missing_ok=True)
     fsync_write(root / CURRENT_FILE, f"{build_id}\n".encode())
     return record
 

@@ -44,16 +44,19 @@ class WindowReport(BaseModel):
     longest_tokens: int
     longest_id: str
     rows_over_window: int  # what the encoder truncates: documents, or passages when split
+    split: bool = False  # the build split documents into passages
 
     def describe(self) -> str:
         line = (f"{self.over_window} of {self.documents} documents ({self.share:.1%}) are "
                 f"longer than the encoder's {self.window}-token window (longest: "
                 f"{self.longest_id!r}, {self.longest_tokens} tokens)")
-        if self.over_window and self.rows_over_window == self.over_window:
+        if self.over_window and not self.split:
             line += ("; their vectors see only the first tokens (BM25 indexes all of them): "
                      "build with passages (--passages) to search all of their text")
         elif self.over_window:
             line += f"; after splitting, {self.rows_over_window} passages exceed the window"
+            if self.rows_over_window:  # the part of a title past the budget still counts
+                line += " (each is embedded with its document's whole title)"
         return line
 
 
@@ -65,14 +68,15 @@ def token_counter_for(encoder: Any) -> TokenCounter | None:
     return TokenCounter.for_model(Path(model_path))
 
 
-def _report(ids: Sequence[str], doc_tokens: np.ndarray, window: int, rows_over: int
-            ) -> WindowReport:
+def _report(ids: Sequence[str], doc_tokens: np.ndarray, window: int, rows_over: int,
+            split: bool = False) -> WindowReport:
     longest = int(np.argmax(doc_tokens)) if len(doc_tokens) else 0
     over = int(np.count_nonzero(doc_tokens > window))
     return WindowReport(window=window, documents=len(ids), over_window=over,
                         share=round(over / max(len(ids), 1), 6),
                         longest_tokens=int(doc_tokens[longest]) if len(ids) else 0,
-                        longest_id=ids[longest] if len(ids) else "", rows_over_window=rows_over)
+                        longest_id=ids[longest] if len(ids) else "", rows_over_window=rows_over,
+                        split=split)
 
 
 def window_report(documents: Sequence[Document], counter: TokenCounter) -> WindowReport:
@@ -115,4 +119,4 @@ def split_documents(
         title_tokens, dtype=np.int64) + SPECIAL_TOKENS
     rows_over = int(np.count_nonzero(np.array(row_tokens) > counter.window))
     return rows, passages, info, _report([d.id for d in documents], doc_tokens, counter.window,
-                                         rows_over)
+                                         rows_over, split=True)

@@ -57,6 +57,17 @@ def test_window_report_counts_documents_the_encoder_truncates(retrievers, long_d
         assert window.rows_over_window == (expected if name == "whole" else 0)
 
 
+def test_a_split_build_is_not_told_to_split(counter):
+    """A title longer than the window leaves its passages over it: the report says why, and
+    does not advise the passages the build already has."""
+    from indexes import split_documents
+
+    long_title = Document(id="t", title="cell " * 400, text="protein folding " * 300)
+    *_, window = split_documents([long_title], counter, PassageConfig())
+    assert window.split and window.rows_over_window > 0
+    assert "--passages" not in window.describe() and "whole title" in window.describe()
+
+
 def test_paraphrase_past_the_window_found_with_passages_only(retrievers):
     whole = [h.doc_id for h in retrievers["whole"].search(CAR_QUERY, k=3).hits]
     grouped = retrievers["passages"].search(CAR_QUERY, k=3, group_by="document").hits

@@ -83,6 +83,15 @@ def test_gc_keeps_live_and_rollback_target_even_when_older_than_keep(tmp_path):
     assert sorted(p.name for p in (tmp_path / "builds").iterdir()) == sorted([old, target, newest])
 
 
+def test_a_killed_flips_temp_file_goes_with_the_next_flip(tmp_path):
+    _build(tmp_path)
+    leftover = tmp_path / ".CURRENT.tmp-4242"  # a flip killed between its write and rename
+    leftover.write_text("half\n")
+    second = _build(tmp_path, revision=1)
+    assert not leftover.exists()
+    assert (tmp_path / "CURRENT").read_text().strip() == second
+
+
 def test_torn_history_line_is_skipped(tmp_path):
     _build(tmp_path)
     second = _build(tmp_path, revision=1)

@@ -151,9 +151,10 @@ def test_result_shape_and_timings(scifact):
     assert result.cache.embedding == "off" and result.cache.result == "off"
     batch = scifact.search_batch(["statins", "cell"], k=2)
     assert [r.cache.embedding for r in batch] == ["off", "off"]
-    for each in batch:  # the batch's one encode is each query's embed stage, in its total
-        assert each.timings["embed"] > 0
-        assert each.timings["total"] >= each.timings["embed"] + each.timings["bm25"]
+    for each in batch:  # the batch's one validation and encode are each query's, in its total
+        assert each.timings["embed"] > 0 and each.timings["validate"] > 0
+        assert each.timings["total"] >= sum(each.timings[stage] for stage in (
+            "validate", "embed", "bm25"))
     hit = result.hits[0]
     assert hit.text and hit.metadata["doc_type"] in ("review", "trial")
 

@@ -120,8 +120,8 @@ def run_build(args: argparse.Namespace) -> int:
     print(f"published build {report.build_id} at {report.path}: {report.n_docs} {rows}, "
           f"{report.describe_vectors()}; seconds {report.seconds}")
     print(describe_fields(read_manifest(report.path).metadata_fields))
-    if report.window is not None:
-        print(report.window.describe())
+    if report.window is not None and not report.window.rows_over_window:
+        print(report.window.describe())  # else the build logged it as a warning
     if report.passages is not None:
         print(describe_passages(report.passages))
     if report.segments_retired:

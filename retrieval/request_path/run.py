@@ -19,7 +19,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -54,7 +54,9 @@ from retrieval.request_path.validate import (
     check_batch_queries,
     check_batch_work,
     check_deadline,
+    check_query_text,
     validate,
+    validate_options,
 )
 from retrieval.tracing import Observer
 
@@ -213,51 +215,56 @@ class RequestPath:
                      ) -> list[SearchResult]:
         check_batch_queries(queries)
         check_batch_work(len(queries), k, candidates, self.config)
-        requests = [in_batch(position, functools.partial(
-                        validate, q, filters, k, candidates, self.config, live.filters, group_by,
-                        context, explain)) for position, q in enumerate(queries)]
+        started = time.perf_counter()
+        shared = validate_options(filters, k, candidates, self.config, live.filters, group_by,
+                                  context, explain)
+        requests = [replace(shared, query=in_batch(position, functools.partial(
+                        check_query_text, q, self.config))) for position, q in enumerate(queries)]
         given = None if query_vectors is None else batch_vectors(
             query_vectors, len(queries), live.snapshot.vectors.given_query)
+        before = {"validate": (time.perf_counter() - started) * 1e3}
         with self.in_flight:
             if given is None and self.cache is not None:
-                return self._cached_batch(live, requests)
+                return self._cached_batch(live, requests, before)
             started = time.perf_counter()
             vectors = given if given is not None else self.encode([r.query for r in requests])
-            encode_ms = None if given is not None else (time.perf_counter() - started) * 1e3
+            if given is None:
+                before["embed"] = (time.perf_counter() - started) * 1e3
             status = "provided" if given is not None else "off"  # else the cached batch
             return [in_batch(i, functools.partial(self._uncached, live, r, ReadyVector(v),
-                                                  status, encode_ms))
+                                                  status, before))
                     for i, (r, v) in enumerate(zip(requests, vectors, strict=True))]
 
     def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
-                  status: str, encode_ms: float | None = None) -> SearchResult:
-        """One query of a batch; ``encode_ms``: the batch's one encoder call, which encoded
-        it (its ``embed`` stage, and part of its ``total``)."""
-        timer = StageTimer(before_ms=encode_ms or 0.0)
-        if encode_ms is not None:
-            timer.record("embed", encode_ms, start_offset_ms=0.0)
+                  status: str, before: dict[str, float]) -> SearchResult:
+        """One query of a batch; ``before``: the stages the batch ran once for it and the
+        others (``batch_timer``)."""
+        timer = batch_timer(before)
         search_alone(self.in_flight.count <= 1)
         result = run_pipeline(live.snapshot, request, pending, timer, self.config,
                               status, self.features,  # type: ignore[arg-type]
                               relevance=live.relevance, encoder_id=self._encoder_id)[0]
         return self._done(result, timer)
 
-    def _cached_batch(self, live: Live, requests: list[SearchRequest]) -> list[SearchResult]:
+    def _cached_batch(self, live: Live, requests: list[SearchRequest],
+                      before: dict[str, float]) -> list[SearchResult]:
         """One cache round trip for the batch, one encoder call for the embedding misses."""
         assert self.cache is not None
         snapshot = live.snapshot
+        started = time.perf_counter()
         lookups = self.cache.lookup_many([self._keys(live, r) for r in requests],
                                          snapshot.build_id, snapshot.vectors.dim)
+        looked_up = {**before, "cache": (time.perf_counter() - started) * 1e3}
         missing = [i for i, look in enumerate(lookups)
                    if look.result is None and look.embedding is None]
         started = time.perf_counter()
         fresh = dict(zip(missing, self.encode([requests[i].query for i in missing]),
                          strict=True)) if missing else {}
-        encode_ms = (time.perf_counter() - started) * 1e3
+        encoded = {**looked_up, "embed": (time.perf_counter() - started) * 1e3}
         results = []
         for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
             if lookup.result is not None:
-                timer = StageTimer()
+                timer = batch_timer(looked_up)
                 results.append(self._done(served_from_cache(lookup.result, request, timer),
                                           timer))
                 continue
@@ -265,7 +272,7 @@ class RequestPath:
             assert vector is not None
             result = in_batch(i, functools.partial(
                 self._uncached, live, request, ReadyVector(vector),
-                "miss" if i in fresh else "hit", encode_ms if i in fresh else None))
+                "miss" if i in fresh else "hit", encoded if i in fresh else looked_up))
             result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
             if lasting(result):
                 self.cache.store(lookup, result, fresh.get(i))
@@ -364,6 +371,18 @@ def lasting(result: SearchResult) -> bool:
     fault shaped (a deadline, a shard left out, a feature store that did not answer while its
     snapshot key still names the good snapshot)."""
     return not result.degraded and result.features_available is not False
+
+
+def batch_timer(before: dict[str, float]) -> StageTimer:
+    """The timer of one query of a batch, holding the stages the batch ran once for all its
+    queries (validation, the cache round trip, the encode), in order, each counted in its
+    ``total``: its result was not ready before they were done."""
+    timer = StageTimer(before_ms=sum(before.values()))
+    offset = 0.0
+    for stage, milliseconds in before.items():
+        timer.record(stage, milliseconds, start_offset_ms=offset)
+        offset += milliseconds
+    return timer
 
 
 def in_batch(position: int, step: Callable[[], T]) -> T:

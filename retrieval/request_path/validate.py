@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -242,6 +242,16 @@ def validate(
 ) -> SearchRequest:
     """Check every argument of a search against the config and the index's field kinds."""
     text = check_query_text(query, config)
+    return replace(validate_options(filters, k, candidates, config, memo, group_by, context,
+                                    explain), query=text)
+
+
+def validate_options(
+    filters: Any, k: Any, candidates: Any, config: RetrieverConfig, memo: FilterMemo,
+    group_by: Any = None, context: Any = 0, explain: Any = False,
+) -> SearchRequest:
+    """``validate`` of everything but the query text (a request with an empty query): what
+    the queries of a batch share, checked once, so its errors name no query."""
     limits = config.limits
     k = _check_int("k", config.default_k if k is None else k, 1, limits.max_k)
     c = _check_int("candidates", config.candidates if candidates is None else candidates, 1,
@@ -254,5 +264,5 @@ def validate(
         key = named_key(named, key)
     if not isinstance(explain, bool):
         raise InvalidQueryError(f"explain must be true or false, got {explain!r}")
-    return SearchRequest(text, parsed, key, k, max(c, k), group, around, named, warnings,
+    return SearchRequest("", parsed, key, k, max(c, k), group, around, named, warnings,
                          explain)
