@@ -46,7 +46,14 @@ from indexes.passages import PassageConfig, PassageInfo, PassageMap, TokenCounte
 from indexes.sharding.layout import shard_ranges, stored_vectors
 from indexes.storage import tree_size
 from indexes.typos import TypoIndex
-from indexes.vectors import VectorDtype, VectorStore, content_hashes, non_finite_row
+from indexes.vectors import (
+    FLOAT16_MAX,
+    VectorDtype,
+    VectorStore,
+    content_hashes,
+    non_finite_row,
+    out_of_range_row,
+)
 
 log = logging.getLogger(__name__)
 
@@ -401,6 +408,10 @@ def _given_vectors(vectors: np.ndarray | None, encoder_info: EncoderInfo | None,
     if (row := non_finite_row(matrix)) is not None:
         raise CorpusError(f"precomputed vectors: row {row} holds NaN or infinity; "
                           "give finite vectors, one row per document")
+    if (row := out_of_range_row(matrix, config.vector_dtype)) is not None:
+        raise CorpusError(f"precomputed vectors: row {row} holds a value float16 cannot hold "
+                          f"(past {FLOAT16_MAX:,.0f}); normalize the vectors or store them as "
+                          "float32 (BuildConfig(vector_dtype='float32'))")
     return matrix, encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
 
 

@@ -35,6 +35,21 @@ def non_finite_row(vectors: np.ndarray) -> int | None:
     return None
 
 
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def out_of_range_row(vectors: np.ndarray, dtype: str) -> int | None:
+    """The first row of ``vectors`` a ``dtype`` store cannot hold: float16 turns a value past
+    65,504 into infinity, and every search then scores all rows alike. None when all fit."""
+    if dtype != "float16":
+        return None
+    for start in range(0, len(vectors), QUANTIZE_ROWS):
+        fits = (np.abs(vectors[start:start + QUANTIZE_ROWS]) <= FLOAT16_MAX).all(axis=1)
+        if not fits.all():
+            return start + int(np.argmin(fits))
+    return None
+
+
 def content_hashes(texts: Sequence[str]) -> np.ndarray:
     """16-byte sha256 prefix of each text, dtype S16 (the vector reuse key). A text holding
     a lone surrogate is a ``CorpusError`` (``refuse_surrogates``)."""

@@ -47,7 +47,7 @@ from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_path
-from indexes.vectors import content_hashes, non_finite_row
+from indexes.vectors import FLOAT16_MAX, content_hashes, non_finite_row, out_of_range_row
 from indexes.wal.checks import check_documents, check_ids, merged_kinds, merged_schema
 from indexes.wal.log import (
     ACKED,
@@ -369,6 +369,10 @@ class IndexWriter:
         if (row := non_finite_row(matrix)) is not None:  # logged, it would fail every rebuild
             raise InvalidWriteError(f"vector row {row} holds NaN or infinity: give finite "
                                     "vectors")
+        if (row := out_of_range_row(matrix, self.manifest.encoder.vector_dtype)) is not None:
+            raise InvalidWriteError(f"vector row {row} holds a value past {FLOAT16_MAX:,.0f}, "
+                                    "which this index's float16 vectors cannot hold: give "
+                                    "normalized vectors")
         return matrix
 
     def vectors_for_texts(self, texts: Sequence[str]) -> np.ndarray:

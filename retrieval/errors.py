@@ -49,6 +49,15 @@ class SearchAbandonedError(RetrievalError):
     client that disconnected): a search still queued for a thread was dropped, never run."""
 
 
+class RetrieverClosedError(RetrievalError):
+    """The retriever was closed (``close()``, or the end of its ``with`` block): it searches
+    no more. Load a new one."""
+
+    def __init__(self, message: str = "this retriever is closed; load a new one "
+                                      "(Retriever.load) to search") -> None:
+        super().__init__(message)
+
+
 class SequenceNotReachedError(RetrievalError):
     """A search asked to see writes up to a sequence number (``min_seq``) this index has not
     applied: no write with that number has been acknowledged on this root (yet)."""

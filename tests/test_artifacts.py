@@ -165,6 +165,26 @@ def test_failed_build_raises_typed_error_and_publishes_nothing(small_root, tmp_p
     assert (root / CURRENT).read_text() == before
 
 
+def test_float16_refuses_values_it_cannot_hold(tmp_path):
+    """Past 65,504 float16 stores infinity, and every search then scored all rows alike (and
+    every compaction failed): refused at the build and at a write."""
+    from indexes import BuildConfig
+    from indexes.errors import InvalidWriteError
+    from indexes.writer import IndexWriter
+
+    info = EncoderInfo(encoder_id="given", model="given", dim=4, vector_dtype="float32")
+    docs = [Document(i, "x y") for i in "abc"]
+    large = np.eye(3, 4, dtype=np.float32)
+    large[1, 0] = 1e6
+    config = BuildConfig(vector_dtype="float16")
+    with pytest.raises(CorpusError, match="row 1 holds a value float16 cannot hold"):
+        build_index(docs, tmp_path, vectors=large, encoder_info=info, config=config)
+    build_index(docs, tmp_path, vectors=np.eye(3, 4, dtype=np.float32), encoder_info=info,
+                config=config)
+    with IndexWriter(tmp_path) as writer, pytest.raises(InvalidWriteError, match="float16"):
+        writer.upsert([Document("d", "x")], vectors=large[1:2])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [

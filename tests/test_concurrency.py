@@ -296,3 +296,70 @@ def test_asearch_validates_large_filters_in_a_thread_even_on_a_hit(root, encoder
     result, handed = _on_counting_loop(lambda: retriever.asearch(queries[4], large, 5))
     assert handed == 1 and result.cache.result == "hit"
     assert result.hits == expected.hits
+
+
+class HeldEncoder:
+    """The real encoder behind a gate (open until ``hold``): a call waits while it is
+    closed (our Encoder interface, not a mock), counting the calls made while held."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.gate = threading.Event()
+        self.gate.set()  # the retriever's warm-up encode at load passes
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        self.calls = 0
+        self.gate.clear()
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        with self._lock:
+            self.calls += 1
+        self.gate.wait(30)
+        return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_an_encode_no_search_waits_for_is_never_run(root, encoder, batching):
+    """Searches past their deadline left their encodes queued: after a burst, every later
+    search waited behind encodes nobody wanted, and was degraded too."""
+    held = HeldEncoder(encoder)
+    retriever = Retriever.load(root, {"cache": NO_CACHE, "batching": {"enabled": batching,
+                                      "workers": 1}}, encoder=held)
+    workers = retriever._path._pool._max_workers  # encodes that can be running at once
+    held.hold()
+    searches = workers + 6
+    with ThreadPoolExecutor(searches) as pool:
+        results = list(pool.map(lambda i: retriever.search(f"cell {i}", k=3, deadline_ms=50),
+                                range(searches)))
+    assert all(r.degraded == ["embed"] for r in results)
+    held.gate.set()
+    later = retriever.search("cell biology", k=3, deadline_ms=30_000)
+    assert later.degraded == [] and later.hits
+    # Those running when their deadlines passed (one a worker, the batcher's too) and the last.
+    assert held.calls <= workers + 2, (held.calls, searches)
+    retriever.close()
+
+
+def test_a_closed_retriever_refuses_searches_and_finishes_those_queued(root, encoder):
+    """``close`` with searches in flight left them waiting forever on the batcher, and later
+    searches raised the thread pool's bare RuntimeError."""
+    from retrieval import RetrieverClosedError
+
+    held = HeldEncoder(encoder)
+    retriever = Retriever.load(root, {"cache": NO_CACHE, "batching": {"enabled": True}},
+                               encoder=held)
+    held.hold()
+    with ThreadPoolExecutor(4) as pool:
+        running = [pool.submit(retriever.search, f"cell {i}", k=3) for i in range(4)]
+        while held.calls == 0:
+            threading.Event().wait(0.01)
+        retriever.close()
+        held.gate.set()
+        assert all(f.result(timeout=60).hits for f in running)
+    with pytest.raises(RetrieverClosedError, match="load a new one"):
+        retriever.search("cell", k=3)
+    with pytest.raises(RetrieverClosedError):
+        retriever.search_batch(["cell"], k=3)

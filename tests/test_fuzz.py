@@ -165,6 +165,15 @@ def test_a_numpy_integer_is_an_integer(retriever):
         limited.search_batch(["a", "b"], k=np.int64(3), query_vectors=np.stack([good, good]))
 
 
+@pytest.mark.parametrize("invisible", ["\u200b", "\x00", " \u200d\ufeff\t"])
+def test_a_query_of_invisible_characters_is_empty(retriever, invisible):
+    """What the tokenizers delete (zero-width and control characters) was ranked by the
+    vector of an empty text."""
+    with pytest.raises(InvalidQueryError, match="query is empty"):
+        retriever.search(invisible, k=3)
+    assert retriever.search("cell\u200b", k=3).hits  # among visible characters they are fine
+
+
 def test_a_bad_query_in_a_batch_is_named_by_its_position(retriever):
     with pytest.raises(InvalidQueryError, match="query 1 of the batch: query is empty"):
         retriever.search_batch(["cell", "   ", "gene"], k=3)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
+from retrieval.errors import RetrieverClosedError
 
 
 class BatchingConfig(BaseModel):
@@ -70,19 +71,27 @@ class EncodeBatcher:
         self._calls = 0
         self._encoded = 0
         self._largest = 0
+        self._closed = False
         self._workers = [threading.Thread(target=self._run, name=f"encode-batcher-{i}", daemon=True)
                          for i in range(workers)]
         for worker in self._workers:
             worker.start()
 
     def submit(self, text: str) -> Future[tuple[np.ndarray, float]]:
+        """A future of the text's (vector, encode ms); ``RetrieverClosedError`` once closed."""
         future: Future[tuple[np.ndarray, float]] = Future()
-        self._queue.put(_Job(text, future))
+        with self._lock:  # a job is queued before the stop markers, or refused
+            if self._closed:
+                raise RetrieverClosedError()
+            self._queue.put(_Job(text, future))
         return future
 
     def close(self) -> None:
-        for _ in self._workers:
-            self._queue.put(None)  # one stop marker per worker
+        """Stop the workers once they have encoded every job already queued."""
+        with self._lock:
+            self._closed = True
+            for _ in self._workers:
+                self._queue.put(None)  # one stop marker per worker
 
     def stats(self) -> dict[str, float]:
         with self._lock:
@@ -118,6 +127,10 @@ class EncodeBatcher:
         return batch, False
 
     def _encode(self, batch: list[_Job]) -> None:
+        # A search that stopped waiting (its deadline) cancelled its job: not encoded.
+        batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        if not batch:
+            return
         started = time.perf_counter()
         try:
             texts = [job.text for job in batch]

@@ -8,7 +8,7 @@ import threading
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, parse_encoder_id
 from retrieval.config import RetrieverConfig
-from retrieval.errors import OverloadedError
+from retrieval.errors import OverloadedError, RetrieverClosedError
 
 
 class InFlight:
@@ -22,10 +22,18 @@ class InFlight:
         self.count = 0
         self.limit = limit
         self.shed = 0
+        self.closed = False
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Refuse every later search (``RetrieverClosedError``); those running finish."""
+        with self._lock:
+            self.closed = True
 
     def __enter__(self) -> InFlight:
         with self._lock:
+            if self.closed:
+                raise RetrieverClosedError()
             if self.limit is not None and self.count >= self.limit:
                 self.shed += 1
                 raise OverloadedError(

@@ -78,7 +78,8 @@ class FutureVector(PendingVector):
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
         try:
             vector, ms = self._future.result(timeout)
-        except FutureTimeout:  # the encode finishes in the background; this search moves on
+        except FutureTimeout:  # this search moves on; an encode not started yet never runs
+            self._future.cancel()
             return None, None
         return vector, ms
 

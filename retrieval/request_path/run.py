@@ -30,6 +30,7 @@ from indexes.errors import InvalidQueryError
 from indexes.fan_out import search_alone
 from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
+from retrieval.errors import RetrieverClosedError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, SearchResult
 from retrieval.relevance import Calibration
@@ -321,7 +322,10 @@ class RequestPath:
             future = self.batcher.submit(text)
             return FutureVector(future) if overlap else ReadyVector(*future.result())
         if overlap:
-            return FutureVector(self._pool.submit(timed_encode, self.encode, text))
+            try:
+                return FutureVector(self._pool.submit(timed_encode, self.encode, text))
+            except RuntimeError as exc:  # the pool shut down: closed while this searched
+                raise RetrieverClosedError() from exc
         return ReadyVector(*timed_encode(self.encode, text))
 
     @property
@@ -348,6 +352,7 @@ class RequestPath:
         }
 
     def close(self) -> None:
+        self.in_flight.close()
         if self.batcher is not None:
             self.batcher.close()
         self._pool.shutdown(wait=False)

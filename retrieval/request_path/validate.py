@@ -105,8 +105,10 @@ def check_min_seq(value: Any) -> int:
 def check_query_text(query: Any, config: RetrieverConfig) -> str:
     if not isinstance(query, str):
         raise InvalidQueryError(f"query must be a string, got {type(query).__name__}")
-    if not query.strip():
-        raise InvalidQueryError("query is empty or whitespace; pass the question text to search")
+    limit = config.limits.max_query_chars
+    if len(query) > limit:
+        raise LimitExceededError(f"query has {len(query)} characters, more than the limit "
+                                 f"{limit}; shorten it or raise limits.max_query_chars")
     try:
         query.encode("utf-8")
     except UnicodeEncodeError as exc:  # lone surrogates: no tokenizer or cache key can use them
@@ -114,10 +116,11 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
             f"query is not valid Unicode (unpaired surrogate at position {exc.start}); "
             "decode the input text properly before searching"
         ) from exc
-    limit = config.limits.max_query_chars
-    if len(query) > limit:
-        raise LimitExceededError(f"query has {len(query)} characters, more than the limit "
-                                 f"{limit}; shorten it or raise limits.max_query_chars")
+    # Control and format characters (a zero-width space, NUL) are what tokenizers delete: a
+    # query of only those was ranked by the vector of an empty text.
+    if not any(char.isprintable() and not char.isspace() for char in query):
+        raise InvalidQueryError("query is empty or whitespace (or holds only invisible "
+                                "characters); pass the question text to search")
     return query
 
 
