@@ -40,10 +40,13 @@ def test_bad_urls_are_config_errors_of_their_own_component() -> None:
 def test_redaction_hides_the_password() -> None:
     assert redact_url("rediss://app:s3cret@h:6380/1") == "rediss://app:***@h:6380/1"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+    # redis-py authenticates with a password given as a query option too
+    assert redact_url("redis://h:1/0?password=s3cret&socket_timeout=1") == \
+        "redis://h:1/0?password=***&socket_timeout=1"
 
 
 def test_outages_log_what_each_component_serves(caplog: pytest.LogCaptureFixture) -> None:
-    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}/0?password=s3cret"  # nothing listens there
     caplog.set_level(logging.INFO)  # too few failures to open a breaker: INFO lines
     with RedisStore(url, socket_timeout_ms=50, connect_timeout_ms=50, views=[VIEW]) as store:
         batch = store.read("quality", ["a", "b"])
@@ -56,6 +59,7 @@ def test_outages_log_what_each_component_serves(caplog: pytest.LogCaptureFixture
     assert store_logs and all("serving feature defaults" in m for m in store_logs)
     assert not any("cache" in m for m in store_logs)
     assert cache_logs and all("serving cache misses" in m for m in cache_logs)
+    assert "s3cret" not in caplog.text
 
 
 @pytest.mark.parametrize("section", ["cache", "feature_store"])

@@ -269,3 +269,27 @@ def test_sigkill_during_acknowledged_http_writes_loses_nothing_in_20_trials(
     with Retriever.load(root, {"cache": {"backend": "none"}}) as reopened:
         ids = [doc_id for _, batch in acked for doc_id in batch]
         assert all(doc is not None for doc in reopened.get_documents(ids))
+
+
+def test_a_stop_while_a_worker_is_replaced_stops_the_server(tmp_path, corpus, build_subset):
+    """SIGTERM during the pause before a dead worker's replacement: the replacement started
+    after the stop was forwarded, and the server waited on it forever."""
+    import os
+    import signal
+    import subprocess
+
+    root = tmp_path / "index"
+    build_subset(corpus[:30], root)
+    server = start(root, tmp_path)
+    try:
+        pid = server.process.pid
+        workers = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        os.kill(int(workers[0]), signal.SIGKILL)
+        time.sleep(0.3)  # inside the pause before the replacement (1 s)
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            assert server.process.wait(timeout=20) is not None
+        except subprocess.TimeoutExpired:
+            pytest.fail(server.failure("the server kept running after SIGTERM"))
+    finally:
+        server.kill()

@@ -28,7 +28,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -44,16 +44,25 @@ URL_SCHEMES = ("redis", "rediss")
 Failure = Literal["short_circuit", "error"]
 
 
+# Query options redis-py reads a secret from (``?password=...`` authenticates as well).
+SECRET_OPTIONS = frozenset({"password", "ssl_password", "ssl_keyfile_password"})
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (safe for logs and errors)."""
+    """``url`` with any password, in its user part or its query, replaced by ``***`` (safe
+    for logs and errors)."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+            parts = parts._replace(netloc=netloc)
+        if parts.query:
+            options = [(name, "***" if name.lower() in SECRET_OPTIONS else value)
+                       for name, value in parse_qsl(parts.query, keep_blank_values=True)]
+            parts = parts._replace(query=urlencode(options, safe="*"))
+        return urlunsplit(parts)
     except ValueError:
         return "<unparseable url>"
 

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -108,6 +107,7 @@ def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
         children.discard(pid)
         if not stopping.is_set():
             log.error("worker %d exited (status %d); starting a replacement", pid, status)
-            time.sleep(RESTART_PAUSE_SECONDS)
-            spawn()
+            # A stop during the pause: no replacement (the stop was sent to the others only).
+            if not stopping.wait(RESTART_PAUSE_SECONDS):
+                spawn()
     sock.close()
