@@ -25,9 +25,12 @@ async def unless_abandoned(work: asyncio.Future[T], abandoned: Abandoned | None)
     watcher = asyncio.ensure_future(abandoned())
     try:
         await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
+    finally:  # this task cancelled (a timeout around it) drops the queued work too
         watcher.cancel()
-    if not work.done():
-        work.cancel()
+        if not work.done():
+            work.cancel()
+    if work.cancelled():
+        if not watcher.cancelled() and watcher.exception() is not None:
+            raise watcher.exception()  # type: ignore[misc] # a broken watcher, not a caller gone
         raise SearchAbandonedError("the caller stopped waiting; the search was dropped")
     return work.result()

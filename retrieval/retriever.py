@@ -6,6 +6,7 @@ reality, reload, close, stats) and no algorithm; a search is one pass down the s
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import threading
@@ -448,10 +449,34 @@ class Retriever:
         hit is relevant, ``retrieval.relevance``) is at least this; the top ``k`` are
         computed first, so fewer (or no) hits come back when the corpus has no good answer.
         """
+        return self._searched(0.0, query, filters, k, candidates, query_vector, deadline_ms,
+                              group_by, context, min_seq, explain, min_score)
+
+    def _searched(self, queued_ms: float, query: str, filters: Any = None, k: int | None = None,
+                  candidates: int | None = None, query_vector: np.ndarray | None = None,
+                  deadline_ms: float | None = None, group_by: str | None = None,
+                  context: int = 0, min_seq: int | None = None, explain: bool = False,
+                  min_score: float | None = None) -> SearchResult:
+        """``search``, begun ``queued_ms`` after it was asked for (the wait for a thread),
+        which counts in its deadline and its timings."""
         threshold = self._threshold(min_score)
         self.wait_for_seq(min_seq)
         return above(self._path.search(self._live, query, filters, k, candidates, query_vector,
-                                       deadline_ms, group_by, context, explain), threshold)
+                                       deadline_ms, group_by, context, explain, queued_ms),
+                     threshold)
+
+    def _in_thread(self, call: Callable[..., Any], *args: Any, **options: Any
+                   ) -> asyncio.Future[Any]:
+        """``search``-like ``call`` in the running loop's default executor, with the caller's
+        context (its trace span is the parent of the search's) and the time it waited for a
+        thread passed as its first argument (``queued_ms``)."""
+        submitted = time.perf_counter()
+
+        def queued() -> Any:
+            return call((time.perf_counter() - submitted) * 1e3, *args, **options)
+
+        return asyncio.get_running_loop().run_in_executor(
+            None, contextvars.copy_context().run, queued)
 
     def _threshold(self, min_score: Any) -> float | None:
         """A valid ``min_score``, on a build whose model has a relevance calibration."""
@@ -506,8 +531,8 @@ class Retriever:
         options.pop("min_score", None)
         if options.get("min_seq") is not None and (
                 self.applied_seq < check_min_seq(options["min_seq"])):
-            call = functools.partial(self.search, query, filters, k, **options)
-            return await unless_abandoned(loop.run_in_executor(None, call), abandoned)
+            return await unless_abandoned(
+                self._in_thread(self._searched, query, filters, k, **options), abandoned)
         options.pop("min_seq", None)
         if (options.get("query_vector") is None and self._path.reads_without_blocking
                 and is_light_filter(filters)):
@@ -516,10 +541,10 @@ class Retriever:
             begun = self._path.begin(live, query, filters, k, **options)
             if isinstance(begun, SearchResult):
                 return begun
-            return await unless_abandoned(
-                loop.run_in_executor(None, self._path.resume, live, begun), abandoned)
-        call = functools.partial(self.search, query, filters, k, **options)
-        return await unless_abandoned(loop.run_in_executor(None, call), abandoned)
+            return await unless_abandoned(loop.run_in_executor(
+                None, contextvars.copy_context().run, self._path.resume, live, begun), abandoned)
+        return await unless_abandoned(
+            self._in_thread(self._searched, query, filters, k, **options), abandoned)
 
     async def asearch_batch(self, queries: Sequence[str],
                             filters: dict[str, Any] | str | None = None, k: int | None = None,
@@ -528,5 +553,5 @@ class Retriever:
         """``search_batch`` for asyncio apps, in the running loop's default executor (as
         ``asearch``, ``abandoned`` too)."""
         call = functools.partial(self.search_batch, queries, filters, k, **options)
-        return await unless_abandoned(asyncio.get_running_loop().run_in_executor(None, call),
-                                      abandoned)
+        return await unless_abandoned(asyncio.get_running_loop().run_in_executor(
+            None, contextvars.copy_context().run, call), abandoned)

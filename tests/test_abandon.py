@@ -55,3 +55,34 @@ def test_a_search_abandoned_while_queued_is_dropped_unrun(index, encoder, batch)
 
         asyncio.run(scenario())
         assert counting.texts == encoded_at_load + 1  # only the search still wanted ran
+
+
+def test_a_timeout_drops_the_queued_work_and_a_broken_watcher_is_its_own_error():
+    """A timeout around ``unless_abandoned`` cancelled only the watcher, so the queued search
+    still ran; a watcher that raised read as a caller gone, its error lost."""
+    from retrieval.abandon import unless_abandoned
+
+    ran: list[str] = []
+
+    async def broken() -> None:
+        raise RuntimeError("watcher bug")
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(1))
+        release = threading.Event()
+        blocker = loop.run_in_executor(None, release.wait)  # the one thread is busy
+        try:
+            queued = loop.run_in_executor(None, ran.append, "timed out")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(unless_abandoned(queued, asyncio.Event().wait), 0.05)
+            with pytest.raises(RuntimeError, match="watcher bug"):
+                await unless_abandoned(loop.run_in_executor(None, ran.append, "broken"), broken)
+        finally:
+            await asyncio.sleep(0.01)  # a cancel reaches the executor's job on the next turn
+            release.set()
+        await blocker
+        await asyncio.sleep(0.05)  # a job left in the queue would run now
+
+    asyncio.run(scenario())
+    assert ran == []

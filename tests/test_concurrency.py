@@ -150,6 +150,41 @@ def test_spans_carry_stage_names(root, encoder):
     assert root_span.attributes["retrieval.candidates"] > 0
     children = [s for s in spans if s.parent is not None]
     assert all(s.parent.span_id == root_span.context.span_id for s in children)
+    # asearch runs in a thread: its search span still has the caller's span as its parent.
+    exporter.clear()
+
+    async def traced():
+        with trace.get_tracer("app").start_as_current_span("http request") as request:
+            await retriever.asearch("protein folding", k=3)
+            return request
+
+    request = asyncio.run(traced())
+    search = next(s for s in exporter.get_finished_spans() if s.name == "retrieval.search")
+    assert search.parent is not None and search.parent.span_id == request.context.span_id
+
+
+def test_a_search_waiting_for_a_thread_counts_the_wait(root, encoder):
+    """Without an in-process cache ``asearch`` runs whole in a thread; the wait for it was in
+    neither the deadline nor the timings (the in-process cache's path counted it)."""
+    from retrieval.request_path.deadline import Deadline
+
+    assert Deadline(100, spent_ms=150).expired() and not Deadline(100, spent_ms=50).expired()
+    retriever = Retriever.load(root, {"cache": NO_CACHE}, encoder=encoder)
+    release = threading.Event()
+
+    async def queued():
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(1))
+        blocker = loop.run_in_executor(None, release.wait)  # the one thread is busy
+        search = asyncio.ensure_future(retriever.asearch("protein folding", k=3))
+        await asyncio.sleep(0.3)
+        release.set()
+        await blocker
+        return await search
+
+    result = asyncio.run(queued())
+    assert result.timings["queue"] >= 250 and result.timings["total"] >= result.timings["queue"]
+    retriever.close()
 
 
 def test_a_lone_search_encodes_on_every_core_and_searches_under_load_on_one(root, queries):

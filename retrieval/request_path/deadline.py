@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 
 class Deadline:
-    """``budget_ms`` from creation on ``clock`` (seconds); None = no deadline.
+    """``budget_ms`` from creation on ``clock`` (seconds), less ``spent_ms`` already spent
+    (waiting for a thread); None = no deadline.
 
     Stages ask ``remaining()`` (seconds, never negative; None without a deadline) for how long
     they may wait, and ``expired()`` whether to skip work that can be skipped.
@@ -16,9 +17,9 @@ class Deadline:
     __slots__ = ("_clock", "_end")
 
     def __init__(self, budget_ms: float | None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, spent_ms: float = 0.0) -> None:
         self._clock = clock
-        self._end = None if budget_ms is None else clock() + budget_ms / 1e3
+        self._end = None if budget_ms is None else clock() + (budget_ms - spent_ms) / 1e3
 
     @property
     def active(self) -> bool:

@@ -112,11 +112,13 @@ class RequestPath:
     def search(self, live: Live, query: str, filters: Any, k: int | None,
                candidates: int | None, query_vector: np.ndarray | None,
                deadline_ms: float | None, group_by: Any = None, context: Any = 0,
-               explain: bool = False) -> SearchResult:
-        deadline = Deadline(check_deadline(deadline_ms, self.config))
+               explain: bool = False, queued_ms: float = 0.0) -> SearchResult:
+        """``queued_ms``: how long the search waited for a thread before this call (spent
+        from its deadline, and its ``queue`` stage)."""
+        deadline = Deadline(check_deadline(deadline_ms, self.config), spent_ms=queued_ms)
         with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
             begun = self._begin(live, query, filters, k, candidates, query_vector is None,
-                                deadline, group_by, context, explain)
+                                deadline, group_by, context, explain, queued_ms)
             if isinstance(begun, SearchResult):
                 return begun
             return self._finish(live, begun, query_vector)
@@ -146,8 +148,9 @@ class RequestPath:
 
     def _begin(self, live: Live, query: str, filters: Any, k: int | None,
                candidates: int | None, cacheable: bool, deadline: Deadline, group_by: Any,
-               context: Any, explain: bool = False) -> SearchResult | Begun:
-        timer = StageTimer()
+               context: Any, explain: bool = False, queued_ms: float = 0.0
+               ) -> SearchResult | Begun:
+        timer = timer_after({"queue": queued_ms}) if queued_ms else StageTimer()
         request = validate(query, filters, k, candidates, self.config, live.filters,
                            group_by, context, explain)
         timer.lap("validate")
@@ -239,8 +242,8 @@ class RequestPath:
     def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
                   status: str, before: dict[str, float]) -> SearchResult:
         """One query of a batch; ``before``: the stages the batch ran once for it and the
-        others (``batch_timer``)."""
-        timer = batch_timer(before)
+        others (``timer_after``)."""
+        timer = timer_after(before)
         search_alone(self.in_flight.count <= 1)
         result = run_pipeline(live.snapshot, request, pending, timer, self.config,
                               status, self.features,  # type: ignore[arg-type]
@@ -265,7 +268,7 @@ class RequestPath:
         results = []
         for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
             if lookup.result is not None:
-                timer = batch_timer(looked_up)
+                timer = timer_after(looked_up)
                 results.append(self._done(served_from_cache(lookup.result, request, timer),
                                           timer))
                 continue
@@ -378,10 +381,11 @@ def lasting(result: SearchResult) -> bool:
     return not result.degraded and result.features_available is not False
 
 
-def batch_timer(before: dict[str, float]) -> StageTimer:
-    """The timer of one query of a batch, holding the stages the batch ran once for all its
-    queries (validation, the cache round trip, the encode), in order, each counted in its
-    ``total``: its result was not ready before they were done."""
+def timer_after(before: dict[str, float]) -> StageTimer:
+    """A timer holding stages done for its request before it started, in order, each counted
+    in its ``total`` (its result was not ready before they were done): the wait for a thread,
+    or what a batch ran once for all its queries (validation, the cache round trip, the
+    encode)."""
     timer = StageTimer(before_ms=sum(before.values()))
     offset = 0.0
     for stage, milliseconds in before.items():
