@@ -222,6 +222,7 @@ def build_index(
     progress: bool = True,
     publish: bool = True,
     log_seq: int | None = None,
+    export_seq: int | None = None,
     shards: int | None = None,
     dense: DenseLeg = "ivf",
     live_writes: LiveWrites = "superseded",
@@ -240,8 +241,9 @@ def build_index(
     ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
     gated ``retrieval.publishing.publish``) makes the staged one live.
 
-    ``log_seq``: the write-ahead log position folded into these documents (compaction sets
-    it). By default the build seals the root's log where it starts and ``live_writes`` says
+    ``log_seq``: the write-ahead log position folded into these documents, and
+    ``export_seq`` the one its base's corpus export accounted for (compaction sets both). By
+    default the build seals the root's log where it starts and ``live_writes`` says
     what happens to the writes logged before that (``indexes.rebuild``): ``superseded`` by
     ``documents`` (the export), or ``replayed`` onto them (needs an ``encoder``); writes
     logged later are applied on top by serving processes. Once the build is live the folded
@@ -261,6 +263,7 @@ def build_index(
     contract = None
     if log_seq is None:
         log_seq, contract, changes = rebuild.start(root, live_writes)
+        export_seq = log_seq
         if live_writes == "replayed" and (changes.upserts or changes.deleted):
             if vectors is not None:
                 raise CorpusError("live_writes='replayed' embeds the logged documents with "
@@ -304,12 +307,13 @@ def build_index(
                           config, row_ranges(ranges, passage_map),
                           avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
                           log_seq=log_seq, window=window, passages=passage_info,
-                          allow_new_fields=config.allow_new_fields, live_writes=contract)
+                          allow_new_fields=config.allow_new_fields, live_writes=contract,
+                          export_seq=export_seq)
             return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
                          passages=passage_info, allow_new_fields=config.allow_new_fields,
-                         live_writes=contract)
+                         live_writes=contract, export_seq=export_seq)
 
     final, retired = stage_and_place(root, build_id, write, publish)
     timer.lap("write+publish")

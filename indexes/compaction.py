@@ -125,7 +125,8 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                          allow_new_fields=manifest.allow_new_fields)
     parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
-                         config=config, progress=progress, log_seq=folded, publish=False,
+                         config=config, progress=progress, log_seq=folded,
+                         export_seq=manifest.replay_from, publish=False,
                          shards=_shard_count(build, len(parts), len(docs)),
                          dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
     try:

@@ -108,6 +108,15 @@ class Manifest(BaseModel):
     allow_new_fields: bool = False
     # A build from a corpus on a root with a log: what it did with the live writes.
     live_writes: LiveWritesInfo | None = None
+    # The log position the last corpus export behind this build accounts for: a build from a
+    # corpus, its log_seq; a compaction, its base's. A rebuild replaying live writes replays
+    # from here (None: written before this was recorded, its log_seq).
+    export_seq: int | None = None
+
+    @property
+    def replay_from(self) -> int:
+        """The seq after which live writes are in no corpus export (``export_seq``)."""
+        return self.log_seq if self.export_seq is None else self.export_seq
 
 
 def new_build_id() -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from indexes.docstore import Document
-from indexes.errors import CorpusError
+from indexes.errors import CorpusError, LogGapError
 from indexes.manifest import LiveWrites, LiveWritesInfo, current_build_dir, read_manifest
 from indexes.wal.log import read_all
 from indexes.wal.seal import seal
@@ -26,20 +26,40 @@ POLICIES: tuple[LiveWrites, ...] = ("superseded", "replayed")
 
 def start(root: Path, policy: LiveWrites) -> tuple[int, LiveWritesInfo | None, Changes]:
     """(log_seq of the new build, what it does with the live writes, their changes) for a
-    build of ``root`` starting now; no log: the live build's log_seq and None."""
+    build of ``root`` starting now; no log: the live build's log_seq and None.
+
+    The writes are those after the last corpus export (``Manifest.replay_from``): a
+    compaction since the last build from a corpus folded some into the live build, and the
+    new export holds none of them either."""
     if policy not in POLICIES:
         raise CorpusError(f"live_writes must be one of {list(POLICIES)}, not {policy!r}")
     previous = current_build_dir(root)
-    live_seq = read_manifest(previous).log_seq if previous is not None else 0
+    manifest = read_manifest(previous) if previous is not None else None
+    live_seq = manifest.log_seq if manifest is not None else 0
+    after = manifest.replay_from if manifest is not None else 0
     sealed = seal(root)
     if sealed is None:
         return live_seq, None, Changes(last_seq=live_seq)
     sealed = max(sealed, live_seq)
-    records = [r for r in read_all(root, after=live_seq) if r.seq <= sealed]
-    changes = Changes.of(records, after=live_seq)
+    records = [r for r in read_all(root, after=after) if r.seq <= sealed]
+    if after < live_seq and (not records or records[0].seq != after + 1):
+        if policy == "superseded":  # nothing to replay: the writes the log holds are reported
+            after = live_seq
+            records = [r for r in records if r.seq > live_seq]
+        else:
+            raise _folded_gone(after, records[0].seq if records else sealed + 1)
+    changes = Changes.of(records, after=after)
     info = LiveWritesInfo(policy=policy, sealed_seq=sealed, records=len(records),
                           upserted=len(changes.upserts), deleted=len(changes.deleted))
     return sealed, info, changes
+
+
+def _folded_gone(after: int, first: int) -> LogGapError:
+    return LogGapError(
+        f"the live build folded live writes after seq {after} (compactions since the last "
+        f"build from a corpus), and the log no longer holds them all (it starts at seq "
+        f"{first}): replayed onto a corpus export they would be lost. Export the live "
+        "documents (Retriever.get_documents or a snapshot) into the corpus, then build")
 
 
 def replay(documents: list[Document], changes: Changes) -> list[Document]:

@@ -92,6 +92,39 @@ def test_replayed_applies_the_live_writes_onto_the_export(root, docs):
     assert read_all(root) == [] and again.segments_retired == 1  # both builds hold them
 
 
+def test_replayed_keeps_the_writes_a_compaction_folded(root, docs):
+    """The live build is a compaction: the day's first writes are folded into it, and a
+    replayed rebuild (replaying only after the live build's log_seq) dropped them."""
+    with IndexWriter(root) as writer:
+        writer.compact()
+        writer.upsert([Document("after-compaction", "written after the compaction")],
+                      vectors=unit_vectors(1, 12))
+    assert read_manifest(resolve_build_dir(root)).export_seq == 0  # the export behind it
+    report = build_index(docs[:30], root, encoder=HashEncoder(), progress=False,
+                         live_writes="replayed")
+    assert report.live_writes is not None and report.live_writes.records == 3
+    assert served_ids(root, [docs[0].id, "live-test", "after-compaction"]) == \
+        [False, True, True]
+    assert read_manifest(report.path).export_seq == 3
+
+
+def test_replayed_refuses_when_the_log_lost_what_compactions_folded(root, docs):
+    from indexes.errors import LogGapError
+
+    with IndexWriter(root) as writer:
+        writer.compact()
+        writer.upsert([Document("later", "written between compactions")],
+                      vectors=unit_vectors(1, 13))
+        writer.compact()  # the first compaction's build is now the rollback target
+    live = resolve_build_dir(root)
+    with pytest.raises(LogGapError, match="folded live writes after seq 0"):
+        build_index(docs[:30], root, encoder=HashEncoder(), progress=False,
+                    live_writes="replayed")
+    assert resolve_build_dir(root) == live
+    report = build_index(docs[:30], root, encoder=HashEncoder(), progress=False)
+    assert report.live_writes is not None and report.live_writes.policy == "superseded"
+
+
 def test_writes_logged_during_the_build_survive_it(root, docs):
     def live_write() -> None:
         with IndexWriter(root) as writer:
