@@ -65,7 +65,8 @@ SPINS = 400_000
 
 
 class BM25Params(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # An infinite k1 or epsilon made every score NaN: the keyword leg silently dead.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     variant: Variant = "okapi"
     k1: float = Field(1.5, gt=0)

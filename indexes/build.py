@@ -34,6 +34,7 @@ from indexes.manifest import (
     EncoderInfo,
     LiveWrites,
     LiveWritesInfo,
+    check_new_root,
     current_build_dir,
     discard,
     new_build_id,
@@ -257,6 +258,7 @@ def build_index(
     """
     config = config or BuildConfig()
     root = Path(root)
+    check_new_root(root)
     parents = list(documents)
     check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None

@@ -126,23 +126,33 @@ def read_corpus(path: Path, mapping: FieldMapping | None = None) -> Iterator[Doc
 
 
 def read_queries(path: Path) -> dict[str, str]:
-    """BEIR queries.jsonl -> {query id: text}."""
+    """BEIR queries.jsonl -> {query id: text}; a line that is no such record is a
+    ``CorpusError`` naming it."""
     queries: dict[str, str] = {}
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
+        for number, line in enumerate(handle, start=1):
             if line.strip():
-                record = json.loads(line)
-                queries[str(record["_id"])] = record["text"]
+                try:
+                    record = json.loads(line)
+                    queries[str(record["_id"])] = str(record["text"])
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise CorpusError(f"{path} line {number} is not a query record "
+                                      f"{{\"_id\": ..., \"text\": ...}}: {exc!r}") from exc
     return queries
 
 
 def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """BEIR qrels TSV (header line) -> {query id: {doc id: relevance}}."""
+    """BEIR qrels TSV (header line) -> {query id: {doc id: relevance}}; a judgement that is
+    no integer is a ``CorpusError`` naming its line."""
     qrels: dict[str, dict[str, int]] = {}
     with open(path, encoding="utf-8") as handle:
         next(handle, None)
-        for line in handle:
+        for number, line in enumerate(handle, start=2):
             parts = line.split("\t")
             if len(parts) >= 3:
-                qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+                try:
+                    qrels.setdefault(parts[0], {})[parts[1]] = int(parts[2])
+                except ValueError as exc:
+                    raise CorpusError(f"{path} line {number}: the judgement {parts[2].strip()!r}"
+                                      " is no integer (query id, doc id, score)") from exc
     return qrels

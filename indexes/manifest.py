@@ -28,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from indexes.errors import (
+    CorpusError,
     CorruptArtifactError,
     FormatVersionError,
     MissingArtifactError,
@@ -229,6 +230,20 @@ def resolve_build_dir(path: Path) -> Path:
         "build one with `retrieval build --corpus PATH --out DIR`",
         path,
     )
+
+
+def check_new_root(root: Path) -> None:
+    """Refuse, before any work, an ``--out`` that cannot be an index root: a file, a build
+    directory (nothing reads a root nested in it, and the build's files would change), or
+    a root's ``builds/``."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise CorpusError(f"{root} is a file; give a directory for the index root")
+    inside_builds = root.name == "builds" and (root.parent / CURRENT).is_file()
+    if (root / MANIFEST).is_file() or inside_builds:
+        what = "the builds of an index root" if inside_builds else "a build directory"
+        raise CorpusError(f"{root} is {what}, not an index root: give the root (the "
+                          f"directory holding {CURRENT} and builds/)")
 
 
 def current_build_dir(root: Path) -> Path | None:

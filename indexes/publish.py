@@ -14,11 +14,12 @@ from typing import Literal
 import numpy as np
 
 from indexes.docstore import DocStore
-from indexes.errors import ArtifactError, MissingArtifactError, PublishError
+from indexes.errors import ArtifactError, CorruptArtifactError, MissingArtifactError, PublishError
 from indexes.going_live import go_live
 from indexes.history import (
     FlipRecord,
     How,
+    check_history,
     ever_live,
     live_build_id,
     read_history,
@@ -90,6 +91,12 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
     """
     root = check_root(Path(root))
     live = live_build_id(root)
+    if to is None:  # the target comes from the history: as gc, not from a damaged one
+        try:
+            check_history(root)
+        except CorruptArtifactError as exc:
+            raise NoRollbackTargetError(f"{exc}; or pass --to BUILD_ID (`retrieval builds "
+                                        f"{root}` lists them)") from exc
     target = to or rollback_target(root)
     if target is None:
         raise NoRollbackTargetError(

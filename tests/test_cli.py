@@ -6,6 +6,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,13 +126,20 @@ def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys)
     (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--batch-size", "0"],
      "invalid BuildConfig settings: --batch-size: Input should be greater than or equal to 1"),
     (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--k1", "-1"], "--k1: Input should"),
+    (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--k1", "inf"],
+     "--k1: Input should be a finite number"),  # every BM25 score was NaN
+    (["build", "--corpus", "{corpus}", "--out", "{index}/builds"], "builds of an index root"),
+    (["build", "--corpus", "{corpus}", "--out", "{build}"], "is a build directory"),
+    (["calibrate", "{build}", "--data", "{tmp}"], "is no index root"),
+    (["calibrate", "{index}", "--data", "{judged}"], "line 1 is not a query record"),
+    (["rollback", "{damaged}"], "pass --to BUILD_ID"),
     (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--model", "{tmp}/no-model"],
      "no model directory"),
     (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--drop-fields", "nothere"],
      "no field 'nothere'"),
     (["build", "--corpus", "{corpus}", "--out", "{tmp}/i", "--passages", "--passage-tokens",
       "5"], "--passage-tokens: Input should be greater than or equal to 32"),
-    (["build", "--corpus", "{corpus}", "--out", "{corpus}"], "File exists: "),
+    (["build", "--corpus", "{corpus}", "--out", "{corpus}"], "is a file; give a directory"),
     (["calibrate", "{index}", "--data", "{tmp}/judged"], "No such file or directory: "),
     (["rollback", "{tmp}/nope"], "no index root at"),
     (["features", "materialize", "--view-file", "{corpus}", "--source", "{corpus}",
@@ -149,8 +157,17 @@ def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args
     capsys.readouterr()
     if "{given}" in args:  # a build of vectors from another model
         build_small(tmp_path / "given", [Document(f"d{i}", f"text {i}") for i in range(20)])
-    given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index, given=tmp_path / "given")
-             for a in args]
+    judged = tmp_path / "judged-bad"
+    judged.mkdir()
+    (judged / "queries.jsonl").write_text('{"_id": "q1"}\n')  # no text
+    damaged = tmp_path / "damaged"
+    if "{damaged}" in args:  # a flip history with a damaged line (gc and verify refuse it)
+        shutil.copytree(small_index, damaged)
+        with open(damaged / "HISTORY.jsonl", "a") as history:
+            history.write("garbage\n")
+    build = small_index / "builds" / (small_index / "CURRENT").read_text().strip()
+    given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index, given=tmp_path / "given",
+                      build=build, judged=judged, damaged=damaged) for a in args]
     assert main(given) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

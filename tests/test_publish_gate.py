@@ -86,8 +86,9 @@ def test_truncated_export_is_refused_while_the_live_build_serves(live_root, scif
             thread.join()
         retriever.close()
     assert code == 1
-    out = capsys.readouterr().out
-    report = json.loads(out[: out.rindex("}") + 1])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # with --json, stdout is the report alone
+    out = captured.out + captured.err
     drop = next(c for c in report["checks"] if c["name"] == "document count")
     assert drop["outcome"] == "refused"
     assert drop["figures"]["live_docs"] == len(docs)
@@ -209,7 +210,13 @@ def test_cli_build_stages_or_gates(dataset, tmp_path, capsys):
     assert cli(["build", "--corpus", str(half), "--out", str(root),
                 "--gate", str(tmp_path / "gate.json")]) == 1
     assert "a drop of 50.0%, more than the 25.0% allowed" in capsys.readouterr().out
+    assert cli(["build", "--corpus", str(half), "--out", str(root), "--gate",
+                str(tmp_path / "gate.json"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["passed"] is False  # the JSON alone
+    assert cli(["build", "--corpus", str(half), "--out", str(root), "--no-publish",
+                "--gate", str(tmp_path / "gate.json")]) == 2  # it ran no gate, and said 0
+    assert "give one" in capsys.readouterr().err
     assert cli(["build", "--corpus", str(full), "--out", str(root), "--no-publish"]) == 0
     assert "staged build" in capsys.readouterr().out
     assert (root / CURRENT).read_text().strip() == live
-    assert sorted(b.status for b in list_builds(root)) == ["live", "staged", "staged"]
+    assert sorted(b.status for b in list_builds(root)) == ["live", "staged", "staged", "staged"]

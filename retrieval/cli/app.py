@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path missing, taken or not ours to write
         print(f"error: {describe_os_error(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the shell's code for SIGINT: not 1 (a gate's refusal)
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -13,7 +14,7 @@ from indexes.build import BuildConfig, build_index
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.errors import CorpusError
-from indexes.manifest import read_manifest
+from indexes.manifest import check_new_root, read_manifest
 from indexes.onnx_encoder import make_encoder
 from indexes.passages import PassageConfig
 from indexes.passages import describe as describe_passages
@@ -100,6 +101,11 @@ def run_build(args: argparse.Namespace) -> int:
         analysis_workers=args.analysis_workers,
         allow_new_fields=args.allow_new_fields,
     )
+    check_new_root(Path(args.out))  # before the corpus is read and the model loads
+    if args.no_publish and args.gate:
+        raise CorpusError("--no-publish stages the build and --gate publishes it if it "
+                          "passes: give one (`retrieval publish ROOT BUILD --gate FILE` "
+                          "gates a staged build later)")
     if args.ray is not None:
         return run_ray_build(args, config)
     # The whole corpus is read and checked before the model loads: input errors come first.
@@ -111,9 +117,10 @@ def run_build(args: argparse.Namespace) -> int:
     report = build_index(documents, args.out, encoder=encoder, config=config, publish=publish,
                          shards=args.shards, dense=args.shard_dense,
                          live_writes=args.live_writes)
+    said = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON alone
     if report.live_writes is not None:
-        print(report.live_writes.describe())
-    print(report.describe_resources())
+        print(report.live_writes.describe(), file=said)
+    print(report.describe_resources(), file=said)
     if not report.published:
         return after_build(args, report, encoder)
     rows = "passages" if report.passages is not None else "documents"

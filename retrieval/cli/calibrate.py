@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from indexes.errors import InvalidQueryError
+from indexes.errors import InvalidQueryError, MissingArtifactError
+from indexes.manifest import CURRENT
 from retrieval.calibrate import calibrate, reliability
 from retrieval.cli.common import Subparsers, add_parser, positive_int
 from retrieval.config import RetrieverConfig
@@ -39,6 +40,9 @@ EXPECTED_SIGNS = {"vector": 1, "coverage": 1, "log_rank": -1}
 def run_calibrate(args: argparse.Namespace) -> int:
     from indexes.corpus import read_qrels, read_queries
 
+    if not (Path(args.index) / CURRENT).is_file():  # a build's own relevance.json: unread
+        raise MissingArtifactError(f"{args.index} is no index root (no {CURRENT}); give the "
+                                   "root the retriever loads", Path(args.index) / CURRENT)
     queries = read_queries(args.data / "queries.jsonl")
     qrels = read_qrels(args.data / "qrels" / args.qrels)
     with Retriever.load(args.index, RetrieverConfig(cache={"backend": "none"})) as retriever:

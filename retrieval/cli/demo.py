@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval.cli.common import Subparsers, add_parser
+from retrieval.cli.common import Subparsers, add_parser, positive_int
 
 
 def register(subparsers: Subparsers) -> None:
@@ -15,7 +15,7 @@ def register(subparsers: Subparsers) -> None:
                       help="BEIR folder (default: ../shared/data/scifact when present, else the "
                       "shipped examples/data/cranfield)")
     demo.add_argument("--out", default="build/demo")
-    demo.add_argument("--queries", type=int, default=1000)
+    demo.add_argument("--queries", type=positive_int, default=1000)
     demo.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from indexes.build import BuildReport
@@ -90,11 +91,12 @@ def run_publish(args: argparse.Namespace, encoder: Encoder | None = None) -> int
                       allow_encoder_change=args.allow_encoder_change,
                       allow_analyzer_change=args.allow_analyzer_change, encoder=encoder)
     _print_report(outcome.report, args.json)
+    said = sys.stderr if args.json else sys.stdout  # stdout holds the JSON report alone
     if not outcome.published:
         print(f"refused: build {args.build_id} stays staged; the live build keeps serving "
-              "(--force publishes anyway)")
+              "(--force publishes anyway)", file=said)
         return REFUSED
-    print(f"published build {args.build_id} ({outcome.how})")
+    print(f"published build {args.build_id} ({outcome.how})", file=said)
     return 0
 
 
