@@ -269,12 +269,19 @@ class IndexWriter:
         if known is not None:
             return known
         split_as = passage_config(self.manifest)
+        encoder = self.manifest.encoder
         rows, spans = self._rows_of(docs)
         matrix = self._vectors_for(rows, vectors)
         with self._locked():
             known = self._replayed(request)
             if known is not None:
                 return known
+            if (self.manifest.encoder.encoder_id, self.manifest.encoder.dim) != (
+                    encoder.encoder_id, encoder.dim):  # the catch-up found another model live
+                raise EncoderMismatchError(
+                    f"the live build {self.manifest.build_id!r} holds vectors of "
+                    f"{self.manifest.encoder.encoder_id!r}, not of {encoder.encoder_id!r} "
+                    "these were made for; open a new writer with its encoder")
             if self.kinds is not schema:  # another writer added a field since: check again
                 kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
             if passage_config(self.manifest) != split_as:  # the catch-up found a build that

@@ -180,3 +180,30 @@ def test_the_gate_reports_a_field_live_upserts_added_that_the_rebuild_drops(tmp_
     (metadata,) = [c for c in report.checks if c.name == "metadata fields"]
     assert metadata.outcome == "refused" and metadata.figures["lost"] == ["team"]
     assert not report.passed
+
+
+def test_a_build_of_another_model_is_not_published_over_pending_writes(tmp_path, docs):
+    """A write pending (logged after the staged build sealed the log) carries the live
+    model's vectors: published, the other model's build failed every reader's load
+    (numpy's reshape error) and every compaction."""
+    from indexes.errors import EncoderMismatchError, PublishError
+    from indexes.manifest import EncoderInfo
+
+    build_small(tmp_path, docs[:20])
+    wide = EncoderInfo(encoder_id="test/random-16", model="random-16", dim=16,
+                       vector_dtype="float32")
+    with IndexWriter(tmp_path) as writer:
+        staged = build_index(docs[:20], tmp_path, encoder_info=wide, progress=False,
+                             vectors=np.tile(unit_vectors(20, 3), 2) / 2**0.5, dense="exact",
+                             publish=False)
+        writer.upsert([Document("pending", "written for the live model")],
+                      vectors=unit_vectors(1, 4))
+        with pytest.raises(PublishError, match="carries 8-dimensional vectors"):
+            publish_build(tmp_path, staged.build_id)
+        assert served_ids(tmp_path, ["pending"]) == [True]
+        # Built again, the build seals the log: the pending write is superseded.
+        build_index(docs[:20], tmp_path, vectors=np.tile(unit_vectors(20, 3), 2) / 2**0.5,
+                    encoder_info=wide, progress=False, dense="exact")
+        # A writer opened on the old model refuses to log vectors the live build cannot use.
+        with pytest.raises(EncoderMismatchError, match="open a new writer"):
+            writer.upsert([Document("late", "too late")], vectors=unit_vectors(1, 5))

@@ -193,9 +193,19 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
 
 def check_records_fit(manifest: Manifest, changes: Changes) -> None:
     """Refuse upserts logged for another kind of build than ``manifest``'s (a root rebuilt
-    with or without passages while records were pending): their vectors are per document
-    where passages are needed, or the reverse."""
+    with or without passages, or with a model of another dimension, while records were
+    pending): their vectors are per document where passages are needed, or the reverse, or
+    of a width its vectors are not."""
     check_fit(manifest.passages is not None, f"build {manifest.build_id!r}", changes)
+    dim = manifest.encoder.dim
+    for doc_id, (_, vectors) in changes.upserts.items():
+        if vectors.shape[-1] != dim:
+            raise InvalidWriteError(
+                f"the log's upsert of {doc_id!r} carries {vectors.shape[-1]}-dimensional "
+                f"vectors, and build {manifest.build_id!r} holds {dim}-dimensional ones "
+                f"(model {manifest.encoder.model!r}): fold the log first (`retrieval "
+                "compact`, or IndexWriter.compact) so no write is pending, then build with "
+                "the other model")
 
 
 def check_fit(split_build: bool, build: str, changes: Changes) -> None:
