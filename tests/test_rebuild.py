@@ -207,3 +207,27 @@ def test_a_build_of_another_model_is_not_published_over_pending_writes(tmp_path,
         # A writer opened on the old model refuses to log vectors the live build cannot use.
         with pytest.raises(EncoderMismatchError, match="open a new writer"):
             writer.upsert([Document("late", "too late")], vectors=unit_vectors(1, 5))
+
+
+def test_a_build_with_another_analyzer_analyzes_the_live_writes_again(tmp_path, docs):
+    """A serving process kept the live writes' terms as the old analyzer made them (stemmed)
+    after a build without stemming went live: it ranked otherwise than a fresh load."""
+    from indexes import AnalyzerConfig, BuildConfig
+
+    build_small(tmp_path, docs[:20])
+    query = "cells proteins"  # words of the corpus, in forms a stemmer changes
+    staged = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 0), dense="exact",
+                         encoder_info=INFO, progress=False, publish=False,
+                         config=BuildConfig(analyzer=AnalyzerConfig(stemmer=None)))
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        with IndexWriter(tmp_path) as writer:
+            writer.upsert([Document("live-x", "cells proteins cells")],
+                          vectors=unit_vectors(1, 6))
+        serving.refresh()
+        publish_build(tmp_path, staged.build_id)  # the write is after its log_seq: on top
+        serving.refresh()
+        with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as fresh:
+            expected = [(h.doc_id, round(h.bm25_score, 4)) for h in fresh.search(query, k=5).hits]
+        got = [(h.doc_id, round(h.bm25_score, 4)) for h in serving.search(query, k=5).hits]
+        assert got == expected
+        assert dict(expected).get("live-x", 0) > 0

@@ -104,7 +104,11 @@ class LogFollower:
             if lower and not holds_after(self.root, log_seq):  # before anything changes:
                 raise self._gap(log_seq)  # the old one serves on
             kept = [r for r in self.records if r.seq > log_seq]
-            carried = self._carried_terms(base)
+            same_analyzer = (base.manifest.analyzer_fingerprint
+                             == self.base.manifest.analyzer_fingerprint)
+            carried = self._carried_terms(base) if same_analyzer else None
+            if not same_analyzer:  # the delta's texts analyzed as the new build analyzes
+                self._memo = TokenMemo()
             self._set_base(base, applied_seq=served)
             self._terms = carried
             if lower:  # the records after its log_seq, not after what was served
