@@ -414,11 +414,15 @@ class OnnxEncoder:
 
         One text is run unpadded. Several are sorted by token count and cut into batches of
         ``batch_size`` padded to their longest text, so padding stays small; rows are put
-        back in input order.
+        back in input order. The INT8 graph runs each text alone: its activation scales are
+        computed per batch, so a query's vector (and its hits) depended on the queries
+        batched with it, and a batch's vectors went into the cache single searches read.
         """
         texts = [t.lower() for t in texts] if self._lowercase else list(texts)
         if len(texts) == 1:
             return self._run([self._tokenizer.encode(texts[0])], single_thread)
+        if self.precision == "int8":
+            batch_size = 1
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out

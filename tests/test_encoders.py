@@ -126,6 +126,15 @@ def test_single_text_unpadded_equals_batched(onnx_fp32, scifact_queries):
     assert row_cosines(single, batched).min() >= 0.9999
 
 
+def test_int8_vectors_do_not_depend_on_the_batch(onnx_int8, scifact_queries):
+    """Dynamic quantization scales activations per batch: batched, a query's INT8 vector
+    differed from its own (cosine down to 0.986), so search_batch ranked otherwise than
+    search, and its vectors went into the embedding cache single searches read."""
+    texts = scifact_queries[:24]
+    np.testing.assert_array_equal(onnx_int8.encode(texts, batch_size=8),
+                                  one_by_one(onnx_int8, texts))
+
+
 def test_batches_come_back_in_input_order(onnx_fp32, scifact_queries):
     texts = scifact_queries[:30]
     shuffled = [texts[i] for i in np.random.default_rng(0).permutation(len(texts))]
