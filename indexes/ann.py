@@ -36,7 +36,13 @@ import numpy as np
 from indexes.ann_assign import add_to_lists
 from indexes.ann_built import BuiltDense, Rebalance, stay
 from indexes.ann_coarse import coarse_lists, search_lists
-from indexes.ann_exact import TARGET_RECALL, ExactDense, WideningDense, recall_at
+from indexes.ann_exact import (
+    TARGET_RECALL,
+    ExactDense,
+    WideningDense,
+    gathered_scores,
+    recall_at,
+)
 from indexes.ann_hnsw import load_hnsw, make_hnsw
 from indexes.ann_train import exact_neighbours, train_two_level
 from indexes.storage import read_json
@@ -190,12 +196,15 @@ def calibrate(index: Any, matrix: np.ndarray, queries: np.ndarray, k: int = 100,
               stop_at: float = 0.999) -> list[tuple[int, float]]:
     """Recall@k against exact search over the lists' own 8-bit vectors per ``nprobe`` of the
     ladder (stops once near 1)."""
-    truth = exact_neighbours(matrix, queries, k, stored=lambda rows: index.sq.decode(
-        index.sq.compute_codes(rows)))
+    def stored(rows: np.ndarray) -> np.ndarray:
+        return index.sq.decode(index.sq.compute_codes(rows))
+
+    truth = exact_neighbours(matrix, queries, k, stored=stored)
+    scores_of = gathered_scores(matrix, queries, stored)
     ladder = []
     for nprobe in (p for p in NPROBE_LADDER if p <= index.nlist):
         _, found = index.search(queries, k, params=ivf_params(nprobe))
-        ladder.append((nprobe, recall_at(found, truth)))
+        ladder.append((nprobe, recall_at(found, truth, scores_of)))
         if ladder[-1][1] >= stop_at:
             break
     return ladder

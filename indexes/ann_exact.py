@@ -4,6 +4,7 @@ and the oracle the ANN indexes (``indexes.ann`` IVF, ``indexes.ann_hnsw``) are m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,11 +37,49 @@ def exact_top(vectors: VectorStore, query: np.ndarray, k: int,
     return rows[keep].astype(np.int64), scores[keep].astype(np.float32)
 
 
-def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
-    """Mean over queries of |found ∩ truth| / |truth| (rows; -1 padding ignored)."""
-    hits = [len(set(f[f >= 0].tolist()) & set(t[t >= 0].tolist())) / max(1, int((t >= 0).sum()))
-            for f, t in zip(found, truth, strict=True)]
-    return float(np.mean(hits))
+# Scores this close to the k-th true one tie with it (float32 sums in another order).
+TIE = 1e-5
+
+
+def recall_at(found: np.ndarray, truth: np.ndarray,
+              scores_of: Callable[[np.ndarray], np.ndarray] | None = None) -> float:
+    """Mean over queries of |found ∩ truth| / |truth| (rows; -1 padding ignored).
+
+    ``scores_of`` (rows (q, k) -> their exact scores for each query) counts a found row that
+    scores at least the k-th true score as found: among rows tied there (duplicate vectors)
+    exact search keeps an arbitrary one, and counting the others as misses drove
+    calibration to its widest setting (HNSW ef 4,096, 66x slower) on 2% duplicates."""
+    if scores_of is None:
+        hits = [len(set(f[f >= 0].tolist()) & set(t[t >= 0].tolist()))
+                / max(1, int((t >= 0).sum())) for f, t in zip(found, truth, strict=True)]
+        return float(np.mean(hits))
+    found_scores, true_scores = scores_of(found), scores_of(truth)
+    shares = []
+    for rows, scores, true, best in zip(found, found_scores, truth, true_scores, strict=True):
+        wanted = int((true >= 0).sum())
+        if not wanted:
+            shares.append(1.0)
+            continue
+        kth = float(best[true >= 0].min())
+        shares.append(min(wanted, int((scores[rows >= 0] >= kth - TIE).sum())) / wanted)
+    return float(np.mean(shares))
+
+
+def gathered_scores(matrix: np.ndarray, queries: np.ndarray,
+                    stored: Callable[[np.ndarray], np.ndarray] | None = None
+                    ) -> Callable[[np.ndarray], np.ndarray]:
+    """``recall_at``'s ``scores_of``: each query's inner products with its rows (-1: -inf),
+    over the vectors as ``stored`` (an index's decoded 8-bit rows) when given."""
+    def scores_of(rows: np.ndarray) -> np.ndarray:
+        safe = np.where(rows >= 0, rows, 0)
+        vectors = np.asarray(matrix[safe.ravel()], dtype=np.float32)
+        if stored is not None:
+            vectors = stored(vectors)
+        scores = np.einsum("qkd,qd->qk", vectors.reshape(*rows.shape, -1),
+                           np.asarray(queries, dtype=np.float32))
+        scores[rows < 0] = -np.inf
+        return scores
+    return scores_of
 
 
 def exact_top_masked(vectors: VectorStore, query: np.ndarray, k: int, mask: np.ndarray

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from indexes.ann_built import BuiltDense
-from indexes.ann_exact import TARGET_RECALL, WideningDense, recall_at
+from indexes.ann_exact import TARGET_RECALL, WideningDense, gathered_scores, recall_at
 from indexes.vectors import VectorStore
 
 HNSW_FILE = "hnsw.faiss"
@@ -103,12 +103,13 @@ def calibrate_hnsw(index: Any, matrix: np.ndarray, queries: np.ndarray,
     exact = faiss.IndexFlatIP(matrix.shape[1])
     exact.add(matrix)
     _, truth = exact.search(queries, max(CALIBRATED_KS))
+    scores_of = gathered_scores(matrix, queries)
     ladders: dict[int, list[tuple[int, float]]] = {}
     for k in CALIBRATED_KS:
         ladder = ladders[k] = []
         for ef in EF_LADDER:
             _, found = index.search(queries, k, params=hnsw_params(ef))
-            ladder.append((ef, recall_at(found, truth[:, :k])))
+            ladder.append((ef, recall_at(found, truth[:, :k], scores_of)))
             if ladder[-1][1] >= stop_at:
                 break
     return ladders

@@ -18,6 +18,7 @@ from indexes.ann import (
     build_ann,
     ivf_params,
     load_dense,
+    make_dense,
     recall_at,
 )
 from indexes.ann_exact import exact_top, exact_top_masked
@@ -359,3 +360,19 @@ def test_lists_hold_8_bit_vectors_and_float32_lists_still_load(tmp_path):
     truth = np.stack([exact_top(vectors, q, 100)[0] for q in queries])  # the re-rank store
     found = np.stack([dense.search(q, 100)[0] for q in queries])
     assert recall_at(found, truth) >= 0.98
+
+
+def test_duplicate_vectors_do_not_widen_the_calibration():
+    """Exact search keeps one of the rows tied at the k-th score; an index finding another
+    counted as a miss, and 3% duplicates drove HNSW to its widest ef (4,096, ~66x slower)."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(40, 64)).astype(np.float32)
+    matrix = centers[rng.integers(0, 40, 4000)] + 0.3 * rng.normal(size=(4000, 64)).astype(
+        np.float32)
+    matrix[:120] = matrix[0]
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    hnsw = make_dense(matrix, kind="hnsw").meta
+    assert max(hnsw["ef_search"].values()) < EF_LADDER[-1], hnsw["ef_search"]
+    for k, ladder in hnsw["calibration"].items():  # the chosen setting reached the target
+        chosen = next(step for step in ladder if step["ef"] == hnsw["ef_search"][k])
+        assert chosen[f"recall_at_{k}"] >= hnsw["calibrated_to"]
