@@ -173,6 +173,33 @@ def _replicas(deployment: str) -> list[str]:
             if a["name"].startswith(prefix)]
 
 
+def test_a_hung_shard_is_left_out_within_the_deadline(on_ray, scifact_sharded):
+    """Both replicas of shard-001 stopped (SIGSTOP): the shard calls waited their own
+    timeout on every trip, whatever the search's deadline (a 300 ms search took 10 s)."""
+    import os
+    import signal
+
+    _, (_, texts, vectors) = on_ray
+    partial = Retriever.connect(scifact_sharded(2), CONFIG, allow_partial=True,
+                                retry_seconds=600.0, timeout_seconds=600.0)
+    pids = [ray.get(ray.get_actor(name, namespace="serve").__ray_call__.remote(
+        lambda _: os.getpid())) for name in _replicas("shard-001")]
+    answered: list = []
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        search = threading.Thread(target=lambda: answered.append(partial.search(
+            texts[2], None, 10, query_vector=vectors[2], deadline_ms=500)))
+        search.start()
+        search.join(120)  # without the deadline it waits out the 600 s timeout
+        assert not search.is_alive(), "the search waited past its deadline"
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        partial.close()
+    assert answered[0].degraded == ["partial:shard-001"] and answered[0].hits
+
+
 def test_killing_a_replica_under_load_fails_no_search(on_ray):
     retriever, (unsharded, texts, vectors) = on_ray
     victims = _replicas("shard-000")

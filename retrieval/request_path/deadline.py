@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 
 class Deadline:
@@ -35,3 +37,16 @@ class Deadline:
 
 
 NO_DEADLINE = Deadline(None)
+# The deadline of the search running in this context (``within``): for what the request
+# path reaches only through an index's methods, as the calls to Ray shard deployments.
+CURRENT: ContextVar[Deadline] = ContextVar("retrieval_deadline", default=NO_DEADLINE)
+
+
+@contextmanager
+def within(deadline: Deadline) -> Iterator[None]:
+    """``deadline`` as this context's ``CURRENT`` while the block runs."""
+    token = CURRENT.set(deadline)
+    try:
+        yield
+    finally:
+        CURRENT.reset(token)

@@ -36,7 +36,7 @@ from retrieval.models import CacheInfo, SearchResult
 from retrieval.relevance import Calibration
 from retrieval.request_path.batching import EncodeBatcher
 from retrieval.request_path.cache_lookup import Lookup, RequestCache
-from retrieval.request_path.deadline import NO_DEADLINE, Deadline
+from retrieval.request_path.deadline import NO_DEADLINE, Deadline, within
 from retrieval.request_path.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.request_path.feature_stage import FeatureStage
 from retrieval.request_path.grouping import grouping_key
@@ -199,10 +199,11 @@ class RequestPath:
             pending: PendingVector = ReadyVector(cached_vector)
         else:
             pending = self._embedding(request.query, query_vector, snapshot, deadline)
-        result, vector = run_pipeline(snapshot, request, pending, timer, self.config,
-                                      "hit" if cached_vector is not None else None,
-                                      self.features, deadline, live.relevance,
-                                      self._encoder_id)
+        with within(deadline):  # what waits on another machine (Ray shards) waits no longer
+            result, vector = run_pipeline(snapshot, request, pending, timer, self.config,
+                                          "hit" if cached_vector is not None else None,
+                                          self.features, deadline, live.relevance,
+                                          self._encoder_id)
         if self.cache is None and result.cache.embedding == "miss":  # no cache to miss
             result.cache = CacheInfo(result="off", embedding="off")
         if lookup is not None and self.cache is not None:

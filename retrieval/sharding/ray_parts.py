@@ -16,6 +16,12 @@ from retrieval.integrations.errors import MissingExtraError
 
 try:
     from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.serve.exceptions import (
+        BackPressureError,
+        DeploymentUnavailableError,
+        ReplicaUnavailableError,
+        RequestCancelledError,
+    )
     from ray.serve.handle import DeploymentHandle, DeploymentResponse
 except ImportError as exc:
     raise MissingExtraError("ray", "ray[data,serve]", __name__) from exc
@@ -26,11 +32,20 @@ from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
 from indexes.typos import LiveTypos, TypoIndex
 from indexes.vectors import VectorStore
+from retrieval.request_path.deadline import CURRENT
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.whole import MaskSlices, RowOwners, merged_top
 
-# What a dead or unreachable replica raises; anything else (a bad request) is not retried.
-REPLICA_LOST = (RayActorError, ActorUnavailableError, TimeoutError)
+# What a dead or unreachable replica (or a deployment being redeployed, or too busy) raises;
+# anything else (a bad request) is not retried.
+REPLICA_LOST = (RayActorError, ActorUnavailableError, TimeoutError, BackPressureError,
+                DeploymentUnavailableError, ReplicaUnavailableError, RequestCancelledError)
+
+
+# Each trip waits for the shards at least this long, deadline or not: a healthy shard answers
+# in milliseconds, and a search whose budget an earlier trip spent still needs the rows of
+# the shards that answered it (hydration); a hung shard, left out once, is not asked again.
+SHARD_GRACE_SECONDS = 0.1
 
 
 class ShardCalls:
@@ -47,20 +62,28 @@ class ShardCalls:
 
     def gather(self, method: str, args: dict[int, tuple[Any, ...]]
                ) -> dict[int, Any | ShardUnavailableError]:
-        """Send every call at once, then collect each, re-sending those whose replica died."""
+        """Send every call at once, then collect each, re-sending those whose replica died:
+        all within one ``timeout_seconds`` (S slow shards took S times it) and one
+        ``retry_seconds``, and within the search's deadline (``deadline.CURRENT``), past
+        which a shard that has not answered is unavailable (left out with allow_partial)."""
+        started = time.monotonic()
+        remaining = CURRENT.get().remaining()
+        deadline_end = (started + max(remaining, SHARD_GRACE_SECONDS) if remaining is not None
+                        else float("inf"))
+        answer_by = min(started + self.timeout_seconds, deadline_end)
+        give_up = min(started + self.retry_seconds, deadline_end)
         pending = {shard: self._send(shard, method, a) for shard, a in args.items()}
-        return {shard: self._collect(shard, method, args[shard], response)
+        return {shard: self._collect(shard, method, args[shard], response, answer_by, give_up)
                 for shard, response in pending.items()}
 
     def _send(self, shard: int, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
         return getattr(self.handles[shard], method).remote(self.dirs[shard], *args)
 
     def _collect(self, shard: int, method: str, args: tuple[Any, ...],
-                 response: DeploymentResponse) -> Any:
-        give_up = time.monotonic() + self.retry_seconds
+                 response: DeploymentResponse, answer_by: float, give_up: float) -> Any:
         while True:
             try:
-                return response.result(timeout_s=self.timeout_seconds)
+                return response.result(timeout_s=max(0.0, answer_by - time.monotonic()))
             except REPLICA_LOST as exc:
                 if isinstance(exc, TimeoutError):
                     response.cancel()  # queued with no replica to take it: do not run it later
@@ -69,6 +92,8 @@ class ShardCalls:
                         f"shard {self.names[shard]} has no live replica (last error: "
                         f"{type(exc).__name__}); retry later or add replicas", self.names[shard])
                 time.sleep(0.05)
+                answer_by = max(answer_by, min(time.monotonic() + self.timeout_seconds,
+                                               give_up))  # a re-sent call's own wait
                 response = self._send(shard, method, args)
 
 
@@ -111,7 +136,9 @@ class RemoteParts:
     def answers(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
         """Each shard's answer; an unavailable shard raises, or is left out (and recorded)
         with ``allow_partial`` while another shard answered."""
-        outcomes = self.calls.gather(method, args)
+        left_out = self.fetched.left_out  # this search does without them: not asked again
+        outcomes = self.calls.gather(method, {
+            k: a for k, a in args.items() if f"partial:{self.calls.names[k]}" not in left_out})
         failed = [o for o in outcomes.values() if isinstance(o, ShardUnavailableError)]
         if failed and (not self.allow_partial or len(failed) == len(outcomes)):
             raise failed[0]
@@ -242,6 +269,7 @@ class RemoteDocs(DocStore):
         self.parts = parts
         self._n = n_docs
         self._ids: list[str] | None = None
+        self._rows: dict[str, int] | None = None
 
     def __len__(self) -> int:
         return self._n
@@ -279,5 +307,6 @@ class RemoteDocs(DocStore):
         return self._ids
 
     def row_of(self, doc_id: str) -> int | None:
-        ids = self.all_ids()
-        return ids.index(doc_id) if doc_id in ids else None
+        if self._rows is None:  # a dict: applying a log batch looks up every id it replaced
+            self._rows = {doc_id: row for row, doc_id in enumerate(self.all_ids())}
+        return self._rows.get(doc_id)
