@@ -98,10 +98,13 @@ def timestamp() -> str:
 
 @dataclass
 class Samples:
-    """Wall-clock milliseconds of each measured call and what each call returned."""
+    """Wall-clock milliseconds of each measured call, the process's CPU milliseconds in it
+    (every thread: a call that fans out over the cores counts them all), and what each call
+    returned."""
 
     wall_ms: list[float] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)
 
     def summary(self) -> dict[str, float]:
         return summarize(self.wall_ms)
@@ -136,11 +139,13 @@ def measure_side_by_side(
             run = runners[name]
             for i in range(min(rewarm, len(warmup))):
                 run(warmup[(turn * rewarm + i) % len(warmup)])
-            wall, outputs = samples[name].wall_ms, samples[name].outputs
+            wall, outputs, cpu = samples[name].wall_ms, samples[name].outputs, \
+                samples[name].cpu_ms
             for item in block:
-                began = clock()
+                began, began_cpu = clock(), time.process_time()
                 output = run(item)
                 wall.append((clock() - began) * 1e3)
+                cpu.append((time.process_time() - began_cpu) * 1e3)
                 outputs.append(output)
     return samples
 

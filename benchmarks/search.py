@@ -5,11 +5,14 @@
     python -m benchmarks.search --synthetic 100000 --no-data
 
 The encoder is not measured: query vectors are computed up front and passed as ``query_vector``.
-Per dataset, side by side on the same queries, single thread, warm-up discarded:
+Per dataset, side by side on the same queries, BLAS on one thread, warm-up discarded:
 
-- ours: ``Retriever.search`` k=10, C=300, no filter; and with a filter keeping ~2% of documents;
+- ours: ``Retriever.search`` k=10, C=300 and the default configuration otherwise (z-score
+  fusion, the union policy's dense leg), no filter; and with a filter keeping ~2% of
+  documents. Its BM25 spreads a query of 50,000 postings or more over the cores, and the dense
+  leg runs beside BM25: not one thread at 100k and 1M;
 - peer (a): rank-bm25 ``BM25Okapi.get_scores`` + numpy argpartition top-C + gather/matmul
-  re-rank + the same min-max 0.7 fusion (on fewer queries at scale: it takes seconds per query);
+  re-rank + min-max 0.7 fusion (on fewer queries at scale: it takes seconds per query);
 - peer (b): bm25s (numba backend, one query per call, n_threads=1) + the same re-rank and fusion.
 
 Both peers index the tokens of the index's own analyzer, so BM25 does the same work everywhere.
@@ -237,8 +240,11 @@ def summarize_dataset(ds: Dataset, samples: dict[str, Samples]) -> dict[str, Any
     short = sum(len(o[2]) < K for o in samples[OURS_FILTER].outputs)
     configs = {name: {"queries": len(s.wall_ms), "e2e": s.summary(),
                       "stages": stage_summaries(s)} for name, s in samples.items()}
+    config = ds.retriever.config
     return {
         "name": ds.name, "n_docs": ds.n_docs, "notes": ds.notes,
+        "ours_config": f"{config.fusion} fusion {config.vector_weight}, "
+                       f"{config.candidate_policy} candidates",
         "allowed_fraction": allowed / ds.n_docs, "filtered_short_results": short,
         "top10_agreement": {PEER_A: overlap(samples[OURS], samples[PEER_A], 2),
                             PEER_B: overlap(samples[OURS], samples[PEER_B], 2)},
@@ -271,7 +277,8 @@ def checks(n_docs: int, configs: dict[str, Any]) -> list[dict[str, Any]]:
 
 # -- report ----------------------------------------------------------------------------------
 
-STAGE_ORDER = ("validate", "filter", "bm25", "embed_wait", "rerank", "fuse", "hydrate", "total")
+STAGE_ORDER = ("validate", "filter", "bm25", "embed_wait", "dense", "rerank", "fuse", "hydrate",
+               "total")
 
 
 def e2e_table(results: list[dict[str, Any]]) -> str:
@@ -312,13 +319,20 @@ def dataset_lines(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def ours_config(results: list[dict[str, Any]]) -> str:
+    """The fusion and candidate policy ours ran with, as its retrievers were configured."""
+    return next((r["ours_config"] for r in results if "ours_config" in r), "defaults")
+
+
 def render(results: list[dict[str, Any]], env: dict[str, Any], args: argparse.Namespace,
            seconds: float) -> str:
     header = [
         f"# Search latency ({timestamp()}, git {env['git_sha']}, "
         f"sources {env['source_digest']})", "",
-        f"k={K}, C={CANDIDATES}, min-max fusion {VECTOR_WEIGHT} on the cosine; precomputed query "
-        f"vectors (encoder not measured); single thread; {args.warmup} warm-up queries discarded; "
+        f"k={K}, C={CANDIDATES}; ours: {ours_config(results)}; peers: min-max fusion "
+        f"{VECTOR_WEIGHT} on the cosine; precomputed query vectors (encoder not measured); BLAS "
+        f"on one thread (ours: BM25 spreads a query of 50,000 postings or more over the cores, "
+        f"the dense leg runs beside it); {args.warmup} warm-up queries discarded; "
         f"configurations interleaved in chunks of {args.chunk} queries. Times in ms. "
         f"Synthetic queries: 2-4 terms of a random document, skipping the {STOP_TERMS} most "
         "frequent terms (stop words). Filter: " + str(FILTER) + ". Ours hydrates full hits "
