@@ -5,9 +5,11 @@
              → features → hydrate                                              (``pipeline``)
              → cache write (queued, off the critical path)
 
-Every stage is timed (``StageTimer``) and takes what is left of the search's ``Deadline``:
-the embedding wait gives up when the budget is spent (the search then ranks by BM25 alone) and
-the feature read is skipped past it; a degraded result is returned, counted and never cached.
+Every stage is timed (``StageTimer``); what waits on something else takes what is left of the
+search's ``Deadline``: the embedding wait gives up when the budget is spent (the search then
+ranks by BM25 alone), the feature read is skipped past it, and a Ray shard that has not
+answered is left out (``deadline.CURRENT``). The stages that compute always run (``limits``
+bound them). A degraded result is returned, counted and never cached.
 Searches past ``max_in_flight`` are refused with ``OverloadedError`` before any work.
 ``search`` runs it all in the caller's thread; ``begin`` + ``resume`` split it at the cache
 lookup, so an event loop can serve in-process cache hits itself (``Retriever.asearch``).
