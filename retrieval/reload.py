@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from typing import Protocol
 
 from indexes.errors import RetrievalError
@@ -16,10 +17,13 @@ class Reloadable(Protocol):
 
 
 class Reloader:
-    """Calls ``target.reload()`` every ``interval`` seconds on a daemon thread until stopped."""
+    """Calls ``target.reload()`` every ``interval`` seconds on a daemon thread until stopped,
+    or until the target is collected: the thread holds it weakly, so a retriever dropped
+    without ``close()`` is freed (its build unmapped) and the thread ends, as the log
+    follower's does."""
 
     def __init__(self, target: Reloadable, interval: float) -> None:
-        self._target = target
+        self._target = weakref.ref(target)
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="index-reloader", daemon=True)
@@ -27,10 +31,14 @@ class Reloader:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
+            target = self._target()
+            if target is None:
+                return
             try:
-                self._target.reload()
+                target.reload()
             except (RetrievalError, OSError) as exc:  # e.g. CURRENT names a vanished build
                 log.error("index reload check failed: %s", exc)
+            del target  # not held while waiting
 
     def stop(self) -> None:
         self._stop.set()
