@@ -147,6 +147,8 @@ def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys)
     (["restore", "{corpus}", "{tmp}/restored"], "is not a snapshot (not a tar file)"),
     (["demo", "--data", "{tmp}/nope"], "has no corpus.jsonl: give --data a BEIR folder"),
     (["delete", "{index}", "--ids", "{corpus}"], "holds JSON objects, not ids"),
+    (["delete", "--url", "http://127.0.0.1:9", "--ids", "{tmp}/judged-bad/empty.txt"],
+     "holds no ids to delete"),  # before any request: it exited 0 in silence
     (["distill", "{index}", "--texts", "1"], "distilling needs both"),
     (["distill", "{given}", "--texts", "600"], "a distilled query encoder learns"),
 ])
@@ -160,6 +162,7 @@ def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args
     judged = tmp_path / "judged-bad"
     judged.mkdir()
     (judged / "queries.jsonl").write_text('{"_id": "q1"}\n')  # no text
+    (judged / "empty.txt").write_text("\n")
     damaged = tmp_path / "damaged"
     if "{damaged}" in args:  # a flip history with a damaged line (gc and verify refuse it)
         shutil.copytree(small_index, damaged)
@@ -276,6 +279,13 @@ def test_python_dash_m_retrieval_runs_the_command(small_index):
     done = subprocess.run([sys.executable, "-m", "retrieval", "bench"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 2 and "invalid choice: 'bench'" in done.stderr
+    # A reader that stops early (`| head`): no error printed, the shell's SIGPIPE code.
+    piped = subprocess.Popen([sys.executable, "-m", "retrieval", "describe", str(small_index)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert piped.stdout is not None and piped.stderr is not None
+    piped.stdout.close()  # before anything is written
+    errors = piped.stderr.read().decode()
+    assert piped.wait(timeout=120) == 141 and "Broken pipe" not in errors, errors
 
 
 def test_every_registered_module_adds_its_subcommand():

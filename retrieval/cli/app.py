@@ -68,13 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     quiet_third_party()
     args = parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
+        return code
     except RetrievalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except ValidationError as exc:  # a flag's value a setting refuses
         print(f"error: invalid {exc.title} settings: {flag_problems(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `retrieval builds ROOT | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        return 141
     except OSError as exc:  # a path missing, taken or not ours to write
         print(f"error: {describe_os_error(exc)}", file=sys.stderr)
         return 2

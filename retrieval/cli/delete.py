@@ -32,7 +32,9 @@ def run_delete(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
     ids = [line.strip() for line in lines if line.strip()]
-    if ids and sum(i.startswith("{") for i in ids) * 2 > len(ids):
+    if not ids:  # as the writer refuses it: a remote delete of nothing exited 0 in silence
+        raise CorpusError(f"{args.ids} holds no ids to delete: give one document id per line")
+    if sum(i.startswith("{") for i in ids) * 2 > len(ids):
         raise CorpusError(f"{args.ids} holds JSON objects, not ids: --ids takes one document "
                           "id per line (a corpus file's ids: `jq -r ._id FILE`)")
     if args.url:
