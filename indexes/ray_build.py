@@ -35,14 +35,16 @@ from indexes.build import (
     BuildReport,
     _previous_vectors,
     build_index,
+    check_documents,
     content_hashes,
     passage_counter,
 )
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.long_documents import split_documents
-from indexes.manifest import EncoderInfo
+from indexes.manifest import EncoderInfo, check_new_root
 from indexes.shard_build import Runner
+from indexes.sharding.layout import shard_ranges
 from indexes.sources import FieldMapping, cell_value
 
 Backend = Literal["torch", "onnx"]
@@ -152,7 +154,14 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     """Build ``source`` into ``root`` on the connected Ray cluster (see the module docstring);
     ``shards`` as ``indexes.build.build_index``."""
     config = cut_with(config or BuildConfig(), model)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise CorpusError(f"workers must be a whole number of at least 1, not {workers!r}")
+    check_new_root(Path(root))
     documents = read_documents(source)
+    # What build_index refuses, refused before the encoding (hours at scale), not after it.
+    check_documents(documents)
+    if shards is not None:
+        shard_ranges(len(documents), shards)
     texts = [d.content for d in index_rows(documents, config)]
     info = encoder_info(backend, model)
     reused, todo = _reuse(texts, Path(config.reuse_from or root), info, config)

@@ -94,6 +94,17 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
         read_documents(dataset("cranfield") / "qrels")
     with pytest.raises(CorpusError, match="does not exist"):
         read_documents(tmp_path / "nowhere")
+    # Refused before the encoding (hours at scale), not after it.
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (twice / name).write_text(lines[0] + "\n")
+    with pytest.raises(CorpusError, match="duplicate"):
+        build_on_ray(twice, tmp_path / "twice-root", workers=1)
+    with pytest.raises(CorpusError, match="workers must be"):
+        build_on_ray(many, tmp_path / "no-workers", workers=0)
+    with pytest.raises(CorpusError, match="shards"):
+        build_on_ray(many, tmp_path / "too-many", workers=1, shards=100)
 
 
 def test_a_ray_passage_build_equals_the_local_one(cluster, long_docs, encoder, tmp_path):
