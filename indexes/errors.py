@@ -51,6 +51,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   ├── LogGapError               the build lacks live writes the log no longer holds
     │   └── LiveBuildChangedError     the build it was made from is no longer live
     ├── OverloadedError               (retrieval.errors) too many searches in flight: shed
+    ├── RetrieverClosedError          (retrieval.errors) the retriever was closed: load a new one
     ├── SearchAbandonedError          (retrieval.errors) the caller left; the queued search was
     │                                 dropped unrun (499 in the service)
     ├── SequenceNotReachedError       (retrieval.errors) 409: a search's min_seq is past every
