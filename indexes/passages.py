@@ -120,14 +120,27 @@ def _units(text: str, token_starts: np.ndarray, budget: int) -> list[tuple[int, 
             continue
         first, last = np.searchsorted(token_starts, [start, end])
         while last - first > budget:  # one sentence longer than a passage: cut between tokens
-            cut = int(token_starts[first + budget])
+            taken = _word_cut(text, token_starts, first, budget)
+            cut = int(token_starts[first + taken])
             if cut <= start:  # tokens sharing a start offset: no place to cut here
                 break
             units.append((start, cut, False))
-            start, first = cut, first + budget
+            start, first = cut, first + taken
         units.append((start, end, paragraph))
         start = end
     return units
+
+
+def _word_cut(text: str, token_starts: np.ndarray, first: int, budget: int) -> int:
+    """Tokens to take from ``first`` for a cut inside a sentence: the most, at most
+    ``budget``, that end before a space, so a word is not split between two passages (a word
+    piece alone means little to BM25 or the encoder); ``budget`` when the last half of the
+    budget has no space (one very long "word", e.g. a sequence or a URL)."""
+    for taken in range(budget, budget // 2, -1):
+        cut = int(token_starts[first + taken])
+        if cut > 0 and text[cut - 1].isspace():
+            return taken
+    return budget
 
 
 def split_text(text: str, token_starts: np.ndarray, budget: int, overlap: int) -> list[Span]:

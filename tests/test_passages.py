@@ -154,6 +154,25 @@ def test_split_prefers_paragraphs_tiles_the_text_and_fits(counter):
     assert sum(text[s.start:s.end].rstrip().endswith(".") for s in spans) >= len(spans) - 8
 
 
+def test_a_sentence_too_long_is_cut_between_words(counter):
+    # one 300-word sentence of words the tokenizer splits into several pieces
+    text = " ".join(["supercalifragilistic", "naïveté", "immunohistochemistry"] * 100) + "."
+    starts = counter.starts([text])[0]
+    spans = split_text(text, starts, budget=50, overlap=0)
+    assert len(spans) > 10
+    for span in spans[1:]:
+        assert text[span.start - 1] == " ", text[span.start - 10:span.start + 10]
+        assert span.tokens <= 50
+
+
+def test_one_word_longer_than_a_passage_is_still_cut(counter):
+    text = "ACGT-" * 300 + "."  # no space anywhere: cut between tokens
+    starts = counter.starts([text])[0]
+    spans = split_text(text, starts, budget=40, overlap=0)
+    assert len(spans) > 1 and max(s.tokens for s in spans) <= 40
+    assert "".join(text[s.start:s.end] for s in spans) == text
+
+
 WORDS = st.sampled_from(["alpha", "beta", "gamma", "delta", "supercalifragilistic", "x1",
                          "naïve", "co-operation", "42"])
 SENTENCES = st.lists(WORDS, min_size=1, max_size=60).map(lambda w: " ".join(w) + ".")
