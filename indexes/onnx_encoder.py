@@ -12,7 +12,6 @@ The exported files are cached per model weights (see ``default_cache_dir``).
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import logging
@@ -22,7 +21,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from indexes.encoders import (
     SentenceTransformerEncoder,
     default_model_path,
     model_name,
+    weights_digest,
 )
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
@@ -45,41 +44,16 @@ INT8_FORMAT = 2  # 2: attention fused before quantizing
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAME = "token_embeddings"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
 # -- the model directory ---------------------------------------------------------------------
 
 
-def weights_file(model_dir: Path) -> Path:
-    """The weights file of a sentence-transformers model directory."""
-    for name in WEIGHT_FILES:
-        if (model_dir / name).is_file():
-            return model_dir / name
-    raise FileNotFoundError(f"no {' or '.join(WEIGHT_FILES)} in {model_dir}")
-
-
-@lru_cache(maxsize=8)
-def _digest(path: str, size: int, mtime_ns: int) -> str:
-    # Keyed on size and mtime as well: a rewritten weights file gets a new digest in-process.
-    sha = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()[:12]
-
-
-def weights_digest(model_dir: Path) -> str:
-    """First 12 hex digits of the sha256 of the model's weights file."""
-    path = weights_file(model_dir)
-    stat = path.stat()
-    return _digest(str(path), stat.st_size, stat.st_mtime_ns)
-
-
 def default_cache_dir(model_dir: Path) -> Path:
-    """``~/.cache/retrieval/onnx/<model>-<weights digest>`` (``$XDG_CACHE_HOME`` honoured)."""
+    """``~/.cache/retrieval/onnx/<model directory>-<weights digest>`` (``$XDG_CACHE_HOME``
+    honoured)."""
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "retrieval" / "onnx" / f"{model_name(model_dir)}-{weights_digest(model_dir)}"
+    return base / "retrieval" / "onnx" / f"{model_dir.name}-{weights_digest(model_dir)}"
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +17,14 @@ import pytest
 
 from benchmarks.quality import evaluate_run, retriever_run
 from indexes.corpus import read_corpus, read_qrels, read_queries
-from indexes.encoders import Encoder, SentenceTransformerEncoder
+from indexes.encoders import (
+    Encoder,
+    SentenceTransformerEncoder,
+    compatible_query_encoder,
+    model_name,
+    weights_digest,
+)
+from indexes.errors import EncoderMismatchError
 from indexes.onnx_encoder import BACKENDS, OnnxEncoder, make_encoder
 from retrieval import Retriever
 
@@ -235,3 +243,31 @@ def test_batching_gives_an_onnx_encoder_one_single_thread_worker_per_core(onnx_i
         np.testing.assert_allclose(vector, onnx_int8.encode(["stem cells"])[0], atol=1e-5)
     finally:
         batcher.close()
+
+
+def retrained_copy(source: Path, target: Path) -> Path:
+    """The model's files in ``target``, its weights file changed in its last byte (a model
+    retrained and saved in place looks the same from outside: same name, same config)."""
+    shutil.copytree(source, target)
+    weights = target / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    return target
+
+
+def test_the_packaged_weights_keep_their_name_wherever_they_lie(encoder, tmp_path):
+    copy = shutil.copytree(encoder.model_path, tmp_path / "my-model")
+    assert model_name(Path(copy)) == "all-MiniLM-L6-v2"
+
+
+def test_retrained_weights_get_another_encoder_id(encoder, build_subset, dataset, tmp_path):
+    retrained = retrained_copy(encoder.model_path, tmp_path / "all-MiniLM-L6-v2")
+    name = model_name(retrained)
+    assert name == f"all-MiniLM-L6-v2@{weights_digest(retrained)}"
+    other = SentenceTransformerEncoder(retrained)
+    assert other.encoder_id == f"{name}:torch:fp32:384" != encoder.encoder_id
+    assert not compatible_query_encoder(other.encoder_id, encoder.encoder_id)
+    build_subset(list(itertools.islice(read_corpus(dataset("scifact")), 20)), tmp_path / "root")
+    with pytest.raises(EncoderMismatchError, match="does not match the index"):
+        Retriever.load(tmp_path / "root", NO_CACHE, encoder=other)
