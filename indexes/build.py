@@ -228,6 +228,7 @@ def build_index(
     dense: DenseLeg = "ivf",
     live_writes: LiveWrites = "superseded",
     analysis: Callable[[list[str]], CollectionPostings] | None = None,
+    sealed: rebuild.Sealed | None = None,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
 
@@ -253,6 +254,10 @@ def build_index(
     Give either an ``encoder`` (documents are embedded, reusing the live build's vectors by
     content hash) or precomputed ``vectors`` (n, dim) with ``encoder_info`` naming their encoder.
 
+    ``sealed``: where a caller that read ``documents`` long before this call (encoding them
+    first) sealed the log when it read them (``indexes.rebuild.start``), so the writes
+    acknowledged since are applied on top of this build, not superseded by it.
+
     ``analysis``: what turns the rows' texts into postings (default: ``indexes.analysis``'s
     threads; ``indexes.ray_build`` passes its Ray tasks). It must give what ``analyze`` gives.
     """
@@ -263,7 +268,10 @@ def build_index(
     check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     contract = None
-    if log_seq is None:
+    if sealed is not None:
+        log_seq, contract, _ = sealed
+        export_seq = log_seq
+    elif log_seq is None:
         log_seq, contract, changes = rebuild.start(root, live_writes)
         export_seq = log_seq
         if live_writes == "replayed" and (changes.upserts or changes.deleted):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from indexes import rebuild
 from indexes.analysis import CollectionPostings, analyze_part, merge_parts, part_ranges
 from indexes.analyzer import AnalyzerConfig
 from indexes.build import (
@@ -162,6 +163,9 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     check_documents(documents)
     if shards is not None:
         shard_ranges(len(documents), shards)
+    # The corpus just read supersedes the writes logged until now; those acknowledged while
+    # it is encoded are applied on top of the build.
+    sealed = rebuild.start(Path(root), "superseded")
     texts = [d.content for d in index_rows(documents, config)]
     info = encoder_info(backend, model)
     reused, todo = _reuse(texts, Path(config.reuse_from or root), info, config)
@@ -172,7 +176,7 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     report = build_index(documents, root, vectors=vectors, encoder_info=info, config=config,
                          progress=False, publish=publish, shards=shards,
                          analysis=lambda rows: analyze_on_ray(rows, config.analyzer, parts),
-                         **shard_options)
+                         sealed=sealed, **shard_options)
     report.vectors_given = 0
     report.vectors_encoded = len(todo)
     report.vectors_reused = len(texts) - len(todo)

@@ -22,9 +22,11 @@ from indexes.wal.seal import seal
 from indexes.wal.state import Changes
 
 POLICIES: tuple[LiveWrites, ...] = ("superseded", "replayed")
+# (log_seq of the new build, what it does with the live writes, their changes)
+Sealed = tuple[int, LiveWritesInfo | None, Changes]
 
 
-def start(root: Path, policy: LiveWrites) -> tuple[int, LiveWritesInfo | None, Changes]:
+def start(root: Path, policy: LiveWrites) -> Sealed:
     """(log_seq of the new build, what it does with the live writes, their changes) for a
     build of ``root`` starting now; no log: the live build's log_seq and None.
 

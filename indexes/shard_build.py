@@ -368,13 +368,15 @@ def build_streamed(
     root = Path(root)
     laps: dict[str, float] = {}
     began = time.perf_counter()
+    # The sources are the export: a write acknowledged from now on is applied on top of the
+    # build, not superseded by sources read before it (the surveys can take hours).
+    log_seq, contract, _ = rebuild.start(root, "superseded")
     surveys = run(survey_shard, [SurveyJob(i, s, config) for i, s in enumerate(sources)])
     laps["survey"] = lap = round(time.perf_counter() - began, 3)
     check_unique_ids(surveys, sources, run)
     collection = reduce_surveys(surveys, config)
     collection.fields = complete_values(collection.fields, surveys, sources, run)
     laps["reduce"] = round(time.perf_counter() - began - lap, 3)
-    log_seq, contract, _ = rebuild.start(root, "superseded")
     info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
     build_id = new_build_id()
     written: list[Written] = []

@@ -235,3 +235,27 @@ def test_the_writes_can_run_on_a_runner_of_their_own(corpus, tmp_path):
     assert ran == {"surveys": ["survey_shard"], "writes": ["write_shard"]}
     one = build_streamed(sources(documents, vectors, 2), tmp_path / "one", encoder_info=INFO)
     assert shard_files(split.path) == shard_files(one.path)
+
+
+def test_a_write_acknowledged_while_the_sources_are_surveyed_is_kept(corpus, tmp_path):
+    """The sources are the corpus export: a write acknowledged after the streamed build
+    started reading them is applied on top of it. The log was sealed only after the surveys
+    (hours at scale), so such a write counted as superseded by the export, and was lost."""
+    from indexes.writer import IndexWriter
+
+    documents, vectors = corpus
+    build_streamed(sources(documents[:200], vectors[:200], 2), tmp_path, encoder_info=INFO)
+    IndexWriter(tmp_path).close()  # the root has a log
+
+    def write_then_survey(task, jobs):
+        with IndexWriter(tmp_path) as writer:
+            writer.upsert([Document("during", "written while the build surveyed")],
+                          vectors=vectors[:1])
+        return run_here(task, jobs)
+
+    report = build_streamed(sources(documents[:200], vectors[:200], 2), tmp_path,
+                            encoder_info=INFO, run=write_then_survey,
+                            run_writes=run_here)
+    assert report.live_writes is not None and report.live_writes.records == 0
+    with Retriever.load(tmp_path, CONFIG) as retriever:
+        assert retriever.get_documents(["during"])[0] is not None

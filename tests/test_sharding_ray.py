@@ -29,6 +29,7 @@ from indexes.passages import PASSAGE_ARRAYS, PassageConfig
 from indexes.ray_build import build_on_ray, ray_runner, read_documents
 from indexes.shard_build import GivenRows, build_streamed, run_here
 from indexes.sharding import read_layout
+from indexes.writer import IndexWriter
 from retrieval import Retriever, ShardUnavailableError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.sharding import ShardedBuild
@@ -64,7 +65,8 @@ def test_a_streamed_build_on_ray_equals_it_here(cluster, tmp_path):
     assert len(on_ray.part_peak_rss_bytes) == 3
 
 
-def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_path):
+def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_path,
+                                              monkeypatch):
     lines = (dataset("cranfield") / "corpus.jsonl").read_text().splitlines()[:40]
     whole, many = tmp_path / "all.jsonl", tmp_path / "parts"
     whole.write_text("\n".join(lines) + "\n")
@@ -83,8 +85,27 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
     assert mine.docs.all_ids() == theirs.docs.all_ids()
     cosines = np.sum(mine.vectors.reconstruct_all() * theirs.vectors.reconstruct_all(), axis=1)
     assert cosines.min() >= 0.9999
+    # A write acknowledged while the corpus encodes is applied on top of the build: the log
+    # was sealed only after the encoding (hours at scale), and the write counted as
+    # superseded by the corpus, so it was lost.
+    import indexes.ray_build
+
+    encode = indexes.ray_build.encode_on_ray
+
+    def write_then_encode(*args, **kwargs):
+        with IndexWriter(tmp_path / "ray") as writer:
+            writer.upsert([Document("during", "written while the corpus encodes")],
+                          vectors=encoder.encode(["written while the corpus encodes"]))
+        return encode(*args, **kwargs)
+
+    IndexWriter(tmp_path / "ray").close()  # the root has a log
+    monkeypatch.setattr(indexes.ray_build, "encode_on_ray", write_then_encode)
     again = build_on_ray(many, tmp_path / "ray", workers=1)  # unchanged texts: nothing to encode
     assert (again.vectors_encoded, again.vectors_reused) == (0, 40)
+    assert again.live_writes is not None and again.live_writes.records == 0
+    with Retriever.load(tmp_path / "ray", CONFIG, encoder=encoder) as retriever:
+        assert retriever.get_documents(["during"])[0] is not None
+    monkeypatch.undo()
     table = tmp_path / "parquet"
     table.mkdir()
     pq.write_table(pa.Table.from_pylist([json.loads(line) for line in lines]),
