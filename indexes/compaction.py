@@ -29,7 +29,7 @@ from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
 from indexes.storage import read_json
 from indexes.vectors import VectorStore
-from indexes.wal.checks import check_records_fit
+from indexes.wal.checks import check_fields_fit, check_records_fit
 from indexes.wal.log import (
     LogCorruptionError,
     check_starts_by,
@@ -108,6 +108,7 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                                  "restore it from a backup", wal_dir(root))
     changes = Changes.of(records, after=manifest.log_seq)
     check_records_fit(manifest, changes)
+    check_fields_fit(manifest, changes)
     passages = passage_config(manifest)
     if passages is not None:  # whole documents, split again as a fresh passage build does
         passages.tokenizer = str(writer.tokenizer_dir())  # the writer's cuts, the build's too

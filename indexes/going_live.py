@@ -11,7 +11,9 @@ live before the live one) as well as those the live build lacks: at most one com
 worth more.
 
 The check, the flip and the deletion run under the root's flip lock, so no flip comes between
-what the check read and what the deletion removes.
+what the check read and what the deletion removes. The check that the pending writes fit the
+build and the flip also hold the log's append lock: a writer that caught up with the old build
+cannot append a record the new one refuses between them.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ from indexes.history import (
     rollback_target,
 )
 from indexes.manifest import read_manifest
-from indexes.wal.checks import check_records_fit
+from indexes.wal.checks import check_fields_fit, check_records_fit
 from indexes.wal.log import holds_after, read_all, segments
-from indexes.wal.seal import retire
+from indexes.wal.seal import appends_paused, retire
 from indexes.wal.state import Changes
 
 
@@ -61,8 +63,9 @@ def go_live(root: Path, build_id: str, how: How, note: str = "",
                 f"build {build_id!r} was made from {replaces!r}, but {live!r} went live under "
                 f"{root} meanwhile; publishing it would undo that. It stays placed, not live")
         check_log_holds(root, build_id, live)
-        check_writes_fit(root, build_id)
-        record = flip(root, build_id, how, note)
+        with appends_paused(root):  # no write lands between the check and the flip
+            check_writes_fit(root, build_id)
+            record = flip(root, build_id, how, note)
         return record, _retire_unneeded(root)
 
 
@@ -99,13 +102,16 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
 
 def check_writes_fit(root: Path, build_id: str) -> None:
     """Refuse a build the log's writes after its ``log_seq`` cannot be applied to: upserts
-    logged whole for a passage build or the reverse (acknowledged while a build with the
-    other ``--passages`` setting ran, by a writer of the live build). Served, every reader
-    would refuse it; refused here, the live build serves on."""
+    logged whole for a passage build or the reverse, of another vector width, or with
+    metadata its field kinds refuse (acknowledged while a build with the other setting ran,
+    by a writer of the live build). Served, every reader would refuse it; refused here, the
+    live build serves on."""
     manifest = read_manifest(root / "builds" / build_id)
     records = read_all(root, after=manifest.log_seq)
     try:
-        check_records_fit(manifest, Changes.of(records, after=manifest.log_seq))
+        changes = Changes.of(records, after=manifest.log_seq)
+        check_records_fit(manifest, changes)
+        check_fields_fit(manifest, changes)
     except InvalidWriteError as exc:
         raise PublishError(f"{exc}. Build {build_id!r} stays placed, not live") from exc
 

@@ -261,17 +261,18 @@ class IndexWriter:
                      vectors: np.ndarray | None = None, *, request_id: str | None = None
                      ) -> Ack:
         """``upsert``, returning the ``Ack``."""
-        schema = self.kinds
-        docs, kinds = check_documents(documents, schema, self.manifest.allow_new_fields)
-        request = _request(request_id, _digest_documents(docs, vectors))
-        with self._thread_lock:  # a retry answered from memory costs no embedding
-            known = self._replayed(request)
-        if known is not None:
-            return known
-        split_as = passage_config(self.manifest)
-        encoder = self.manifest.encoder
-        rows, spans = self._rows_of(docs)
-        matrix = self._vectors_for(rows, vectors)
+        documents = list(documents)
+        try:
+            prepared = self._prepare(documents, vectors, request_id)
+        except InvalidWriteError:
+            if resolve_build_dir(self.root) == self._build:
+                raise
+            with self._locked():  # checked against a build no longer live: catch up, and
+                pass  # check against the live one
+            prepared = self._prepare(documents, vectors, request_id)
+        if isinstance(prepared, Ack):
+            return prepared
+        schema, docs, kinds, request, split_as, encoder, rows, spans, matrix = prepared
         with self._locked():
             known = self._replayed(request)
             if known is not None:
@@ -294,6 +295,23 @@ class IndexWriter:
             self._unhashed.append(record)
             self.kinds = kinds
         return Ack(seq)
+
+    def _prepare(self, documents: list[Document | dict[str, Any]], vectors: np.ndarray | None,
+                 request_id: str | None) -> Ack | tuple[Any, ...]:
+        """An upsert checked and embedded against the build this writer last saw, before its
+        lock is taken; the ``Ack`` of the earlier write when it repeats one."""
+        schema = self.kinds
+        docs, kinds = check_documents(documents, schema, self.manifest.allow_new_fields)
+        request = _request(request_id, _digest_documents(docs, vectors))
+        with self._thread_lock:  # a retry answered from memory costs no embedding
+            known = self._replayed(request)
+        if known is not None:
+            return known
+        split_as = passage_config(self.manifest)
+        encoder = self.manifest.encoder
+        rows, spans = self._rows_of(docs)
+        matrix = self._vectors_for(rows, vectors)
+        return schema, docs, kinds, request, split_as, encoder, rows, spans, matrix
 
     def delete(self, ids: Iterable[str], *, request_id: str | None = None) -> int:
         """Delete documents by id (ids absent from the index are no-ops); returns the seq."""

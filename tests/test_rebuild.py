@@ -231,3 +231,102 @@ def test_a_build_with_another_analyzer_analyzes_the_live_writes_again(tmp_path, 
         got = [(h.doc_id, round(h.bm25_score, 4)) for h in serving.search(query, k=5).hits]
         assert got == expected
         assert dict(expected).get("live-x", 0) > 0
+
+
+def retyped(docs: list[Document], value) -> list[Document]:
+    """``docs`` with their ``year`` field replaced by ``value(year)``."""
+    return [Document(d.id, d.text, d.title, {**d.metadata, "year": value(d.metadata["year"])})
+            for d in docs]
+
+
+def test_a_build_that_retypes_a_field_is_not_published_over_writes_of_the_old_kind(
+        tmp_path, docs):
+    """The live build's ``year`` is a keyword; a rebuild makes it a number while a writer of
+    the live build logs a keyword value. Published, every reader's load failed (a raw
+    ValueError from float()), and so did every compaction."""
+    from indexes.errors import PublishError
+
+    words = retyped(docs[:20], lambda year: f"y{year}")
+    build_index(words, tmp_path, vectors=unit_vectors(20, 0), encoder_info=INFO,
+                progress=False, dense="exact")
+    staged = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 0), encoder_info=INFO,
+                         progress=False, dense="exact", publish=False)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("pending", "a keyword year", "", {"year": "medium"})],
+                      vectors=unit_vectors(1, 4))
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        with pytest.raises(PublishError, match="'year'.*Pause the writes of the old kind"):
+            publish_build(tmp_path, staged.build_id)
+        assert not serving.refresh()
+        assert serving.get_documents(["pending"])[0] is not None
+    assert served_ids(tmp_path, ["pending"]) == [True]
+
+
+def test_a_publish_waits_for_an_append_in_progress(tmp_path, docs):
+    """A writer appends under the log's lock. The publish's check that the pending writes
+    fit the new build, and its flip, waited for no writer: a record made for the old build
+    could land between them (and then every reader refused the new build)."""
+    import fcntl
+    import threading
+
+    from indexes.wal.log import wal_dir
+
+    build_small(tmp_path, docs[:20])
+    staged = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
+                         progress=False, dense="exact", publish=False)
+    IndexWriter(tmp_path).close()  # the root has a log
+    with open(wal_dir(tmp_path) / ".writer.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a writer mid-append
+        publishing = threading.Thread(target=publish_build, args=(tmp_path, staged.build_id))
+        publishing.start()
+        publishing.join(1.0)
+        assert publishing.is_alive(), "the publish flipped during an append"
+        assert resolve_build_dir(tmp_path).name != staged.build_id
+    publishing.join(30)
+    assert resolve_build_dir(tmp_path).name == staged.build_id
+
+
+def test_a_writer_checks_against_the_build_live_now(tmp_path, docs):
+    """A writer that last saw the old build refused, again and again, upserts that fit the
+    build live now (a retyped field), until something else made it catch up."""
+    words = retyped(docs[:20], lambda year: f"y{year}")
+    build_index(words, tmp_path, vectors=unit_vectors(20, 0), encoder_info=INFO,
+                progress=False, dense="exact")
+    with IndexWriter(tmp_path) as writer:
+        build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 0), encoder_info=INFO,
+                    progress=False, dense="exact")  # year is a number now
+        seq = writer.upsert([Document("new", "a number year", "", {"year": 2001})],
+                            vectors=unit_vectors(1, 4))
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        serving.wait_for_seq(seq)
+        assert serving.get_documents(["new"])[0] is not None
+
+
+def test_a_build_refused_mid_swap_leaves_the_writes_on_the_old_build(tmp_path, docs):
+    """A filter registered while a reload ran (after its check, before its swap) refused the
+    new build, but the log follower had already moved to it: later writes were applied to
+    the refused build, or never (``/readyz`` failed for good)."""
+    build_small(tmp_path, docs[:20])
+    no_department = [Document(d.id, d.text, d.title, {"year": d.metadata["year"]})
+                     for d in docs[:20]]
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        old = serving.snapshot.build_id
+        checked = serving._log.check_fits
+
+        def register_meanwhile(base):
+            checked(base)
+            serving.register_filter("cardio", {"department": "cardiology"})
+
+        serving._log.check_fits = register_meanwhile  # the interleaving, made certain
+        build_index(no_department, tmp_path, vectors=unit_vectors(20, 0), encoder_info=INFO,
+                    progress=False, dense="exact")
+        assert not serving.reload()
+        assert serving.reload_events[-1]["event"] == "refused"
+        with IndexWriter(tmp_path) as writer:
+            seq = writer.upsert([Document("later", "a later write", "", {"year": 2001})],
+                                vectors=unit_vectors(1, 4))
+        result = serving.search("later write", k=3, min_seq=seq)
+        assert result.build_id.startswith(old + "+")
+        assert "later" in [hit.doc_id for hit in result.hits]
+        assert serving.search("later write", k=3, filters={"$named": "cardio"}).hits
+        assert serving._log.failure is None

@@ -208,6 +208,20 @@ def check_records_fit(manifest: Manifest, changes: Changes) -> None:
                 "the other model")
 
 
+def check_fields_fit(manifest: Manifest, changes: Changes) -> None:
+    """Refuse upserts whose metadata the build's field kinds refuse (a field rebuilt as a
+    number, while writes of the old keyword kind were pending): every reader applying them
+    would fail, and so would every compaction."""
+    docs = [doc for doc, _ in changes.upserts.values()]
+    try:  # new fields pass, as a reader's log follower takes them
+        merged_schema(docs, manifest.metadata_fields, allow_new_fields=True)
+    except InvalidWriteError as exc:
+        raise InvalidWriteError(
+            f"the log's pending upserts do not fit build {manifest.build_id!r}: {exc}. Pause "
+            "the writes of the old kind, fold the log (`retrieval compact`, or "
+            "IndexWriter.compact) so no write is pending, then build again") from exc
+
+
 def check_fit(split_build: bool, build: str, changes: Changes) -> None:
     for doc_id in changes.upserts:
         if bool(changes.spans.get(doc_id)) != split_build:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -38,6 +40,18 @@ def take_lock(handle: IO[str], timeout_seconds: float, root: Path) -> None:
                     "writer is appending or stuck; one writer per index root at a time "
                     "(retry, or raise lock_timeout_seconds)") from None
             time.sleep(LOCK_POLL_SECONDS)
+
+
+@contextmanager
+def appends_paused(root: Path, timeout_seconds: float = 10.0) -> Iterator[None]:
+    """No writer appends to ``root``'s log meanwhile (its append lock held); nothing to hold
+    when the root has no log."""
+    if not wal_dir(root).is_dir():
+        yield
+        return
+    with open(wal_dir(root) / LOCK, "a") as handle:
+        take_lock(handle, timeout_seconds, root)
+        yield  # closing the handle releases the lock
 
 
 def seal(root: Path, timeout_seconds: float = 10.0) -> int | None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from indexes.errors import RetrievalError
 from indexes.wal import Changes, Record
-from indexes.wal.checks import check_records_fit, merged_kinds
+from indexes.wal.checks import check_fields_fit, check_records_fit, merged_kinds
 from indexes.wal.log import LogCorruptionError, holds_after, read_from, segments, wal_dir
 from retrieval.live.bm25_live import BaseTerms
 from retrieval.live.view import Folded, TokenMemo, compose, content_hashes_of
@@ -91,6 +91,14 @@ class LogFollower:
         self.records: list[Record] = []
         self.applied_seq = base.manifest.log_seq if applied_seq is None else applied_seq
 
+    def _state(self) -> tuple[Any, ...]:
+        return (self.base, self._folded, self._terms, self._base_hashes, self.records,
+                self.applied_seq, self._memo, self._position)
+
+    def _restore(self, state: tuple[Any, ...]) -> None:
+        (self.base, self._folded, self._terms, self._base_hashes, self.records,
+         self.applied_seq, self._memo, self._position) = state
+
     # -- swaps -----------------------------------------------------------------------------
 
     def rebase(self, base: LoadedBuild) -> None:
@@ -99,32 +107,42 @@ class LogFollower:
         compaction) gets the records in between from the log again. ``applied_seq`` rises
         only once the new snapshot serves: ``wait_for_seq`` readers rely on it."""
         with self._lock:
-            log_seq, served = base.manifest.log_seq, self.applied_seq
-            lower = log_seq < self.base.manifest.log_seq
-            if lower and not holds_after(self.root, log_seq):  # before anything changes:
-                raise self._gap(log_seq)  # the old one serves on
-            kept = [r for r in self.records if r.seq > log_seq]
-            same_analyzer = (base.manifest.analyzer_fingerprint
-                             == self.base.manifest.analyzer_fingerprint)
-            carried = self._carried_terms(base) if same_analyzer else None
-            if not same_analyzer:  # the delta's texts analyzed as the new build analyzes
-                self._memo = TokenMemo()
-            self._set_base(base, applied_seq=served)
-            self._terms = carried
-            if lower:  # the records after its log_seq, not after what was served
-                self._position = (0, 0)
-                kept = self._read_new(after=log_seq) or []
-            applied = max(served, log_seq, kept[-1].seq if kept else 0)
-            self.records = kept
-            self._publish(applied)
-            self.applied_seq = applied
+            if base.manifest.log_seq < self.base.manifest.log_seq and not holds_after(
+                    self.root, base.manifest.log_seq):  # before anything changes:
+                raise self._gap(base.manifest.log_seq)  # the old one serves on
+            before = self._state()
+            try:
+                self._rebase(base)
+            except BaseException:  # the old base serves on, with what it applied
+                self._restore(before)
+                raise
+
+    def _rebase(self, base: LoadedBuild) -> None:
+        log_seq, served = base.manifest.log_seq, self.applied_seq
+        lower = log_seq < self.base.manifest.log_seq
+        kept = [r for r in self.records if r.seq > log_seq]
+        same_analyzer = (base.manifest.analyzer_fingerprint
+                         == self.base.manifest.analyzer_fingerprint)
+        carried = self._carried_terms(base) if same_analyzer else None
+        if not same_analyzer:  # the delta's texts analyzed as the new build analyzes
+            self._memo = TokenMemo()
+        self._set_base(base, applied_seq=served)
+        self._terms = carried
+        if lower:  # the records after its log_seq, not after what was served
+            self._position = (0, 0)
+            kept = self._read_new(after=log_seq) or []
+        applied = max(served, log_seq, kept[-1].seq if kept else 0)
+        self.records = kept
+        self._publish(applied)
+        self.applied_seq = applied
 
     def check_fits(self, base: LoadedBuild) -> None:
         """Raise InvalidWriteError when the applied records cannot be served on ``base``
         (written for a build with passages and ``base`` has none, or the reverse)."""
         with self._lock:
-            check_records_fit(base.manifest, Changes.of(self.records,
-                                                        after=base.manifest.log_seq))
+            changes = Changes.of(self.records, after=base.manifest.log_seq)
+            check_records_fit(base.manifest, changes)
+            check_fields_fit(base.manifest, changes)
 
     def _carried_terms(self, base: LoadedBuild) -> BaseTerms | None:
         """The new base's term frequencies from the snapshot served now, when the new base
