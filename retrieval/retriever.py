@@ -38,6 +38,7 @@ from retrieval.request_path.cache_lookup import RequestCache
 from retrieval.request_path.feature_stage import FeatureStage, check_recency
 from retrieval.request_path.run import Live, RequestPath
 from retrieval.request_path.validate import FilterMemo, check_min_seq, is_light_filter
+from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class Retriever:
             self._features.start()
         self._reloader: Any = None
         self._refused: tuple[str, int] | None = None  # the CURRENT a reload last refused
+        self._deferred: tuple[str, int] | None = None  # the one it last put off (a shard down)
         # The log thread and the reload poller both reload: one build is loaded once.
         self._reload_lock = threading.Lock()
         # How a published build is opened: here (whole or sharded), or on Ray (``connect``).
@@ -253,6 +255,12 @@ class Retriever:
                 self._log.rebase(fresh)  # refused when the log cannot complete it
             else:
                 self._serve(fresh)
+        except ShardUnavailableError as exc:  # a shard down for now: not the build's fault
+            if marker != self._deferred:  # said once, tried again at every poll
+                log.warning("new build under %s deferred: %s", self.root, exc)
+                self.reload_events.append({"event": "deferred", "error": str(exc)})
+                self._deferred = marker
+            return False
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
             self.reload_events.append({"event": "refused", "error": str(exc)})

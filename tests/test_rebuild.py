@@ -330,3 +330,29 @@ def test_a_build_refused_mid_swap_leaves_the_writes_on_the_old_build(tmp_path, d
         assert "later" in [hit.doc_id for hit in result.hits]
         assert serving.search("later write", k=3, filters={"$named": "cardio"}).hits
         assert serving._log.failure is None
+
+
+def test_a_build_put_off_by_a_shard_down_is_loaded_once_the_shard_is_back(tmp_path, docs):
+    """A Ray-served root's new build could not be prepared while one shard had no replica
+    for a moment; that was recorded as a refusal of the build, and it was never tried again
+    until the next publish."""
+    from retrieval import ShardUnavailableError
+
+    build_small(tmp_path, docs[:20])
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        opened = serving._open
+        down = [True]
+
+        def open_while_a_shard_is_down(path):  # as RayShardedBuild's preparation fails
+            if down[0]:
+                raise ShardUnavailableError("shard shard-001 has no live replica", "shard-001")
+            return opened(path)
+
+        serving._open = open_while_a_shard_is_down
+        new = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
+                          progress=False, dense="exact")
+        assert not serving.reload() and not serving.reload()
+        assert [e["event"] for e in serving.reload_events] == ["loaded", "deferred"]
+        down[0] = False
+        assert serving.reload()
+        assert serving.snapshot.build_id == new.build_id
