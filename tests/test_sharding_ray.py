@@ -297,3 +297,26 @@ def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray,
     assert [h.doc_id for h in answered.hits] == [h.doc_id for h in want.hits]
     assert set(h.doc_id for h in answered.hits) <= set(first.docs.all_ids())
 
+
+
+def test_a_replica_restarted_after_a_gc_starts_on_the_live_build(tmp_path):
+    """A replica Serve restarts loads its shard as it starts. It loaded the build deployed,
+    which a ``gc`` deletes once newer builds went live: the replica failed to start, again
+    and again, and the shard stayed down until the application was deployed again."""
+    from indexes.manifest import collect_garbage
+    from retrieval.sharding.ray_serve import start_dir
+
+    documents = [Document(f"d{i}", f"alpha beta doc{i}") for i in range(12)]
+    info = EncoderInfo(encoder_id="given", model="given", dim=8, vector_dtype="float32")
+    vectors = np.random.default_rng(0).normal(size=(12, 8)).astype(np.float32)
+    deployed = build_index(documents, tmp_path, vectors=vectors, encoder_info=info,
+                           progress=False, shards=2, dense="exact")
+    shard = str(deployed.path / "shards" / "shard-001")
+    assert start_dir(shard, str(tmp_path)) == shard
+    for _ in range(2):
+        live = build_index(documents, tmp_path, vectors=vectors, encoder_info=info,
+                           progress=False, shards=2, dense="exact")
+    collect_garbage(tmp_path, keep=1)
+    assert not Path(shard).exists()
+    assert start_dir(shard, str(tmp_path)) == str(live.path / "shards" / "shard-001")
+    assert start_dir(shard, None) == shard  # deployed from a build directory: no fallback

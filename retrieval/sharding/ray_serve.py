@@ -42,7 +42,7 @@ from indexes.bm25 import BM25Index
 from indexes.docstore import Document
 from indexes.errors import RetrievalError
 from indexes.fan_out import search_alone
-from indexes.manifest import read_manifest
+from indexes.manifest import current_build_dir, read_manifest
 from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
 from indexes.sharding.layout import joined_passages
@@ -73,11 +73,12 @@ class ShardReplica:
 
     KEEP = 2
 
-    def __init__(self, shard_dir: str, config: dict[str, Any]) -> None:
+    def __init__(self, shard_dir: str, config: dict[str, Any], root: str | None = None
+                 ) -> None:
         self.settings = RetrieverConfig(**config)
         self.builds: dict[str, LoadedBuild] = {}
         self._lock = threading.Lock()
-        self.build(shard_dir)
+        self.build(start_dir(shard_dir, root))
 
     def build(self, shard_dir: str) -> LoadedBuild:
         found = self.builds.get(shard_dir)
@@ -126,6 +127,18 @@ class ShardReplica:
 
     def all_ids(self, shard_dir: str) -> list[str]:
         return self.build(shard_dir).docs.all_ids()
+
+
+def start_dir(shard_dir: str, root: str | None) -> str:
+    """The shard build a replica loads as it starts: the deployed one, or, once a ``gc`` has
+    deleted it (a replica Serve restarts after newer builds went live), the same shard of the
+    build the root's ``CURRENT`` names; each call then names the build it needs."""
+    deployed = Path(shard_dir)
+    if deployed.is_dir() or root is None:
+        return shard_dir
+    live = current_build_dir(Path(root))
+    same_shard = live / deployed.parent.name / deployed.name if live is not None else None
+    return str(same_shard) if same_shard is not None and same_shard.is_dir() else shard_dir
 
 
 @serve.deployment
@@ -213,13 +226,15 @@ def shards_app(path: str | Path, config: RetrieverConfig | dict[str, Any] | None
     if not isinstance(config, RetrieverConfig):
         config = RetrieverConfig(**(config or {}))
     directory, layout = read_layout(Path(path), verify=config.verify_checksums)
+    # An index root (not a build directory): what its replicas fall back on (``start_dir``).
+    root = str(Path(path).resolve()) if directory != Path(path) else None
     settings = config.model_dump(mode="json")
     actor = {"num_cpus": num_cpus}
     shard_deployment: Any = ShardReplica  # a serve Deployment (the stubs see the class)
     ingress: Any = ShardSet
     shards = [shard_deployment.options(name=entry.name, num_replicas=replicas,
                                        ray_actor_options=actor).bind(
-                  str(layout.shard_dir(directory, i)), settings)
+                  str(layout.shard_dir(directory, i)), settings, root)
               for i, entry in enumerate(layout.shards)]
     return ingress.options(name="shards", ray_actor_options=actor).bind(str(directory),
                                                                        *shards)
