@@ -2,16 +2,19 @@
 
 An HTTP client that disconnects leaves its search queued behind the worker threads; computing
 it serves nobody and delays the searches of clients still waiting. ``unless_abandoned`` races
-the executor future against the caller's ``abandoned()`` awaitable: if that completes first,
-the future is cancelled (a job that has not started never runs; one already running finishes
-on its thread, its answer discarded) and ``SearchAbandonedError`` is raised.
+the work against the caller's ``abandoned()`` awaitable: if that completes first, a job that
+has not started never runs, one already running is waited for (its answer discarded), and
+``SearchAbandonedError`` is raised. The wait keeps whatever the caller holds (the service's
+admission slot) held while a thread still computes: freed at once, more searches than the
+limit would compute side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from retrieval.errors import SearchAbandonedError
 
@@ -19,18 +22,55 @@ T = TypeVar("T")
 Abandoned = Callable[[], Awaitable[Any]]
 
 
-async def unless_abandoned(work: asyncio.Future[T], abandoned: Abandoned | None) -> T:
+class ThreadWork(Generic[T]):
+    """``call`` in the running loop's default executor, which its caller may drop."""
+
+    def __init__(self, call: Callable[[], T]) -> None:
+        loop = asyncio.get_running_loop()
+        self._lock = threading.Lock()
+        self._phase = "queued"  # then "running" and "done", or "dropped" (never runs)
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self.future: asyncio.Future[T] = loop.run_in_executor(None, self._run, call, loop)
+
+    def _run(self, call: Callable[[], T], loop: asyncio.AbstractEventLoop) -> T:
+        with self._lock:
+            if self._phase == "dropped":  # its future is cancelled: nobody reads this
+                raise asyncio.CancelledError
+            self._phase = "running"
+        try:
+            return call()
+        finally:
+            with self._lock:
+                self._phase = "done"
+            loop.call_soon_threadsafe(self._finish)
+
+    def _finish(self) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def drop(self) -> bool:
+        """Cancel the work; True when a thread is computing it (``finished`` tells when not)."""
+        with self._lock:
+            if self._phase == "queued":
+                self._phase = "dropped"
+            running = self._phase == "running"
+        self.future.cancel()
+        return running
+
+
+async def unless_abandoned(work: ThreadWork[T], abandoned: Abandoned | None) -> T:
     if abandoned is None:
-        return await work
+        return await work.future
     watcher = asyncio.ensure_future(abandoned())
     try:
-        await asyncio.wait((work, watcher), return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait((work.future, watcher), return_when=asyncio.FIRST_COMPLETED)
     finally:  # this task cancelled (a timeout around it) drops the queued work too
         watcher.cancel()
-        if not work.done():
-            work.cancel()
-    if work.cancelled():
+        running = not work.future.done() and work.drop()
+    if running:
+        await work.finished
+    if work.future.cancelled():
         if not watcher.cancelled() and watcher.exception() is not None:
             raise watcher.exception()  # type: ignore[misc] # a broken watcher, not a caller gone
         raise SearchAbandonedError("the caller stopped waiting; the search was dropped")
-    return work.result()
+    return work.future.result()

@@ -5,7 +5,6 @@ reality, reload, close, stats) and no algorithm; a search is one pass down the s
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import logging
@@ -23,7 +22,7 @@ from indexes.errors import InvalidQueryError, RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
 from indexes.wal.split import whole_documents
-from retrieval.abandon import Abandoned, unless_abandoned
+from retrieval.abandon import Abandoned, ThreadWork, unless_abandoned
 from retrieval.cache import Cache, make_cache
 from retrieval.config import RetrieverConfig
 from retrieval.errors import ConfigError, SequenceNotReachedError
@@ -474,7 +473,7 @@ class Retriever:
                      threshold)
 
     def _in_thread(self, call: Callable[..., Any], *args: Any, **options: Any
-                   ) -> asyncio.Future[Any]:
+                   ) -> ThreadWork[Any]:
         """``search``-like ``call`` in the running loop's default executor, with the caller's
         context (its trace span is the parent of the search's) and the time it waited for a
         thread passed as its first argument (``queued_ms``)."""
@@ -483,8 +482,7 @@ class Retriever:
         def queued() -> Any:
             return call((time.perf_counter() - submitted) * 1e3, *args, **options)
 
-        return asyncio.get_running_loop().run_in_executor(
-            None, contextvars.copy_context().run, queued)
+        return ThreadWork(functools.partial(contextvars.copy_context().run, queued))
 
     def _threshold(self, min_score: Any) -> float | None:
         """A valid ``min_score``, on a build whose model has a relevance calibration."""
@@ -531,7 +529,6 @@ class Retriever:
         encode pool: a search waiting there on an encode queued behind other searches could
         wait forever. ``abandoned``: an awaitable factory that completes when the caller no
         longer wants the answer (``retrieval.abandon``)."""
-        loop = asyncio.get_running_loop()
         if options.get("min_score") is not None:
             threshold = self._threshold(options.pop("min_score"))
             return above(await self.asearch(query, filters, k, abandoned=abandoned, **options),
@@ -549,8 +546,8 @@ class Retriever:
             begun = self._path.begin(live, query, filters, k, **options)
             if isinstance(begun, SearchResult):
                 return begun
-            return await unless_abandoned(loop.run_in_executor(
-                None, contextvars.copy_context().run, self._path.resume, live, begun), abandoned)
+            return await unless_abandoned(ThreadWork(functools.partial(
+                contextvars.copy_context().run, self._path.resume, live, begun)), abandoned)
         return await unless_abandoned(
             self._in_thread(self._searched, query, filters, k, **options), abandoned)
 
@@ -561,5 +558,5 @@ class Retriever:
         """``search_batch`` for asyncio apps, in the running loop's default executor (as
         ``asearch``, ``abandoned`` too)."""
         call = functools.partial(self.search_batch, queries, filters, k, **options)
-        return await unless_abandoned(asyncio.get_running_loop().run_in_executor(
-            None, contextvars.copy_context().run, call), abandoned)
+        return await unless_abandoned(ThreadWork(functools.partial(
+            contextvars.copy_context().run, call)), abandoned)

@@ -60,7 +60,7 @@ def test_a_search_abandoned_while_queued_is_dropped_unrun(index, encoder, batch)
 def test_a_timeout_drops_the_queued_work_and_a_broken_watcher_is_its_own_error():
     """A timeout around ``unless_abandoned`` cancelled only the watcher, so the queued search
     still ran; a watcher that raised read as a caller gone, its error lost."""
-    from retrieval.abandon import unless_abandoned
+    from retrieval.abandon import ThreadWork, unless_abandoned
 
     ran: list[str] = []
 
@@ -73,11 +73,11 @@ def test_a_timeout_drops_the_queued_work_and_a_broken_watcher_is_its_own_error()
         release = threading.Event()
         blocker = loop.run_in_executor(None, release.wait)  # the one thread is busy
         try:
-            queued = loop.run_in_executor(None, ran.append, "timed out")
+            queued = ThreadWork(lambda: ran.append("timed out"))
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(unless_abandoned(queued, asyncio.Event().wait), 0.05)
             with pytest.raises(RuntimeError, match="watcher bug"):
-                await unless_abandoned(loop.run_in_executor(None, ran.append, "broken"), broken)
+                await unless_abandoned(ThreadWork(lambda: ran.append("broken")), broken)
         finally:
             await asyncio.sleep(0.01)  # a cancel reaches the executor's job on the next turn
             release.set()
@@ -86,3 +86,32 @@ def test_a_timeout_drops_the_queued_work_and_a_broken_watcher_is_its_own_error()
 
     asyncio.run(scenario())
     assert ran == []
+
+
+def test_a_search_abandoned_while_computing_is_waited_for():
+    """A caller gone while its search computes: the search cannot be stopped, so the caller
+    waits for its thread before it hears ``SearchAbandonedError``. It heard it at once, and
+    the service freed the admission slot while the thread still computed: with clients that
+    gave up, more searches computed side by side than ``server.max_in_flight``."""
+    from retrieval.abandon import ThreadWork, unless_abandoned
+
+    async def scenario() -> None:
+        computing, release = threading.Event(), threading.Event()
+
+        def search() -> str:
+            computing.set()
+            release.wait(30)
+            return "answer nobody reads"
+
+        gone = asyncio.Event()
+        caller = asyncio.ensure_future(unless_abandoned(ThreadWork(search), gone.wait))
+        while not computing.is_set():
+            await asyncio.sleep(0.001)
+        gone.set()
+        await asyncio.sleep(0.1)
+        assert not caller.done(), "the caller left while its search still computed"
+        release.set()
+        with pytest.raises(SearchAbandonedError):
+            await caller
+
+    asyncio.run(scenario())
