@@ -466,8 +466,9 @@ class Retriever:
                   min_score: float | None = None) -> SearchResult:
         """``search``, begun ``queued_ms`` after it was asked for (the wait for a thread),
         which counts in its deadline and its timings."""
-        threshold = self._threshold(min_score)
-        self.wait_for_seq(min_seq)
+        with self._path.failures_traced():
+            threshold = self._threshold(min_score)
+            self.wait_for_seq(min_seq)
         return above(self._path.search(self._live, query, filters, k, candidates, query_vector,
                                        deadline_ms, group_by, context, explain, queued_ms),
                      threshold)
@@ -509,8 +510,9 @@ class Retriever:
         min_score: float | None = None,
     ) -> list[SearchResult]:
         """Search many queries with the same filters; their embeddings are one encoder call."""
-        threshold = self._threshold(min_score)
-        self.wait_for_seq(min_seq)
+        with self._path.failures_traced():
+            threshold = self._threshold(min_score)
+            self.wait_for_seq(min_seq)
         return [above(r, threshold) for r in self._path.search_batch(
             self._live, queries, filters, k, candidates, query_vectors, group_by, context,
             explain)]

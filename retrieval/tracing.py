@@ -29,7 +29,8 @@ class TracingConfig(BaseModel):
 
 
 class Observer:
-    """Receives every finished search: rolling stats always, spans and slow log when asked."""
+    """Receives every finished search: rolling stats always, spans and slow log when asked;
+    and every failed one (a span, when tracing is on)."""
 
     def __init__(self, config: TracingConfig, tracer: Any = None) -> None:
         self.config = config
@@ -49,6 +50,19 @@ class Observer:
                         result.cache.embedding,
                         {k: round(v, 3) for k, v in result.timings.items()})
 
+    def failed(self, error: BaseException, started_ns: int) -> None:
+        """A search that raised: its span, marked as an error with the exception recorded
+        (a trace missing its failed searches shows a service healthier than it is)."""
+        if self._tracer is None:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        span = self._tracer.start_span("retrieval.search", start_time=started_ns,
+                                       attributes={"retrieval.error": type(error).__name__})
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:200]))
+        span.end()
+
     def _emit(self, result: SearchResult, timer: StageTimer) -> None:
         start = timer.wall_start_ns
         end = start + int(result.timings.get("total", 0.0) * 1e6)
@@ -59,6 +73,9 @@ class Observer:
             "retrieval.hits": len(result.hits),
             "retrieval.cache.result": result.cache.result,
             "retrieval.cache.embedding": result.cache.embedding,
+            # what a degraded answer went without ("embed", "partial:<shard>", ...); an
+            # answer all the same, so not an error status
+            "retrieval.degraded": list(result.degraded),
         }
         span = self._tracer.start_span("retrieval.search", start_time=start, attributes=attributes)
         from opentelemetry import trace

@@ -161,6 +161,26 @@ def test_spans_carry_stage_names(root, encoder):
     request = asyncio.run(traced())
     search = next(s for s in exporter.get_finished_spans() if s.name == "retrieval.search")
     assert search.parent is not None and search.parent.span_id == request.context.span_id
+    # A search that fails has its span too, an error; a degraded one says what it lacked.
+    from opentelemetry.trace import StatusCode
+
+    from retrieval import SequenceNotReachedError, UnknownFieldError
+
+    for failing, error in ((lambda: retriever.search("x", filters={"nope": 1}),
+                            UnknownFieldError),
+                           (lambda: retriever.search("x", min_seq=10**9),
+                            SequenceNotReachedError)):
+        exporter.clear()
+        with pytest.raises(error):
+            failing()
+        (failed,) = [s for s in exporter.get_finished_spans() if s.name == "retrieval.search"]
+        assert failed.status.status_code is StatusCode.ERROR
+        assert failed.attributes["retrieval.error"] == error.__name__
+        assert failed.events[0].name == "exception"
+    exporter.clear()
+    degraded = retriever.search("protein folding", k=3, deadline_ms=1e-6)
+    span = next(s for s in exporter.get_finished_spans() if s.name == "retrieval.search")
+    assert degraded.degraded and list(span.attributes["retrieval.degraded"]) == degraded.degraded
 
 
 def test_a_search_waiting_for_a_thread_counts_the_wait(root, encoder):

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -117,13 +118,24 @@ class RequestPath:
                explain: bool = False, queued_ms: float = 0.0) -> SearchResult:
         """``queued_ms``: how long the search waited for a thread before this call (spent
         from its deadline, and its ``queue`` stage)."""
-        deadline = Deadline(check_deadline(deadline_ms, self.config), spent_ms=queued_ms)
-        with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
-            begun = self._begin(live, query, filters, k, candidates, query_vector is None,
-                                deadline, group_by, context, explain, queued_ms)
-            if isinstance(begun, SearchResult):
-                return begun
-            return self._finish(live, begun, query_vector)
+        with self.failures_traced():
+            deadline = Deadline(check_deadline(deadline_ms, self.config), spent_ms=queued_ms)
+            with self.in_flight:  # OverloadedError here, before any work, past max_in_flight
+                begun = self._begin(live, query, filters, k, candidates, query_vector is None,
+                                    deadline, group_by, context, explain, queued_ms)
+                if isinstance(begun, SearchResult):
+                    return begun
+                return self._finish(live, begun, query_vector)
+
+    @contextmanager
+    def failures_traced(self) -> Iterator[None]:
+        """A span for a search that raises in this block (``Observer.failed``)."""
+        started = time.time_ns()
+        try:
+            yield
+        except Exception as exc:
+            self.observer.failed(exc, started)
+            raise
 
     @property
     def reads_without_blocking(self) -> bool:
@@ -137,14 +149,15 @@ class RequestPath:
               ) -> SearchResult | Begun:
         """Validate and look up the caches (``reads_without_blocking`` caches only): a
         result-cache hit is the whole search; otherwise ``resume`` continues it."""
-        deadline = Deadline(check_deadline(deadline_ms, self.config))
-        with self.in_flight:
-            return self._begin(live, query, filters, k, candidates, True, deadline, group_by,
-                               context, explain)
+        with self.failures_traced():
+            deadline = Deadline(check_deadline(deadline_ms, self.config))
+            with self.in_flight:
+                return self._begin(live, query, filters, k, candidates, True, deadline,
+                                   group_by, context, explain)
 
     def resume(self, live: Live, begun: Begun) -> SearchResult:
         """The rest of a search ``begin`` started, usually in a worker thread."""
-        with self.in_flight:
+        with self.failures_traced(), self.in_flight:
             begun.timer.lap("queue")  # waiting for the thread is not the next stage's time
             return self._finish(live, begun, None)
 
@@ -220,6 +233,13 @@ class RequestPath:
                      candidates: int | None, query_vectors: np.ndarray | None,
                      group_by: Any = None, context: Any = 0, explain: bool = False
                      ) -> list[SearchResult]:
+        with self.failures_traced():
+            return self._search_batch(live, queries, filters, k, candidates, query_vectors,
+                                      group_by, context, explain)
+
+    def _search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
+                      candidates: int | None, query_vectors: np.ndarray | None,
+                      group_by: Any, context: Any, explain: bool) -> list[SearchResult]:
         check_batch_queries(queries)
         check_batch_work(len(queries), k, candidates, self.config)
         started = time.perf_counter()
