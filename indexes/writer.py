@@ -13,8 +13,8 @@ obtained within ``lock_timeout_seconds`` is ``WriterLockedError``.
 Retries: a write may carry a client's request id. The id and a digest of the write are
 logged with the record; a later write with the same id and the same content is answered with
 the first one's sequence number and logs nothing, and one with other content is
-``RequestReplayError``. Ids are remembered while their record is in the log (until a build
-folds it). Without an id a resent upsert or delete is still harmless to the index's content:
+``RequestReplayError``. Ids are remembered while their record is in the log (a build that
+folds it keeps it there while a rollback may need it). Without an id a resent upsert or delete is still harmless to the index's content:
 the same documents replace themselves, the same ids stay deleted; it only costs a record.
 """
 
@@ -178,12 +178,13 @@ class IndexWriter:
             self._segment = first
             self._end = os.fstat(self._fd).st_size
             write_acked(self._acked_fd, first, self._end)
-        records = read_all(self.root, after=self.manifest.log_seq)
+        held = read_all(self.root)
+        records = [r for r in held if r.seq > self.manifest.log_seq]
         self.kinds = merged_kinds(self.manifest.metadata_fields, records)
         self._hashes = None
         self._requests = {}
         self._unhashed = list(records)
-        self._remember(records)
+        self._remember(held)  # folded ones too: a retry after a compaction is still one
         self._build = build
 
     def _absorb(self, records: list[Record]) -> None:

@@ -149,6 +149,26 @@ def test_a_retried_request_id_is_answered_with_the_first_seq_and_logged_once(roo
         assert reopened.delete_acked(["r1"], request_id="req-2").replayed
 
 
+def test_a_retry_after_a_compaction_is_still_answered_not_logged_again(root):
+    """The compaction folded the first write (its record stays in the log while a rollback
+    may need it); the retry after it was logged again, over a newer write of the same
+    document, which it then undid."""
+    with IndexWriter(root) as writer:
+        writer.upsert([Document("x", "version one")], vectors=unit_vectors(1, 1),
+                      request_id="r1")
+        writer.compact()
+        writer.upsert([Document("x", "version two")], vectors=unit_vectors(1, 2),
+                      request_id="r2")
+        retry = writer.upsert_acked([Document("x", "version one")],
+                                    vectors=unit_vectors(1, 1), request_id="r1")
+        assert (retry.seq, retry.replayed) == (1, True)
+    with IndexWriter(root) as reopened:
+        assert reopened.upsert_acked([Document("x", "version one")],
+                                     vectors=unit_vectors(1, 1), request_id="r1").replayed
+    with Retriever.load(root, {"cache": {"backend": "none"}}) as retriever:
+        assert retriever.get_documents(["x"])[0].text == "version two"
+
+
 def test_an_upsert_adding_or_retyping_a_field_is_a_schema_error_naming_it(root):
     with IndexWriter(root) as writer:
         with pytest.raises(SchemaMismatchError, match="'yaer' is not in the index's schema"
