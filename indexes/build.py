@@ -224,6 +224,7 @@ def build_index(
     publish: bool = True,
     log_seq: int | None = None,
     export_seq: int | None = None,
+    exported_at: str | None = None,
     shards: int | None = None,
     dense: DenseLeg = "ivf",
     live_writes: LiveWrites = "superseded",
@@ -244,7 +245,8 @@ def build_index(
     gated ``retrieval.publishing.publish``) makes the staged one live.
 
     ``log_seq``: the write-ahead log position folded into these documents, and
-    ``export_seq`` the one its base's corpus export accounted for (compaction sets both). By
+    ``export_seq`` the one its base's corpus export accounted for, read at ``exported_at``
+    (compaction sets all three). By
     default the build seals the root's log where it starts and ``live_writes`` says
     what happens to the writes logged before that (``indexes.rebuild``): ``superseded`` by
     ``documents`` (the export), or ``replayed`` onto them (needs an ``encoder``); writes
@@ -268,12 +270,9 @@ def build_index(
     check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     contract = None
-    if sealed is not None:
-        log_seq, contract, _ = sealed
-        export_seq = log_seq
-    elif log_seq is None:
-        log_seq, contract, changes = rebuild.start(root, live_writes)
-        export_seq = log_seq
+    if sealed is None and log_seq is None:
+        sealed = rebuild.start(root, live_writes)
+        changes = sealed.changes
         if live_writes == "replayed" and (changes.upserts or changes.deleted):
             if vectors is not None:
                 raise CorpusError("live_writes='replayed' embeds the logged documents with "
@@ -281,6 +280,9 @@ def build_index(
                                   "or fold the log first (IndexWriter.compact)")
             parents = rebuild.replay(parents, changes)
             ranges = shard_ranges(len(parents), shards) if shards is not None else None
+    if sealed is not None:
+        log_seq, contract, _, exported_at = sealed
+        export_seq = log_seq
     timer = _Stopwatch()
     docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
     timer.lap("split" if passage_map is not None else "window")
@@ -318,12 +320,13 @@ def build_index(
                           avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
                           log_seq=log_seq, window=window, passages=passage_info,
                           allow_new_fields=config.allow_new_fields, live_writes=contract,
-                          export_seq=export_seq)
+                          export_seq=export_seq, exported_at=exported_at)
             return
         write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                          passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
                          passages=passage_info, allow_new_fields=config.allow_new_fields,
-                         live_writes=contract, export_seq=export_seq)
+                         live_writes=contract, export_seq=export_seq,
+                         exported_at=exported_at)
 
     final, retired = stage_and_place(root, build_id, write, publish)
     timer.lap("write+publish")

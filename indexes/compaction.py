@@ -127,7 +127,8 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
     parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
                          config=config, progress=progress, log_seq=folded,
-                         export_seq=manifest.replay_from, publish=False,
+                         export_seq=manifest.replay_from, exported_at=manifest.exported_at,
+                         publish=False,
                          shards=_shard_count(build, len(parts), len(docs)),
                          dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
     try:

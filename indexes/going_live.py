@@ -39,7 +39,7 @@ from indexes.history import (
     live_build_id,
     rollback_target,
 )
-from indexes.manifest import read_manifest
+from indexes.manifest import Manifest, read_manifest
 from indexes.wal.checks import check_fields_fit, check_records_fit
 from indexes.wal.log import holds_after, read_all, segments
 from indexes.wal.seal import appends_paused, retire
@@ -62,6 +62,8 @@ def go_live(root: Path, build_id: str, how: How, note: str = "",
             raise LiveBuildChangedError(
                 f"build {build_id!r} was made from {replaces!r}, but {live!r} went live under "
                 f"{root} meanwhile; publishing it would undo that. It stays placed, not live")
+        if how == "plain":  # the gate's "corpus export" check refuses it, unless forced
+            check_export_not_older(root, build_id, live)
         check_log_holds(root, build_id, live)
         with appends_paused(root):  # no write lands between the check and the flip
             check_writes_fit(root, build_id)
@@ -81,6 +83,38 @@ def retire_folded(root: Path) -> int:
     """Delete the segments whose records every build that may serve again holds."""
     with flipping(root):
         return _retire_unneeded(root)
+
+
+def check_export_not_older(root: Path, build_id: str, live: str | None) -> None:
+    """Refuse a build made from an older corpus export than the live build's: two nightly
+    builds that overlapped, the slower one (which read its export first) finishing last,
+    would otherwise bring back the older export with no word (its build id is the newer)."""
+    if live is None:
+        return
+    candidate = read_manifest(root / "builds" / build_id)
+    try:
+        serving = read_manifest(root / "builds" / live)
+    except ArtifactError:  # deleted since: nothing to compare with
+        return
+    if older_export(candidate, serving):
+        raise LiveBuildChangedError(
+            f"build {build_id!r} read its corpus export ({describe_export(candidate)}) before "
+            f"the live build {live!r} read its own ({describe_export(serving)}): publishing "
+            "it would bring back the older export. It stays placed, not live; to serve it "
+            "all the same, `retrieval publish --force` it")
+
+
+def older_export(candidate: Manifest, live: Manifest) -> bool:
+    """Whether ``candidate`` was made from a corpus export read before ``live``'s."""
+    if candidate.replay_from != live.replay_from:
+        return candidate.replay_from < live.replay_from
+    return (candidate.exported_at is not None and live.exported_at is not None
+            and candidate.exported_at < live.exported_at)
+
+
+def describe_export(manifest: Manifest) -> str:
+    when = f" at {manifest.exported_at}" if manifest.exported_at else ""
+    return f"log seq {manifest.replay_from}{when}"
 
 
 def check_log_holds(root: Path, build_id: str, live: str | None) -> None:

@@ -113,6 +113,9 @@ class Manifest(BaseModel):
     # corpus, its log_seq; a compaction, its base's. A rebuild replaying live writes replays
     # from here (None: written before this was recorded, its log_seq).
     export_seq: int | None = None
+    # When that export was read (UTC, ISO 8601): two exports read with no write between them
+    # share their export_seq, and only this tells the older (None: not recorded).
+    exported_at: str | None = None
 
     @property
     def replay_from(self) -> int:

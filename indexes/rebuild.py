@@ -12,7 +12,9 @@ serving process, so none is lost; once the build is live the folded segments are
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from indexes.docstore import Document
 from indexes.errors import CorpusError, LogGapError
@@ -22,8 +24,15 @@ from indexes.wal.seal import seal
 from indexes.wal.state import Changes
 
 POLICIES: tuple[LiveWrites, ...] = ("superseded", "replayed")
-# (log_seq of the new build, what it does with the live writes, their changes)
-Sealed = tuple[int, LiveWritesInfo | None, Changes]
+
+
+class Sealed(NamedTuple):
+    """Where a build from a corpus export starts on the root's log."""
+
+    log_seq: int  # the new build's: the last write acknowledged before the export was read
+    contract: LiveWritesInfo | None  # what it does with the live writes (None: no log)
+    changes: Changes  # those writes
+    exported_at: str  # when (UTC, ISO 8601)
 
 
 def start(root: Path, policy: LiveWrites) -> Sealed:
@@ -39,9 +48,10 @@ def start(root: Path, policy: LiveWrites) -> Sealed:
     manifest = read_manifest(previous) if previous is not None else None
     live_seq = manifest.log_seq if manifest is not None else 0
     after = manifest.replay_from if manifest is not None else 0
+    now = datetime.now(UTC).isoformat(timespec="microseconds")
     sealed = seal(root)
     if sealed is None:
-        return live_seq, None, Changes(last_seq=live_seq)
+        return Sealed(live_seq, None, Changes(last_seq=live_seq), now)
     sealed = max(sealed, live_seq)
     records = [r for r in read_all(root, after=after) if r.seq <= sealed]
     if after < live_seq and (not records or records[0].seq != after + 1):
@@ -53,7 +63,7 @@ def start(root: Path, policy: LiveWrites) -> Sealed:
     changes = Changes.of(records, after=after)
     info = LiveWritesInfo(policy=policy, sealed_seq=sealed, records=len(records),
                           upserted=len(changes.upserts), deleted=len(changes.deleted))
-    return sealed, info, changes
+    return Sealed(sealed, info, changes, now)
 
 
 def _folded_gone(after: int, first: int) -> LogGapError:

@@ -370,7 +370,7 @@ def build_streamed(
     began = time.perf_counter()
     # The sources are the export: a write acknowledged from now on is applied on top of the
     # build, not superseded by sources read before it (the surveys can take hours).
-    log_seq, contract, _ = rebuild.start(root, "superseded")
+    log_seq, contract, _, exported_at = rebuild.start(root, "superseded")
     surveys = run(survey_shard, [SurveyJob(i, s, config) for i, s in enumerate(sources)])
     laps["survey"] = lap = round(time.perf_counter() - began, 3)
     check_unique_ids(surveys, sources, run)
@@ -390,7 +390,8 @@ def build_streamed(
         write_layout(staging, build_id, entries_of(written, build_id),
                      collection.statistics.avgdl, len(collection.vocab), info, config,
                      dict(collection.fields.kinds), log_seq=log_seq,
-                     allow_new_fields=config.allow_new_fields, live_writes=contract)
+                     allow_new_fields=config.allow_new_fields, live_writes=contract,
+                     exported_at=exported_at)
 
     final, retired = stage_and_place(root, build_id, write, publish)
     laps["shards+publish"] = round(time.perf_counter() - began - sum(laps.values()), 3)

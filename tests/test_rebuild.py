@@ -356,3 +356,30 @@ def test_a_build_put_off_by_a_shard_down_is_loaded_once_the_shard_is_back(tmp_pa
         down[0] = False
         assert serving.reload()
         assert serving.snapshot.build_id == new.build_id
+
+
+def test_an_older_export_finishing_last_does_not_replace_a_newer_one(root, docs):
+    """Two nightly builds overlapped: the slow one read its export first, the other read a
+    later export and went live first. The slow one then went live over it with no word,
+    bringing back the older export (and its build id is the newer one)."""
+    from indexes.errors import LiveBuildChangedError
+    from retrieval.publishing import publish
+
+    older = HashEncoder()
+    newer_ids = [d.id for d in docs[5:35]]
+
+    def newer_build_meanwhile():  # while the slow build encodes its (older) export
+        build_index(docs[5:35], root, encoder=HashEncoder(), progress=False, dense="exact")
+
+    older.during = newer_build_meanwhile
+    with pytest.raises(LiveBuildChangedError, match="would bring back the older export"):
+        # docs[35:] are new: encoded (the live build's vectors serve the others)
+        build_index(docs[:30] + docs[35:], root, encoder=older, progress=False, dense="exact")
+    with Retriever.load(root, LIVE, encoder=HashEncoder()) as retriever:
+        assert sorted(retriever.snapshot.docs.all_ids()) == sorted(newer_ids)
+    stale = sorted(p.name for p in (root / "builds").iterdir())[-1]
+    assert resolve_build_dir(root).name != stale  # placed, not live
+    refused = publish(root, stale)
+    assert not refused.published
+    assert refused.report.check("corpus export").outcome == "refused"
+    assert publish(root, stale, force=True).published  # asked for: served

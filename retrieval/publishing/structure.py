@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from indexes.going_live import describe_export, older_export
 from indexes.publish import BuildContents
 from retrieval.publishing.config import GateConfig
 from retrieval.publishing.report import Check
@@ -16,7 +17,23 @@ def structural_checks(live: BuildContents, candidate: BuildContents, gate: GateC
     """``live_fields``: the live schema, when live upserts added fields to the live build's."""
     return [doc_count_check(live, candidate, gate), content_check(live, candidate, gate),
             metadata_check(live, candidate, gate, live_fields),
-            encoder_check(live, candidate, gate), analyzer_check(live, candidate, gate)]
+            encoder_check(live, candidate, gate), analyzer_check(live, candidate, gate),
+            export_check(live, candidate)]
+
+
+def export_check(live: BuildContents, candidate: BuildContents) -> Check:
+    """Refused: a candidate made from an older corpus export than the live build's (two
+    nightly builds that overlapped, the one that read its export first finishing last)."""
+    before, after = describe_export(live.manifest), describe_export(candidate.manifest)
+    figures = {"live": before, "candidate": after}
+    if older_export(candidate.manifest, live.manifest):
+        return Check(name="corpus export", outcome="refused", figures=figures,
+                     threshold="not older than the live build's",
+                     summary=f"read {after}, before the live build's export ({before}): "
+                             "publishing it would bring back the older export")
+    return Check(name="corpus export", outcome="passed", figures=figures,
+                 threshold="not older than the live build's",
+                 summary=f"read {after} (the live build's: {before})")
 
 
 def doc_count_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
