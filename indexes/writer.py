@@ -14,8 +14,9 @@ Retries: a write may carry a client's request id. The id and a digest of the wri
 logged with the record; a later write with the same id and the same content is answered with
 the first one's sequence number and logs nothing, and one with other content is
 ``RequestReplayError``. Ids are remembered while their record is in the log (a build that
-folds it keeps it there while a rollback may need it). Without an id a resent upsert or delete is still harmless to the index's content:
-the same documents replace themselves, the same ids stay deleted; it only costs a record.
+folds it keeps it there while a rollback may need it). Without an id a resent upsert or
+delete is still harmless to the index's content: the same documents replace themselves, the
+same ids stay deleted; it only costs a record.
 """
 
 from __future__ import annotations
