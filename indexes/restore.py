@@ -44,6 +44,10 @@ from indexes.wal.log import (
 def restore_snapshot(file: str | Path, root: str | Path) -> RestoreReport:
     """Restore the snapshot ``file`` into the new index root ``root`` (absent or empty)."""
     file, root = Path(file), Path(root)
+    if root.resolve() == Path.cwd().resolve():  # its parent would be itself: "." has none
+        raise RestoreTargetError(
+            f"{root} is the current directory: restore creates the root by renaming a finished "
+            "copy onto it; give a path to a new directory (e.g. ./restored)", root)
     _require_empty(root)
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = root.parent / f".{root.name}.restore-{secrets.token_hex(4)}"

@@ -329,3 +329,48 @@ def test_the_roots_own_files_travel_with_it(root, tmp_path):
     assert (restored / "relevance.json").read_text() == '{"calibration": "this root"}'
     assert (restored / "distilled" / "weights.bin").read_bytes() == bytes(range(256))
     assert not (restored / ".stale.lock").exists()
+
+
+SIGTERM_MIDWAY = r"""
+import os, signal, sys
+import indexes.restore, indexes.snapshot
+from retrieval.cli import main
+module, name = (indexes.snapshot, "_add") if sys.argv[1] == "snapshot" else \
+    (indexes.restore, "_write_member")
+real = getattr(module, name)
+def then_terminated(*args):  # the first member copied, then a stop (systemd, a timeout)
+    real(*args)
+    os.kill(os.getpid(), signal.SIGTERM)
+setattr(module, name, then_terminated)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_snapshot_or_restore_stopped_by_sigterm_leaves_no_temporary_copy(root, tmp_path):
+    """SIGTERM ended the process at once: the snapshot's temporary file and the restore's
+    staged copy stayed beside their targets, and no later run removed them."""
+    import subprocess
+    import sys
+
+    def stopped(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", SIGTERM_MIDWAY, *argv],
+                              capture_output=True, text=True, timeout=300)
+
+    (tmp_path / "snaps").mkdir()
+    ran = stopped("snapshot", str(root), str(tmp_path / "snaps" / "snap.tar"))
+    assert ran.returncode == 143 and "terminated" in ran.stderr, ran.stderr
+    assert list((tmp_path / "snaps").iterdir()) == []
+    take_snapshot(root, tmp_path / "snap.tar")
+    (tmp_path / "restores").mkdir()
+    ran = stopped("restore", str(tmp_path / "snap.tar"), str(tmp_path / "restores" / "r"))
+    assert ran.returncode == 143, ran.stderr
+    assert list((tmp_path / "restores").iterdir()) == []
+
+
+def test_restore_into_the_current_directory_says_why_not(root, tmp_path, monkeypatch):
+    take_snapshot(root, tmp_path / "snap.tar")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    with pytest.raises(RestoreTargetError, match="is the current directory"):
+        restore_snapshot(tmp_path / "snap.tar", Path("."))
+    assert list(Path(".").iterdir()) == []

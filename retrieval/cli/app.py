@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from pydantic import ValidationError
 
@@ -67,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     quiet_third_party()
     args = parser().parse_args(argv)
+    if getattr(args, "own_signals", False):
+        return _run(args)
+    with terminated_as_exit():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's exit
@@ -86,6 +96,26 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # the shell's code for SIGINT: not 1 (a gate's refusal)
         print("interrupted", file=sys.stderr)
         return 130
+
+
+@contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (a container stopped, a job killed) exits 143 through the command's own
+    cleanup: a snapshot's or restore's temporary copy, a staged build, a lock. Python's
+    default ends the process at once and leaves them. ``serve`` has its own handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_terminated(signum: int, frame: object) -> None:
+    print("terminated", file=sys.stderr)
+    raise SystemExit(143)
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -43,7 +43,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=None, help="worker processes (default 1)")
     serve.add_argument("--log-level", default="info",
                        choices=["critical", "error", "warning", "info", "debug"])
-    serve.set_defaults(func=run_serve)
+    serve.set_defaults(func=run_serve, own_signals=True)  # draining, workers
     return serve
 
 
