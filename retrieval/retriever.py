@@ -221,17 +221,20 @@ class Retriever:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def reload(self) -> bool:
+    def reload(self, wait: bool = True) -> bool:
         """Load the build ``CURRENT`` names if it changed; swap atomically. True if swapped.
 
         The new build is loaded and verified off the request path; a build that fails
         verification is refused, logged and reported in ``stats()``, and the old one serves on.
-        Requests in flight finish on the build they started with.
+        Requests in flight finish on the build they started with. ``wait=False``: while
+        another thread loads a build (seconds to verify a large one), return False at once.
         """
-        if self.root is None:
+        if self.root is None or not self._reload_lock.acquire(blocking=wait):
             return False
-        with self._reload_lock:
+        try:
             return self._reload()
+        finally:
+            self._reload_lock.release()
 
     def _reload(self) -> bool:
         assert self.root is not None
@@ -306,7 +309,11 @@ class Retriever:
         behind; ``SequenceNotReachedError`` when no such write is acknowledged on the root."""
         if seq is None or self.applied_seq >= check_min_seq(seq):
             return
-        self.refresh()
+        # Not behind a build another thread is loading: the write applies on the one served
+        # (a reload it cannot do without, its log segment retired, waits for that load).
+        self.reload(wait=False)
+        if self._log is not None:
+            self._log.apply_now()
         if self.applied_seq < seq:
             failure = f"; the log cannot be applied: {self.log_failure}" if self.log_failure \
                 else ""
