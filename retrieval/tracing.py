@@ -1,7 +1,9 @@
 """Observability: OpenTelemetry spans per search and stage, rolling percentiles, slow-query log.
 
 Spans are emitted after a search finishes, from the stage intervals the timer already keeps,
-so with tracing off the request path does no extra work. OpenTelemetry is an optional extra
+so with tracing off the request path does no extra work. A degraded search's span lists what
+it went without (``retrieval.degraded``); a search that raised has a span too, with error
+status, the exception recorded and its type in ``retrieval.error``. OpenTelemetry is an optional extra
 (``pip install 'retrieval[otel]'``); asking for tracing without it is a configuration error.
 """
 
