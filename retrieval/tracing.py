@@ -3,8 +3,9 @@
 Spans are emitted after a search finishes, from the stage intervals the timer already keeps,
 so with tracing off the request path does no extra work. A degraded search's span lists what
 it went without (``retrieval.degraded``); a search that raised has a span too, with error
-status, the exception recorded and its type in ``retrieval.error``. OpenTelemetry is an optional extra
-(``pip install 'retrieval[otel]'``); asking for tracing without it is a configuration error.
+status, the exception recorded and its type in ``retrieval.error``. OpenTelemetry is an
+optional extra (``pip install 'retrieval[otel]'``); asking for tracing without it is a
+configuration error.
 """
 
 from __future__ import annotations
