@@ -45,10 +45,15 @@ class LoadedBuild:
         """The whole builds in this process that hold its rows: itself, or its shards."""
         return (self,)
 
+    def begin_search(self) -> None:
+        """A search starts on this thread: a layout that keeps per-search state (what a
+        remote layout fetched, the shards it left out) starts it afresh."""
+
     def degradations(self) -> list[str]:
         """What the search running on this thread lost to its layout (a remote shard left
         out: ``partial:<shard>``), taken once at its end; a loaded build loses nothing."""
         return []
+
 
     @classmethod
     def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:
@@ -102,3 +107,19 @@ class LoadedBuild:
             raise CorruptArtifactError(
                 f"{self.path / 'vectors'} has dimension {self.vectors.dim}, manifest says "
                 f"{self.manifest.encoder.dim}; rebuild the index", self.path / "vectors")
+
+
+@dataclass(frozen=True)
+class LiveBuild(LoadedBuild):
+    """A build with the log's writes applied (``retrieval.live``): its parts wrap those of
+    ``base``, whose per-search state (a remote layout's) is this one's."""
+
+    base: LoadedBuild | None = None
+
+    def begin_search(self) -> None:
+        assert self.base is not None
+        self.base.begin_search()
+
+    def degradations(self) -> list[str]:
+        assert self.base is not None
+        return self.base.degradations()

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import ray
+from ray import serve
 from ray_local import local_ray
 
 from indexes.build import BuildConfig, build_index
@@ -199,8 +200,8 @@ def test_the_shards_are_served_without_an_http_proxy(on_ray):
     assert not any("PROXY" in name for name in names), names
 
 
-def _replicas(deployment: str) -> list[str]:
-    prefix = f"SERVE_REPLICA::{APP_NAME}#{deployment}#"
+def _replicas(deployment: str, app_name: str = APP_NAME) -> list[str]:
+    prefix = f"SERVE_REPLICA::{app_name}#{deployment}#"
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
             if a["name"].startswith(prefix)]
 
@@ -320,3 +321,50 @@ def test_a_replica_restarted_after_a_gc_starts_on_the_live_build(tmp_path):
     assert not Path(shard).exists()
     assert start_dir(shard, str(tmp_path)) == str(live.path / "shards" / "shard-001")
     assert start_dir(shard, None) == shard  # deployed from a build directory: no fallback
+
+
+def test_a_hung_shard_is_left_out_of_a_root_with_live_writes(cluster, dataset, tmp_path):
+    """After a live write, searches run on a live snapshot over the Ray-served shards. With
+    a shard hung and ``allow_partial``, a search raised ``ShardUnavailableError``, or left
+    the shard's hits out with no ``partial:`` flag, and the thread kept leaving it out once
+    it was back (its per-search state was never reset)."""
+    import os
+    import signal
+
+    from live_index import build_small, scifact_docs, unit_vectors
+
+    from indexes.writer import IndexWriter
+
+    root = tmp_path / "root"
+    docs = scifact_docs(dataset("scifact"), 120)
+    build_small(root, docs, shards=2)
+    serve_shards(root, CONFIG, app_name="live-partial", replicas=1)
+    live = {**CONFIG, "live_lag_seconds": None}
+    retriever = Retriever.connect(root, live, allow_partial=True, app_name="live-partial",
+                                  retry_seconds=2.0, timeout_seconds=1.0)
+    try:
+        with IndexWriter(root) as writer:
+            writer.upsert([Document("live-1", "cell growth in tumors, a new study")],
+                          vectors=unit_vectors(1, 7))
+        retriever.refresh()
+        vector = unit_vectors(1, 99)[0]
+        healthy = retriever.search("cell growth in tumors", None, 10, query_vector=vector)
+        second = {d.id for d in docs[60:]}
+        assert any(h.doc_id in second for h in healthy.hits) and not healthy.degraded
+        pids = [ray.get(ray.get_actor(name, namespace="serve").__ray_call__.remote(
+            lambda _: os.getpid())) for name in _replicas("shard-001", "live-partial")]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            hung = retriever.search("cell growth in tumors", None, 10, query_vector=vector)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        assert hung.degraded == ["partial:shard-001"] and hung.hits
+        assert not any(h.doc_id in second for h in hung.hits)
+        again = retriever.search("cell growth in tumors", None, 10, query_vector=vector)
+        assert [h.doc_id for h in again.hits] == [h.doc_id for h in healthy.hits]
+        assert not again.degraded
+    finally:
+        retriever.close()
+        serve.delete("live-partial")

@@ -118,6 +118,13 @@ class LiveDocs(DocStore):
         row = self._check(row)
         return self.base.get(row) if row < self.n_base else self.delta[row - self.n_base]
 
+    def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
+        """The base's rows in one call (one trip per shard on a remote layout)."""
+        rows = [self._check(r) for r in np.asarray(rows, np.int64).tolist()]
+        in_base = [r for r in rows if r < self.n_base]
+        found = iter(self.base.get_many(in_base) if in_base else [])
+        return [next(found) if r < self.n_base else self.delta[r - self.n_base] for r in rows]
+
     def row_of(self, doc_id: str) -> int | None:
         if self._row_of is None:
             self._row_of = {d.id: self.n_base + i for i, d in enumerate(self.delta)}

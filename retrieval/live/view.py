@@ -24,7 +24,7 @@ from indexes.wal.checks import check_records_fit
 from retrieval.live.bm25_live import BaseTerms, live_bm25
 from retrieval.live.parts import LiveDense, LiveDocs, LiveVectors, live_metadata
 from retrieval.live.passages import delta_rows, live_passages, retire_documents
-from retrieval.loaded_build import LoadedBuild
+from retrieval.loaded_build import LiveBuild, LoadedBuild
 
 
 @dataclass
@@ -94,12 +94,12 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, kinds: dict[s
     metadata = live_metadata(base.metadata, alive, [d.metadata for d in docs], kinds)
     assert base.metadata.ids is not None  # set by every LoadedBuild
     metadata.ids = LiveIds(base.metadata.ids, alive, [d.id for d in docs])
-    snapshot = LoadedBuild(
+    snapshot = LiveBuild(
         path=base.path, manifest=manifest, analyzer=base.analyzer, bm25=bm25,
         metadata=metadata,
         vectors=vectors, docs=LiveDocs(base.docs, docs),
         dense=LiveDense(base.dense, vectors, None if alive.all() else alive),
-        passages=passages[0] if passages is not None else None,
+        passages=passages[0] if passages is not None else None, base=base,
     )
     return snapshot, Folded(folded, hashes)
 

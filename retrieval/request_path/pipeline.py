@@ -84,6 +84,17 @@ class FutureVector(PendingVector):
         return vector, ms
 
 
+def reachable(rows: np.ndarray, bm25: np.ndarray, cosine: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidates a shard answered for: a remote shard left out with ``allow_partial``
+    scores its rows NaN (a live snapshot's own keyword leg found them; nothing can rank or
+    fetch them now), and the result says ``partial:<shard>``."""
+    lost = np.isnan(cosine) | np.isnan(bm25)
+    if not lost.any():
+        return rows, bm25, cosine
+    return rows[~lost], bm25[~lost], cosine[~lost]
+
+
 def timed_encode(encode: Callable[[list[str]], np.ndarray], text: str) -> tuple[np.ndarray, float]:
     started = time.perf_counter()
     vectors = encode([text])
@@ -100,6 +111,7 @@ def run_pipeline(
     when the embedding missed the deadline and the result is ranked by BM25 alone).
     ``relevance``: the calibration that gives every hit its ``relevance`` (None: no score);
     ``encoder_id``: the encoder that embeds (or embedded, for a cached vector) the query."""
+    snapshot.begin_search()
     if pending.encoded_before:
         timer.lap("embed")
     mask, allowed = filter_mask(snapshot, request)
@@ -123,6 +135,7 @@ def run_pipeline(
                                    bm25, config, early.result())
             timer.lap("dense")
         cosine = snapshot.vectors.scores(query_vector, rows)
+        rows, bm25, cosine = reachable(rows, bm25, cosine)
         timer.lap("rerank")
         fused = fuse(bm25, cosine, config)
     (rows, bm25, cosine, fused), scored, kept = group_candidates(

@@ -129,7 +129,8 @@ class RemoteParts:
         return state
 
     def start(self, tokens: Sequence[str]) -> Fetched:
-        """A new search on this thread (its first call: BM25)."""
+        """A new search on this thread: at its start (``begin_search``: a search on a live
+        snapshot may make no BM25 trip), and at its BM25 trip."""
         self._local.fetched = Fetched(tokens=list(tokens))
         return self._local.fetched
 
@@ -147,14 +148,23 @@ class RemoteParts:
         return {k: o for k, o in outcomes.items() if not isinstance(o, ShardUnavailableError)}
 
     def per_owner(self, method: str, rows: np.ndarray, dtype: Any, *head: Any) -> np.ndarray:
-        """``method(*head, own rows)`` of each owning shard, as one array in ``rows`` order."""
+        """``method(*head, own rows)`` of each owning shard, as one array in ``rows`` order.
+        With ``allow_partial`` the rows of a shard left out are NaN (the search drops them);
+        without, an unavailable shard raises."""
         split = self.owners.split(rows)
-        found = self.calls.gather(method, {k: (*head, local) for k, _, local in split})
-        out: np.ndarray = np.zeros(np.asarray(rows).size, dtype=dtype)
+        left_out = self.fetched.left_out
+        asked = {k: (*head, local) for k, _, local in split
+                 if not (self.allow_partial and f"partial:{self.calls.names[k]}" in left_out)}
+        found = self.calls.gather(method, asked)
+        out: np.ndarray = np.full(np.asarray(rows).size, np.nan, dtype=dtype)
         for k, at, _ in split:
-            if isinstance(found[k], ShardUnavailableError):
-                raise found[k]  # its rows were merged: they cannot be left out now
-            out[at] = found[k]
+            answer = found.get(k)
+            if isinstance(answer, ShardUnavailableError):
+                if not self.allow_partial:
+                    raise answer
+                left_out.append(f"partial:{answer.shard}")
+            elif answer is not None:
+                out[at] = answer
         return out
 
 
@@ -223,7 +233,9 @@ class RemoteVectors(VectorStore):
     def scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
         fetched = self.parts.fetched
         wanted = np.asarray(rows, np.int64).tolist()
-        if fetched.query is query and all(r in fetched.cosine for r in wanted):
+        # By value: a live snapshot's vectors hand on a reshaped copy of the query
+        if (fetched.query is not None and np.array_equal(fetched.query, query)
+                and all(r in fetched.cosine for r in wanted)):
             return np.array([fetched.cosine[r] for r in wanted], dtype=np.float32)
         return self.parts.per_owner("scores", rows, np.float32, self.check_query(query))
 

@@ -161,6 +161,10 @@ class RayShardedBuild(LoadedBuild):
     def local_builds(self) -> Sequence[LoadedBuild]:
         return ()  # the replicas hold the rows (and warm their own kernels)
 
+    def begin_search(self) -> None:
+        assert self.remote is not None
+        self.remote.start([])
+
     def degradations(self) -> list[str]:
         assert self.remote is not None
         fetched = self.remote.fetched
