@@ -140,6 +140,45 @@ def test_batch_reports_one_run_per_input_to_callbacks(uncached_scifact):
     assert runs.started == QUERIES and runs.ended == len(QUERIES) and runs.errors == 0
 
 
+class Events(BaseCallbackHandler):
+    """Each callback run's events, in order, by run id."""
+
+    def __init__(self) -> None:
+        self.runs: dict[Any, list[str]] = {}
+
+    def _add(self, event: str, run_id: Any) -> None:
+        self.runs.setdefault(run_id, []).append(event)
+
+    def on_retriever_start(self, serialized: Any, query: str, *, run_id: Any,
+                           **kwargs: Any) -> None:
+        self._add("start", run_id)
+
+    def on_retriever_end(self, documents: Any, *, run_id: Any, **kwargs: Any) -> None:
+        self._add("end", run_id)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: Any, **kwargs: Any) -> None:
+        self._add("error", run_id)
+
+
+@pytest.mark.parametrize("options", [{}, {"deadline_ms": 60_000}])
+def test_a_failing_input_gives_each_input_one_run_to_callbacks(uncached_scifact, options):
+    """One bad input fails the engine's batch call: every input still gets exactly one run,
+    started once and then ended (the good one) or errored (the bad one) once."""
+    retriever = LangChainRetriever(uncached_scifact, k=2, **options)
+    for call in (lambda cb, **kw: retriever.batch([QUERIES[0], "   "], {"callbacks": [cb]}, **kw),
+                 lambda cb, **kw: asyncio.run(retriever.abatch([QUERIES[0], "   "],
+                                                               {"callbacks": [cb]}, **kw))):
+        events = Events()
+        outcomes = call(events, return_exceptions=True)
+        assert isinstance(outcomes[1], InvalidQueryError) and len(outcomes[0]) == 2
+        assert sorted(events.runs.values()) == [["start", "end"], ["start", "error"]]
+        events = Events()
+        with pytest.raises(InvalidQueryError):
+            call(events)
+        assert len(events.runs) == 2
+        assert all(run[0] == "start" and len(run) == 2 for run in events.runs.values())
+
+
 def test_batch_with_return_exceptions_gives_each_input_its_outcome(uncached_scifact):
     outcomes = LangChainRetriever(uncached_scifact, k=2).batch([QUERIES[0], "   "],
                                                       return_exceptions=True)

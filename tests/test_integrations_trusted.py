@@ -22,12 +22,14 @@ from retrieval.integrations.trusted import TrustedModel  # noqa: E402
 from retrieval.models import Hit, PassageContext, SearchResult  # noqa: E402
 
 HIDDEN = ["score", "bm25_score", "vector_score", "relevance", "build_id", "parent_id", "passage",
-          "start", "end", "doc_id"]
+          "start", "end", "degraded", "warnings", "doc_id"]
+NOTES = {"degraded": ["embed"], "warnings": ["no document has department = 'cardiolgy'"]}
 
 
-def result() -> SearchResult:
+def result(notes: bool = False) -> SearchResult:
     """Hits of every shape: titled or not, a metadata field named like a score key, nested
-    metadata values, a passage, a passage with its neighbours as context."""
+    metadata values, a passage, a passage with its neighbours as context; with ``notes``, a
+    result that was degraded and warned."""
     hits = [
         Hit(doc_id="a", score=0.9, bm25_score=7.5, vector_score=0.81, relevance=0.62,
             title="Statins",
@@ -41,7 +43,8 @@ def result() -> SearchResult:
             context=PassageContext(text="before middle after", start=0, end=19,
                                    first_passage=1, last_passage=3)),
     ]
-    return SearchResult(query="q", hits=hits, timings={"total": 0.1}, build_id="build-7")
+    return SearchResult(query="q", hits=hits, timings={"total": 0.1}, build_id="build-7",
+                        **(NOTES if notes else {}))
 
 
 def body(hit: Hit) -> str:
@@ -49,12 +52,13 @@ def body(hit: Hit) -> str:
     return f"{hit.title}\n\n{text}" if hit.title else text
 
 
-def expected_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
+def expected_metadata(hit: Hit, result: SearchResult) -> dict[str, Any]:
     located = ({"parent_id": hit.parent_id, "passage": hit.passage, "start": hit.start,
                 "end": hit.end} if hit.parent_id is not None else {})
+    notes = {key: list(getattr(result, key)) for key in NOTES if getattr(result, key)}
     return {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
-            "vector_score": hit.vector_score, "relevance": hit.relevance, "build_id": build_id,
-            **located}
+            "vector_score": hit.vector_score, "relevance": hit.relevance,
+            "build_id": result.build_id, **located, **notes}
 
 
 def hit_id(hit: Hit) -> str:
@@ -63,12 +67,12 @@ def hit_id(hit: Hit) -> str:
 
 def validated_documents(result: SearchResult) -> list[Document]:
     return [Document(id=hit_id(h), page_content=body(h),
-                     metadata=expected_metadata(h, result.build_id)) for h in result.hits]
+                     metadata=expected_metadata(h, result)) for h in result.hits]
 
 
 def validated_nodes(result: SearchResult) -> list[NodeWithScore]:
     return [NodeWithScore(node=TextNode(id_=hit_id(h), text=body(h),
-                                        metadata={**expected_metadata(h, result.build_id),
+                                        metadata={**expected_metadata(h, result),
                                                   "doc_id": h.doc_id},
                                         excluded_llm_metadata_keys=list(HIDDEN),
                                         excluded_embed_metadata_keys=list(HIDDEN)),
@@ -89,8 +93,9 @@ def assert_same_model(built: BaseModel, validated: BaseModel) -> None:
     assert pickle.loads(pickle.dumps(built)) == validated
 
 
-def test_documents_equal_validated_construction():
-    built, validated = to_documents(result()), validated_documents(result())
+@pytest.mark.parametrize("notes", [False, True])
+def test_documents_equal_validated_construction(notes):
+    built, validated = to_documents(result(notes)), validated_documents(result(notes))
     assert len(built) == len(validated) == 4
     for doc, reference in zip(built, validated, strict=True):
         assert_same_model(doc, reference)
@@ -101,8 +106,9 @@ def test_documents_equal_validated_construction():
     assert built[3].page_content == "before middle after"
 
 
-def test_nodes_equal_validated_construction():
-    built, validated = to_nodes(result()), validated_nodes(result())
+@pytest.mark.parametrize("notes", [False, True])
+def test_nodes_equal_validated_construction(notes):
+    built, validated = to_nodes(result(notes)), validated_nodes(result(notes))
     assert len(built) == len(validated) == 4
     for scored, reference in zip(built, validated, strict=True):
         assert_same_model(scored, reference)
@@ -128,6 +134,11 @@ def test_built_objects_own_their_mutable_fields():
     doc = to_documents(hits)[0]
     doc.metadata["added"] = True
     assert "added" not in hits.hits[0].metadata and "added" not in to_documents(hits)[0].metadata
+    noted = result(notes=True)
+    for first, second in (to_documents(noted)[:2],
+                          [scored.node for scored in to_nodes(noted)[:2]]):
+        first.metadata["warnings"].append("added")
+        assert second.metadata["warnings"] == noted.warnings == NOTES["warnings"]
 
 
 def test_built_nodes_still_validate_assignment():

@@ -5,6 +5,7 @@ LangChain's own retrievers and runnables."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 from langchain_core.documents import Document
@@ -13,7 +14,10 @@ from langchain_core.language_models import FakeListChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+from passage_fixtures import CAR_QUERY, TARGET
+from small_index import small_index
 
+from indexes.errors import SchemaMismatchError
 from retrieval import InvalidQueryError
 from retrieval.integrations.langchain_store import RetrievalVectorStore
 
@@ -137,3 +141,74 @@ def test_the_retriever_adapter_points_search_type_to_the_vector_store(store):
     add_all(store)
     with pytest.raises(InvalidQueryError, match="RetrievalVectorStore.*as_retriever"):
         LangChainRetriever(store._retriever, search_type="mmr")
+
+
+def test_adding_nothing_returns_no_ids_and_builds_nothing(store):
+    assert store.add_texts([]) == [] and store.add_documents([]) == []
+    assert not store.root.exists() and store.similarity_search("wing") == []
+    add_all(store)
+    assert store.add_texts([]) == [] and store.add_documents([]) == []
+    assert len(store.similarity_search("in", k=10)) == len(TEXTS)
+
+
+def test_later_documents_may_add_metadata_keys_of_a_fixed_type(store):
+    add_all(store)  # its documents have topic and year
+    store.add_documents([Document(id="src", page_content="a text with a source",
+                                  metadata={"source": "handbook", "year": 1999})])
+    found = store.similarity_search("source", k=4, filter={"source": "handbook"})
+    assert [(d.id, d.metadata) for d in found] == [("src", {"source": "handbook", "year": 1999})]
+    with pytest.raises(SchemaMismatchError, match="year"):
+        store.add_documents([Document(id="bad", page_content="x", metadata={"year": "1999"})])
+
+
+def ranked_by_cosine(store: RetrievalVectorStore, query: str, k: int) -> list[str]:
+    """The ids of the store's top hits ordered by their cosine with the query alone."""
+    scored = store.similarity_search_with_score(query, k=k)
+    return [doc.id for doc, _ in sorted(scored, key=lambda pair: -pair[1])]
+
+
+@pytest.fixture(scope="module")
+def cranfield(dataset, encoder):
+    return small_index(dataset("cranfield"), encoder)
+
+
+def test_bundled_encoder_mmr_compares_with_the_query_and_titles_come_back(cranfield, tmp_path):
+    shutil.copytree(cranfield, tmp_path / "idx")
+    store = RetrievalVectorStore(tmp_path / "idx")  # a root built from a corpus with titles
+    try:
+        query = "flutter of panels in supersonic flow"
+        # lambda_mult=1 is relevance alone: the order of the hits' cosines with the query.
+        mmr = store.max_marginal_relevance_search(query, k=6, fetch_k=20, lambda_mult=1.0)
+        assert [d.id for d in mmr] == ranked_by_cosine(store, query, 20)[:6]
+        assert len({d.id for d in store.max_marginal_relevance_search(query, k=6)}) == 6
+        stored = store._retriever.get_documents([mmr[0].id])[0]
+        assert stored.title and mmr[0].metadata["title"] == stored.title
+        assert mmr[0].page_content == stored.text
+        fetched = store.get_by_ids([mmr[0].id])[0]
+        assert (fetched.page_content, fetched.metadata) == (
+            stored.text, {"title": stored.title, **stored.metadata})
+    finally:
+        store.close()
+
+
+def test_a_passage_build_gives_one_document_per_id_as_its_best_passage(passage_roots, long_docs,
+                                                                        tmp_path):
+    shutil.copytree(passage_roots("passages"), tmp_path / "idx")
+    store = RetrievalVectorStore(tmp_path / "idx")
+    try:
+        text_of = {d.id: d.text for d in long_docs}
+        found = store.similarity_search(CAR_QUERY, k=6)
+        assert len({d.id for d in found}) == len(found) == 6
+        for doc in found:
+            meta = doc.metadata
+            assert meta["parent_id"] == doc.id
+            assert text_of[doc.id][meta["start"]:meta["end"]] == doc.page_content
+        # MMR compares the query with each hit's own passage, not its document's first one.
+        mmr = store.max_marginal_relevance_search(CAR_QUERY, k=4, fetch_k=12, lambda_mult=1.0)
+        assert [d.id for d in mmr] == ranked_by_cosine(store, CAR_QUERY, 12)[:4]
+        assert mmr[0].id == TARGET and "Automobile prices in Norway" in mmr[0].page_content
+        assert mmr[0].metadata["passage"] > 0  # the car paragraph ends the document
+        whole = store.get_by_ids([TARGET])[0]
+        assert whole.page_content == text_of[TARGET]
+    finally:
+        store.close()

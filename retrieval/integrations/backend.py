@@ -6,6 +6,8 @@ methods (the in-process ``Retriever``, or a remote client with the same signatur
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -13,25 +15,34 @@ from retrieval.errors import InvalidQueryError, MalformedFilterError
 from retrieval.integrations.errors import NotASearchBackendError
 from retrieval.models import Hit, SearchResult
 from retrieval.relevance import check_min_score
+from retrieval.request_path.validate import check_min_seq
+
+log = logging.getLogger("retrieval.integrations")
 
 FilterSpec = dict[str, Any] | str | None
 # Keys the adapters add to a document's own metadata; they win over a same-named field.
 SCORE_KEYS = ("score", "bm25_score", "vector_score", "relevance", "build_id")
 # Keys locating a passage in its document (passage builds only).
 PASSAGE_KEYS = ("parent_id", "passage", "start", "end")
+# The result's own notes, copied into every hit's metadata only when the result has them:
+# ``degraded`` (stages skipped to meet the deadline) and ``warnings`` (filter values no
+# document holds). A framework hands its caller documents only, so this is where they go.
+NOTE_KEYS = ("degraded", "warnings")
 _METHODS = ("search", "search_batch", "asearch", "asearch_batch")
 
 
 @runtime_checkable
 class SearchBackend(Protocol):
-    """The public search API of ``Retriever``, as the adapters call it."""
+    """The public search API of ``Retriever``, as the adapters call it: the keyword options
+    ``group_by``, ``context``, ``min_score``, ``min_seq`` and ``deadline_ms`` are passed only
+    when set (``deadline_ms`` to single searches only, as ``search_batch`` has none)."""
 
     def search(self, query: str, filters: FilterSpec = None, k: int | None = None, *,
-               candidates: int | None = None, **grouping: Any) -> SearchResult: ...
+               candidates: int | None = None, **options: Any) -> SearchResult: ...
 
     def search_batch(self, queries: Sequence[str], filters: FilterSpec = None,
                      k: int | None = None, *, candidates: int | None = None,
-                     **grouping: Any) -> list[SearchResult]: ...
+                     **options: Any) -> list[SearchResult]: ...
 
     async def asearch(self, query: str, filters: FilterSpec = None, k: int | None = None,
                       **options: Any) -> SearchResult: ...
@@ -72,6 +83,31 @@ def check_filters(filters: object, accepted: str = "a dict, a DSL string or None
                                "'year >= 2010'")
 
 
+def check_deadline_ms(value: object) -> float | None:
+    """``deadline_ms`` set on an adapter: None (the retriever's configured deadline) or a
+    positive number of milliseconds (the engine checks the upper bound on each search)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value) or value <= 0:
+        raise InvalidQueryError(f"deadline_ms must be a positive number of milliseconds or "
+                                f"None (the retriever's configured deadline), got {value!r}")
+    return float(value)
+
+
+def read_options(min_seq: object = None, deadline_ms: object = None) -> dict[str, Any]:
+    """``min_seq`` (read-your-writes: see at least the write that returned this seq) and
+    ``deadline_ms`` for the engine, only when set (backends without them keep the plain
+    signature)."""
+    options: dict[str, Any] = {}
+    if min_seq is not None:
+        options["min_seq"] = check_min_seq(min_seq)
+    deadline = check_deadline_ms(deadline_ms)
+    if deadline is not None:
+        options["deadline_ms"] = deadline
+    return options
+
+
 def grouping_options(group_by: object, context: object, min_score: object = None
                      ) -> dict[str, Any]:
     """``group_by`` / ``context`` / ``min_score`` for the engine, only when set (backends
@@ -98,14 +134,34 @@ def hit_id(hit: Hit) -> str:
     return hit.doc_id if hit.passage is None else f"{hit.doc_id}#{hit.passage}"
 
 
-def hit_metadata(hit: Hit, build_id: str) -> dict[str, Any]:
+def passage_location(hit: Hit) -> dict[str, Any]:
+    """Where a passage sits in its document (``PASSAGE_KEYS``); empty outside passage builds."""
+    if hit.parent_id is None:
+        return {}
+    return {"parent_id": hit.parent_id, "passage": hit.passage, "start": hit.start,
+            "end": hit.end}
+
+
+def result_notes(result: SearchResult) -> dict[str, list[str]]:
+    """The result's ``degraded`` and ``warnings`` that are not empty (``NOTE_KEYS``), for
+    every hit's metadata. A result without hits has no document to carry its warnings (and a
+    misspelt filter value is the usual reason it found nothing), so those are logged."""
+    if not result.hits and result.warnings:
+        log.warning("a search found nothing: %s", "; ".join(result.warnings))
+    return {key: getattr(result, key) for key in NOTE_KEYS if getattr(result, key)}
+
+
+def hit_metadata(hit: Hit, build_id: str, notes: Mapping[str, list[str]] | None = None
+                 ) -> dict[str, Any]:
     """The document's own metadata plus the scores of every stage and the build it came from,
-    and in passage builds where the passage sits in its document. A new dict per call: the
-    caller may add to it, and the framework object it goes into owns it."""
+    in passage builds where the passage sits in its document, and the result's ``notes``
+    (``result_notes``). A new dict per call, lists included: the caller may add to it, and
+    the framework object it goes into owns it."""
     metadata = {**hit.metadata, "score": hit.score, "bm25_score": hit.bm25_score,
                 "vector_score": hit.vector_score, "relevance": hit.relevance,
                 "build_id": build_id}
     if hit.parent_id is not None:
-        metadata.update(parent_id=hit.parent_id, passage=hit.passage, start=hit.start,
-                        end=hit.end)
+        metadata.update(passage_location(hit))
+    if notes:
+        metadata.update({key: list(values) for key, values in notes.items()})
     return metadata

@@ -1,14 +1,16 @@
 """A LangChain retriever over the engine: ``LangChainRetriever(Retriever.load(path), k=5)``.
 
-``k``, ``filters`` (dict or DSL) and ``candidates`` are set at construction and can be
-overridden per call: ``retriever.invoke("q", k=3, filters={"year": {"gte": 2010}})``.
-``ainvoke`` awaits the engine's async search (the loop is never blocked); ``batch`` and
-``abatch`` search all inputs in one ``search_batch`` call (one encoder call for the batch).
+``k``, ``filters`` (dict or DSL), ``candidates``, ``min_seq`` (read-your-writes) and
+``deadline_ms`` are set at construction and can be overridden per call:
+``retriever.invoke("q", k=3, min_seq=ack.seq)``. ``ainvoke`` awaits the engine's async search
+(the loop is never blocked); ``batch`` and ``abatch`` search all inputs in one
+``search_batch`` call (one encoder call for the batch), except with a deadline, which only a
+single search takes: then each input is its own search, run concurrently.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ConfigDict
 
@@ -23,6 +25,8 @@ from retrieval.integrations.backend import (
     hit_id,
     hit_metadata,
     passage,
+    read_options,
+    result_notes,
 )
 from retrieval.integrations.errors import MissingExtraError
 from retrieval.integrations.trusted import TrustedModel
@@ -44,7 +48,8 @@ try:
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.runnables.config import get_config_list
+    from langchain_core.runnables.config import get_config_list, get_executor_for_config
+    from langchain_core.runnables.utils import gather_with_concurrency
 except ImportError as exc:
     raise MissingExtraError("langchain", "langchain-core") from exc
 
@@ -52,7 +57,8 @@ __all__ = ["LangChainRetriever", "to_documents"]
 
 # Options ``invoke`` forwards that are the framework's own, not search options.
 _FRAMEWORK_KWARGS = frozenset({"verbose"})
-_SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context", "min_score")
+_SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context", "min_score",
+                   "min_seq", "deadline_ms")
 _ALLOWED_KWARGS = _FRAMEWORK_KWARGS | frozenset(_SEARCH_OPTIONS)
 _DOCUMENT = TrustedModel(Document, id="", page_content="", metadata={})
 
@@ -60,10 +66,12 @@ _DOCUMENT = TrustedModel(Document, id="", page_content="", metadata={})
 def to_documents(result: SearchResult) -> list[Document]:
     """Hits as LangChain documents: id = doc id (``id#position`` for a passage),
     page_content = title + text (or the passage's context when asked for), metadata = the
-    document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id`` and,
-    for passages, ``parent_id``, ``passage``, ``start``, ``end``."""
-    build, build_id = _DOCUMENT.build, result.build_id
-    return [build(id=hit_id(hit), page_content=passage(hit), metadata=hit_metadata(hit, build_id))
+    document's metadata plus ``score``, ``bm25_score``, ``vector_score``, ``build_id``, for
+    passages ``parent_id``, ``passage``, ``start``, ``end``, and the result's ``degraded`` /
+    ``warnings`` when it has them."""
+    build, build_id, notes = _DOCUMENT.build, result.build_id, result_notes(result)
+    return [build(id=hit_id(hit), page_content=passage(hit),
+                  metadata=hit_metadata(hit, build_id, notes))
             for hit in result.hits]
 
 
@@ -79,11 +87,14 @@ class LangChainRetriever(BaseRetriever):
     group_by: str | None = None
     context: int = 0
     min_score: float | None = None  # hits below this relevance are left out
+    min_seq: int | None = None  # see at least the write that returned this seq
+    deadline_ms: float | None = None  # None: the retriever's configured deadline
 
     def __init__(self, retriever: SearchBackend, *, k: int | None = None,
                  filters: FilterSpec = None, candidates: int | None = None,
                  group_by: str | None = None, context: int = 0,
-                 min_score: float | None = None, **fields: Any) -> None:
+                 min_score: float | None = None, min_seq: int | None = None,
+                 deadline_ms: float | None = None, **fields: Any) -> None:
         # Checked here so bad arguments raise the library's typed errors, not pydantic's.
         unknown = sorted(set(fields) - set(BaseRetriever.model_fields))
         if unknown:
@@ -97,47 +108,62 @@ class LangChainRetriever(BaseRetriever):
         super().__init__(retriever=check_backend(retriever), k=check_count("k", k),
                          filters=check_filters(filters),
                          candidates=check_count("candidates", candidates), group_by=group_by,
-                         context=context, min_score=check_min_score(min_score), **fields)
+                         context=context, min_score=check_min_score(min_score),
+                         **read_options(min_seq, deadline_ms), **fields)
 
     # -- one query ----------------------------------------------------------------------------
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **options: Any
     ) -> list[Document]:
-        filters, k, search = self._options(options)
-        return to_documents(self.retriever.search(query, filters, k, **search))
+        return self._search(query, options)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **options: Any
     ) -> list[Document]:
-        filters, k, search = self._options(options)
-        result = await self.retriever.asearch(query, filters, k, **search)
-        return to_documents(result)
+        return await self._asearch(query, options)
+
+    def _search(self, query: str, overrides: dict[str, Any]) -> list[Document]:
+        filters, k, search = self._options(overrides)
+        return to_documents(self.retriever.search(query, filters, k, **search))
+
+    async def _asearch(self, query: str, overrides: dict[str, Any]) -> list[Document]:
+        filters, k, search = self._options(overrides)
+        return to_documents(await self.retriever.asearch(query, filters, k, **search))
 
     # -- many queries: one engine call ----------------------------------------------------------
 
     def batch(self, inputs: list[str], config: RunnableConfig | list[RunnableConfig] | None = None,
               *, return_exceptions: bool = False, **kwargs: Any) -> list[list[Document]]:
-        """All inputs in one ``search_batch``; per-input callbacks as ``invoke`` emits them."""
+        """All inputs in one ``search_batch``; each input gets one callback run, started and
+        then ended or errored once, as ``invoke`` reports it."""
         if not inputs:
             return []
+        configs = get_config_list(config, len(inputs))
         runs = [self._sync_manager(config_).on_retriever_start(
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
-                for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
-                                          strict=True)]
-        try:
-            filters, k, search = self._options(kwargs)
-            results = self.retriever.search_batch(inputs, filters, k, **search)
-        except Exception as exc:
-            for run in runs:
-                run.on_retriever_error(exc)
-            if return_exceptions:  # one bad input fails the batch: give each its own outcome
-                return super().batch(inputs, config, return_exceptions=True, **kwargs)
-            raise
-        documents = [to_documents(result) for result in results]
-        for run, docs in zip(runs, documents, strict=True):
-            run.on_retriever_end(docs)
-        return documents
+                for query, config_ in zip(inputs, configs, strict=True)]
+        if not self._has_deadline(kwargs):
+            try:
+                filters, k, search = self._options(kwargs)
+                results = self.retriever.search_batch(inputs, filters, k, **search)
+            except Exception as exc:
+                if not return_exceptions:
+                    for run in runs:
+                        run.on_retriever_error(exc)
+                    raise
+                # One bad input fails the whole batch: search each input for its own outcome.
+            else:
+                documents = [to_documents(result) for result in results]
+                for run, docs in zip(runs, documents, strict=True):
+                    run.on_retriever_end(docs)
+                return documents
+
+        # A deadline (which search_batch has not), or a batch one input failed: each its own.
+        with get_executor_for_config(configs[0]) as executor:
+            outcomes = list(executor.map(self._search_in_run, inputs, runs,
+                                         [kwargs] * len(inputs)))
+        return _outcomes(outcomes, return_exceptions)
 
     async def abatch(self, inputs: list[str],
                      config: RunnableConfig | list[RunnableConfig] | None = None,
@@ -145,25 +171,60 @@ class LangChainRetriever(BaseRetriever):
         """``batch`` over the engine's async batch search."""
         if not inputs:
             return []
+        configs = get_config_list(config, len(inputs))
         runs = [await self._async_manager(config_).on_retriever_start(
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
-                for query, config_ in zip(inputs, get_config_list(config, len(inputs)),
-                                          strict=True)]
+                for query, config_ in zip(inputs, configs, strict=True)]
+        if not self._has_deadline(kwargs):
+            try:
+                filters, k, search = self._options(kwargs)
+                results = await self.retriever.asearch_batch(inputs, filters, k, **search)
+            except Exception as exc:
+                if not return_exceptions:
+                    for run in runs:
+                        await run.on_retriever_error(exc)
+                    raise
+                # One bad input fails the whole batch: search each input for its own outcome.
+            else:
+                documents = [to_documents(result) for result in results]
+                for run, docs in zip(runs, documents, strict=True):
+                    await run.on_retriever_end(docs)
+                return documents
+
+        # A deadline (which search_batch has not), or a batch one input failed: each its own.
+        outcomes = await gather_with_concurrency(
+            configs[0].get("max_concurrency"),
+            *(self._asearch_in_run(query, run, kwargs)
+              for query, run in zip(inputs, runs, strict=True)))
+        return _outcomes(outcomes, return_exceptions)
+
+    def _search_in_run(self, query: str, run: CallbackManagerForRetrieverRun,
+                       overrides: dict[str, Any]) -> list[Document] | Exception:
+        """One input of a batch searched alone, its outcome reported to its own run (and
+        returned, an exception included)."""
         try:
-            filters, k, search = self._options(kwargs)
-            results = await self.retriever.asearch_batch(inputs, filters, k, **search)
+            docs = self._search(query, overrides)
         except Exception as exc:
-            for run in runs:
-                await run.on_retriever_error(exc)
-            if return_exceptions:
-                return await super().abatch(inputs, config, return_exceptions=True, **kwargs)
-            raise
-        documents = [to_documents(result) for result in results]
-        for run, docs in zip(runs, documents, strict=True):
-            await run.on_retriever_end(docs)
-        return documents
+            run.on_retriever_error(exc)
+            return exc
+        run.on_retriever_end(docs)
+        return docs
+
+    async def _asearch_in_run(self, query: str, run: AsyncCallbackManagerForRetrieverRun,
+                              overrides: dict[str, Any]) -> list[Document] | Exception:
+        try:
+            docs = await self._asearch(query, overrides)
+        except Exception as exc:
+            await run.on_retriever_error(exc)
+            return exc
+        await run.on_retriever_end(docs)
+        return docs
 
     # -- helpers --------------------------------------------------------------------------------
+
+    def _has_deadline(self, overrides: dict[str, Any]) -> bool:
+        """Whether these searches have a deadline, which ``search_batch`` does not take."""
+        return overrides.get("deadline_ms", self.deadline_ms) is not None
 
     def _options(self, overrides: dict[str, Any]
                  ) -> tuple[FilterSpec, int | None, dict[str, Any]]:
@@ -178,7 +239,9 @@ class LangChainRetriever(BaseRetriever):
         search = {"candidates": overrides.get("candidates", self.candidates),
                   **grouping_options(overrides.get("group_by", self.group_by),
                                      overrides.get("context", self.context),
-                                     overrides.get("min_score", self.min_score))}
+                                     overrides.get("min_score", self.min_score)),
+                  **read_options(overrides.get("min_seq", self.min_seq),
+                                 overrides.get("deadline_ms", self.deadline_ms))}
         return filters, k, search
 
     def _run_name(self, config: RunnableConfig) -> str:
@@ -197,3 +260,15 @@ class LangChainRetriever(BaseRetriever):
     def _async_manager(self, config: RunnableConfig) -> AsyncCallbackManager:
         return AsyncCallbackManager.configure(config.get("callbacks"), None,
                                               **self._callback_args(config))
+
+
+def _outcomes(outcomes: list[list[Document] | Exception], return_exceptions: bool
+              ) -> list[list[Document]]:
+    """Each input's documents, or its exception where ``return_exceptions``; otherwise the
+    first input's exception is raised (every input has had its own run reported)."""
+    if not return_exceptions:
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+    # LangChain's contract: with return_exceptions an input's place holds its exception.
+    return cast(list[list[Document]], outcomes)
