@@ -38,7 +38,8 @@ class Comparison(BaseModel):
 
     k: int
     by: Literal["document", "passage"] = Field(description="what a key names")
-    overlap: float = Field(description="|top-k(left) ∩ top-k(right)| / k, as the gate's")
+    overlap: float = Field(description="|top-k(left) ∩ top-k(right)| over the longer top k "
+                           "(1.0: the same hits, however few), as the gate's")
     entered: list[str] = Field(description="in the right top k only, in its order")
     left_out: list[str] = Field(description="in the left top k only, in its order")
     moves: list[RankMove] = Field(description="every hit of either side, by its left rank")

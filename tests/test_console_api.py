@@ -128,6 +128,18 @@ def test_comparing_two_builds_gives_the_gates_overlap(client, serving, two_build
     assert all(int(doc) > STAGED_DOCS for doc in body["comparison"]["left_out"])
 
 
+@pytest.mark.parametrize(("filters", "hits"), [({"id": {"in": ["145", "21"]}}, 2),
+                                              ({"id": "no-such-document"}, 0)])
+def test_the_same_ranking_overlaps_fully_however_few_its_hits(client, filters, hits):
+    """Two hits (k = 10) of the serving build against themselves overlapped 0.2, none 0.0."""
+    answer = client.post("/v1/console/compare", json={
+        "query": "heat transfer", "k": 10, "filters": filters, "right": {}})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert len(body["left"]["hits"]) == len(body["right"]["hits"]) == hits
+    assert body["comparison"]["overlap"] == 1.0
+
+
 def test_compare_results_names_moves_entries_and_exits(serving):
     left = serving.search(QUERY, k=5)
     right = serving.search("heat transfer", k=5)
@@ -176,7 +188,17 @@ def test_the_gate_over_a_query_file_is_the_publish_gates_report(client, serving,
      "RequestFieldError", "cannot name canaries"),
     ("/v1/console/gate", {"right": "x", "queries": [{"query": "q"}],
                           "thresholds": {"min_canary_overlap": 3}}, 422,
-     "RequestFieldError", "invalid gate thresholds"),
+     "RequestFieldError", "invalid gate thresholds: thresholds.min_canary_overlap: Input "
+     "should be less than or equal to 1 (got 3)"),
+    ("/v1/console/gate", {"right": "x", "queries": [{"query": "q"}],
+                          "thresholds": {"min_canary_overlp": 0.5, "k": 0}}, 422,
+     "RequestFieldError", "thresholds.k: Input should be greater than or equal to 1 (got 0); "
+     "unknown threshold 'thresholds.min_canary_overlp' (did you mean 'min_canary_overlap'?)"),
+    # "" was taken for the serving build
+    ("/v1/console/search", {"query": "x", "side": {"build": ""}}, 422, "RequestFieldError",
+     "side.build"),
+    ("/v1/console/compare", {"query": "x", "right": {"build": ""}}, 422, "RequestFieldError",
+     "right.build"),
 ])
 def test_bad_console_requests_get_typed_errors_and_it_keeps_serving(client, path, body, status,
                                                                    error, says):
@@ -185,6 +207,7 @@ def test_bad_console_requests_get_typed_errors_and_it_keeps_serving(client, path
     message = answer.json()["error"]["message"]
     assert answer.json()["error"]["type"] == error and says in message
     assert "/tmp" not in message and "pytest" not in message  # no server paths
+    assert "\n" not in message and "pydantic.dev" not in message  # one line, no links
     assert client.post("/v1/search", json={"query": QUERY, "k": 2}).status_code == 200
 
 
@@ -237,8 +260,11 @@ def test_the_page_is_open_and_its_api_needs_an_admin_key(two_builds, serving):
         assert page.status_code == 200 and "default-src 'self'" in page.headers[
             "content-security-policy"]
         assert client.get("/console/console.js").status_code == 200
-        assert client.get("/console/secret.txt", headers={
-            "authorization": f"Bearer {ADMIN_KEY}"}).status_code == 404  # only its own files
+        missing = client.get("/console/secret.txt", headers={
+            "authorization": f"Bearer {ADMIN_KEY}"})
+        assert missing.status_code == 404  # only its own files, and an error as the API's
+        assert missing.json()["error"]["type"] == "NotFoundError"
+        assert "console.js" in missing.json()["error"]["message"]
         assert client.get("/v1/console/schema").status_code == 401
         read = client.get("/v1/console/schema", headers={"authorization": f"Bearer {READ_KEY}"})
         assert read.status_code == 403 and read.json()["error"]["type"] == "ForbiddenError"

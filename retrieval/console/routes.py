@@ -13,6 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Literal
 
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -30,18 +31,20 @@ from retrieval.console.schemas import (
     SideSearchBody,
 )
 from retrieval.console.sides import Sides
+from retrieval.errors import closest
 from retrieval.models import SearchResult
 from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
 from retrieval.publishing.gate import SearchInputs, compare_builds
 from retrieval.result_json import result_json
 from retrieval.retriever import RANKING_SETTINGS, Retriever
 from retrieval.service.bodies import JSON, json_response, parse_body
-from retrieval.service.errors import RequestFieldError
+from retrieval.service.errors import NotFoundError, RequestFieldError
 from retrieval.service.schemas import SearchBody
 from retrieval.service.state import ServiceState
 
 ASSETS = {"console.js": "text/javascript", "console.css": "text/css"}
 TOP_VALUES = 20  # common values offered per keyword field
+GATE_FILES = {"canaries", "labeled_log"}  # GateConfig's files: a request sends queries instead
 # The page loads nothing but its own files and talks to this origin only.
 PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' data:",
                 "x-content-type-options": "nosniff", "cache-control": "no-cache"}
@@ -56,7 +59,8 @@ def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
     async def asset(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in ASSETS:
-            return Response(status_code=404)
+            raise NotFoundError(f"no console file {name!r}; the console serves /console and "
+                                f"{', '.join(f'/console/{n}' for n in ASSETS)}")
         return Response(_asset(name), media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     async def schema(_: Request) -> Response:
@@ -64,12 +68,15 @@ def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
 
     async def side_search(request: Request) -> Response:
         body = await parse_body(request, SideSearchBody)
-        retriever = await asyncio.to_thread(sides.retriever, state.retriever(), body.side)
+        serving = state.retriever()
+        await _wait_for_writes(serving, body.min_seq)
+        retriever = await asyncio.to_thread(sides.retriever, serving, body.side)
         return Response(result_json(await _search(retriever, body)), media_type=JSON)
 
     async def compare(request: Request) -> Response:
         body = await parse_body(request, CompareBody)
         serving = state.retriever()
+        await _wait_for_writes(serving, body.min_seq)
         left, right = [await asyncio.to_thread(sides.retriever, serving, side)
                        for side in (body.left, body.right)]
         results = await asyncio.gather(_search(left, body), _search(right, body))
@@ -104,7 +111,9 @@ def describe_console(serving: Retriever, root: Path) -> ConsoleSchema:
               for b in list_builds(root)]
     config = serving.config
     return ConsoleSchema(
-        build_id=serving.build_id, rows=len(snapshot.docs),
+        # The live manifest's count, as /v1/index's: the doc store also holds the rows that
+        # live writes retired (deleted or replaced) until the next compaction.
+        build_id=serving.build_id, rows=snapshot.manifest.n_docs,
         passages=snapshot.manifest.passages is not None,
         fields={f.name: f.as_dict() for f in summarize_fields(snapshot.metadata, TOP_VALUES)},
         ranking={name: getattr(config, name) for name in RANKING_SETTINGS}
@@ -112,22 +121,49 @@ def describe_console(serving: Retriever, root: Path) -> ConsoleSchema:
         builds=builds)
 
 
+async def _wait_for_writes(serving: Retriever, min_seq: int | None) -> None:
+    """Serve the writes up to ``min_seq`` before the sides are chosen, so a side over the
+    serving build (a ``with_ranking`` variant of its snapshot included) reads them.
+
+    A variant follows no log: its own ``applied_seq`` is its build's, so asking it for
+    ``min_seq`` always failed (409). The serving retriever follows the log; ``_search`` then
+    passes no ``min_seq`` (another build of the root holds no live writes to wait for)."""
+    if min_seq is not None:
+        await asyncio.to_thread(serving.wait_for_seq, min_seq)
+
+
 async def _search(retriever: Retriever, body: SearchBody) -> SearchResult:
     return await retriever.asearch(body.query, body.filters, body.k, candidates=body.candidates,
                                    deadline_ms=body.deadline_ms, group_by=body.group_by,
-                                   context=body.context or 0, min_seq=body.min_seq,
-                                   explain=body.explain, min_score=body.min_score)
+                                   context=body.context or 0, explain=body.explain,
+                                   min_score=body.min_score)
 
 
 def _gate_config(body: GateBody) -> GateConfig:
-    files_named = sorted({"canaries", "labeled_log"} & set(body.thresholds))
+    files_named = sorted(GATE_FILES & set(body.thresholds))
     if files_named:
         raise RequestFieldError(f"thresholds cannot name {', '.join(files_named)}: the "
                                 "queries come in the body")
     try:
         return GateConfig.model_validate(body.thresholds)
-    except ValueError as exc:
-        raise RequestFieldError(f"invalid gate thresholds: {exc}") from None
+    except ValidationError as exc:
+        raise RequestFieldError(f"invalid gate thresholds: {_threshold_problems(exc)}"
+                                ) from None
+
+
+def _threshold_problems(exc: ValidationError) -> str:
+    """One line naming each bad threshold (``thresholds.k: ...``): pydantic's own text spans
+    lines and ends in a link to its docs, which a page cannot show well."""
+    parts: list[str] = []
+    for item in exc.errors(include_url=False):
+        field = ".".join(["thresholds", *(str(p) for p in item["loc"])])
+        if item["type"] == "extra_forbidden":
+            name = str(item["loc"][-1])
+            thresholds = sorted(set(GateConfig.model_fields) - GATE_FILES)
+            parts.append(f"unknown threshold {field!r}{closest(name, thresholds)}")
+        else:
+            parts.append(f"{field}: {item['msg']} (got {repr(item.get('input'))[:80]})")
+    return "; ".join(parts)
 
 
 def _gate_inputs(body: GateBody) -> SearchInputs:

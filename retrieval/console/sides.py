@@ -50,8 +50,10 @@ class Side(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    build: str | None = Field(None, description="a build id from GET /v1/console/builds; "
-                              "none: the build this server serves (with its live writes)")
+    # min_length: "" was taken as the serving build, hiding a page or client that lost the id
+    build: str | None = Field(None, min_length=1,
+                              description="a build id of GET /v1/console/schema's builds; none: "
+                              "the build this server serves (with its live writes)")
     ranking: Ranking = Field(default_factory=Ranking)
 
 

@@ -48,8 +48,17 @@ def rankings(retriever: Retriever, queries: Sequence[str], k: int,
 
 
 def overlap_at_k(a: Ranking, b: Ranking, k: int) -> float:
-    """|top-k(a) ∩ top-k(b)| / k (1.0 when both builds return the same k documents)."""
-    return len(set(a[:k]) & set(b[:k])) / k
+    """|top-k(a) ∩ top-k(b)| / max(|top-k(a)|, |top-k(b)|): 1.0 when both return the same
+    documents, however few.
+
+    Not over ``k``: a filter or a small build can leave fewer than k hits, and two identical
+    short (or empty) rankings are no change, which a gate must not refuse. The larger side is
+    the denominator, so a build that loses hits still lowers the overlap.
+    """
+    top_a, top_b = set(a[:k]), set(b[:k])
+    if not top_a and not top_b:
+        return 1.0
+    return len(top_a & top_b) / max(len(top_a), len(top_b))
 
 
 def recall_at_k(ranking: Ranking, expected: Sequence[str], k: int) -> float:
