@@ -3,8 +3,10 @@ the ``IndexWriter`` writes (``upsert``, ``delete``) with fetching documents by i
 
 Same ``search`` / ``search_batch`` / ``asearch`` / ``asearch_batch`` signatures and the same
 ``SearchResult`` models; an error body from the server is raised as the same typed error class
-(``LimitExceededError``, ``UnknownFieldError``, ...), so calling code does not change when the
-retriever moves to its own tier. Connections are pooled (one sync and one async httpx client,
+(``LimitExceededError``, ``UnknownFieldError``, ...), with the attributes its constructor takes
+(``ShardUnavailableError.shard``, ...), so calling code does not change when the retriever moves
+to its own tier; an error page of a proxy in front of the service is typed by its status
+(401, 413, 429, 503, ...). Connections are pooled (one sync and one async httpx client,
 created on first use). Needs the ``service`` extra (httpx).
 """
 
@@ -12,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import inspect
+import json
 import uuid
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -28,7 +32,16 @@ from indexes.docstore import Document
 from indexes.errors import RetrievalError
 from indexes.wal.checks import as_document
 from retrieval.models import SearchResult
-from retrieval.service.errors import ServerError, ServiceUnavailableError
+from retrieval.service.errors import (
+    AuthenticationError,
+    ForbiddenError,
+    HeaderTooLargeError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    ServerError,
+    ServiceUnavailableError,
+)
 from retrieval.service.schemas import FetchResult, WriteAck
 
 Filters = dict[str, Any] | str | None
@@ -48,27 +61,72 @@ def _error_classes() -> dict[str, type[RetrievalError]]:
 
 ERROR_CLASSES = _error_classes()
 
+# The class of a response that names none of ours: an error page of a proxy or load balancer
+# in front of the service (its rate limit, its body size limit, its auth), or a newer
+# server's class. The service's own statuses for these classes (``STATUS_BY_ERROR``); 429
+# is a proxy's "too many requests", which the library calls overloaded. Others: ServerError.
+CLASS_BY_STATUS: dict[int, type[RetrievalError]] = {
+    401: AuthenticationError, 403: ForbiddenError, 404: NotFoundError,
+    408: RequestTimeoutError, 413: PayloadTooLargeError, 429: library_errors.OverloadedError,
+    431: HeaderTooLargeError, 502: ServiceUnavailableError, 503: ServiceUnavailableError,
+    504: ServiceUnavailableError,
+}
+
 
 def raise_for_error(response: httpx.Response) -> None:
-    """Re-raise a non-2xx response as the error class the server named."""
+    """Re-raise a non-2xx response as the error class the server named (by its status when
+    it names none of ours), with ``status_code`` set."""
     if response.status_code < 400:
         return
     try:
         detail = response.json()["error"]
         name, message = str(detail["type"]), str(detail["message"])
+        details = detail.get("details")
+        if not isinstance(details, dict):  # an older server sends none
+            details = {}
     except (ValueError, KeyError, TypeError):
-        name, message = "", f"HTTP {response.status_code}: {response.text[:200]}"
-    kind = ERROR_CLASSES.get(name)
-    if kind is None:
-        kind = ServiceUnavailableError if response.status_code in (502, 503, 504) \
-            else ServerError
-    try:
-        error = kind(message)
-    except TypeError:  # a class that takes more than the message (its shard, its column)
-        error = kind.__new__(kind)
-        Exception.__init__(error, message)
+        name, message, details = "", f"HTTP {response.status_code}: {response.text[:200]}", {}
+    kind = ERROR_CLASSES.get(name) or CLASS_BY_STATUS.get(response.status_code, ServerError)
+    error = rebuild_error(kind, message, details)
     error.status_code = response.status_code  # type: ignore[attr-defined]
     raise error
+
+
+def rebuild_error(kind: type[RetrievalError], message: str, details: dict[str, Any]
+                  ) -> RetrievalError:
+    """``kind`` with ``message`` and the attributes its constructor takes past the message
+    (``ShardUnavailableError.shard``, ``FeatureSchemaError.column`` and ``.row``): the
+    values the error body's ``details`` carries, None (or the constructor's default) for the
+    ones it does not.
+
+    Built by its constructor where it takes the message first (it sets its attributes its
+    own way, e.g. ``ArtifactError.path`` as a ``Path``); else (``MissingExtraError`` writes
+    its own message) or when it refuses a value, the attributes are set as sent: calling
+    code reads ``error.shard`` in-process and remotely alike, never an AttributeError."""
+    arguments = _arguments(kind)
+    names = [p.name for p in arguments if p.name != "message"]
+    if not arguments or arguments[0].name == "message":
+        given = {p.name: details.get(p.name) for p in arguments[1:]
+                 if p.name in details or p.default is inspect.Parameter.empty}
+        try:
+            return cast(Any, kind)(message, **given)
+        except (TypeError, ValueError):
+            pass
+    error = kind.__new__(kind)
+    Exception.__init__(error, message)
+    for name in names:
+        setattr(error, name, details.get(name))
+    return error
+
+
+def _arguments(kind: type[RetrievalError]) -> tuple[inspect.Parameter, ...]:
+    """The named arguments of ``kind``'s constructor (after ``self``); () for Exception's."""
+    init = kind.__init__
+    if not inspect.isfunction(init):  # Exception's own: the message alone
+        return ()
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return tuple(p for p in list(inspect.signature(init).parameters.values())[1:]
+                 if p.kind in named)
 
 
 def _no_vectors(query_vector: Any) -> None:
@@ -159,9 +217,8 @@ class RemoteRetriever:
         return [found.get(doc_id) for doc_id in ids]
 
     def index_info(self) -> dict[str, Any]:
-        response = self._sync().get("/v1/index")
-        raise_for_error(response)
-        return dict(response.json())
+        """``GET /v1/index``: the serving build's id, document count, encoder and fields."""
+        return dict(json.loads(self._request("GET", "/v1/index")))
 
     def _sync(self) -> httpx.Client:
         if self._client is None:
@@ -169,9 +226,15 @@ class RemoteRetriever:
         return self._client
 
     def _post(self, path: str, body: dict[str, Any], retries: int = 0) -> bytes:
+        return self._request("POST", path, body, retries)
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                 retries: int = 0) -> bytes:
+        """The response's bytes; a server it cannot reach is ``ServiceUnavailableError``
+        (after ``retries`` more tries), an error response its typed error."""
         for attempt in range(retries + 1):
             try:
-                response = self._sync().post(path, json=body)
+                response = self._sync().request(method, path, json=body)
                 break
             except httpx.TransportError as exc:
                 if attempt == retries:

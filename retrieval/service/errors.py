@@ -22,6 +22,8 @@ the same classes an in-process caller does::
 
 from __future__ import annotations
 
+from typing import Any
+
 from indexes.publish import UnknownBuildError
 from retrieval.errors import (
     ArtifactError,
@@ -116,6 +118,18 @@ def status_for(error: RetrievalError) -> int:
     return 503
 
 
-def error_body(error: BaseException, type_name: str | None = None) -> dict[str, dict[str, str]]:
-    """``{"error": {"type", "message"}}``: the class name a client maps back to the class."""
-    return {"error": {"type": type_name or type(error).__name__, "message": str(error)}}
+# What a client rebuilds an error with besides its message (``retrieval.client.rebuild_error``:
+# ``ShardUnavailableError.shard``, ``FeatureSchemaError.column``...). Never ``path``: it names
+# the server's files.
+ERROR_DETAILS = ("shard", "column", "row", "key", "field", "member", "extra")
+
+
+def error_body(error: BaseException, type_name: str | None = None) -> dict[str, dict[str, Any]]:
+    """``{"error": {"type", "message", "details"?}}``: the class name a client maps back to
+    the class, and the attributes it is rebuilt with (JSON scalars; none: no ``details``)."""
+    body: dict[str, Any] = {"type": type_name or type(error).__name__, "message": str(error)}
+    details = {name: value for name in ERROR_DETAILS
+               if isinstance(value := getattr(error, name, None), str | int | float | bool)}
+    if details:
+        body["details"] = details
+    return {"error": body}
