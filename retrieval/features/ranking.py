@@ -1,9 +1,11 @@
 """Turning features into a ranking adjustment (pure numpy), and request-time features.
 
 ``feature_adjustment`` returns ``sum_f weight_f * normalize(feature_f)`` over the candidates of
-one request; add it to the fused scores. With the default min-max normalization every feature
-contributes in ``[0, weight]``, on the same scale as min-max fused scores, so a weight reads as
-"how much of the fused score range this feature may move a document".
+one request; add it, times ``fused_score_range`` of the request's fused scores, to them. With
+the default min-max normalization every feature then contributes in ``[0, weight * range]``,
+so a weight reads as "how much of the fused score range this feature may move a document"
+under every fusion: min-max and z-score fused scores span about [0, 1], but RRF's span a few
+thousandths (``1/(rrf_k + rank)``), where an unscaled weight of 0.05 outweighed all of fusion.
 """
 
 from __future__ import annotations
@@ -89,6 +91,25 @@ def feature_adjustment(batch: FeatureBatch, weights: FeatureWeights) -> np.ndarr
             continue  # one value for every candidate: no signal, and no shift of the scores
         total += weight * normalize(values, weights.normalization)
     return total
+
+
+def fused_score_range(fused: np.ndarray) -> float:
+    """What a feature weight of 1.0 is worth in one request's fused scores (``(n,)``, one per
+    candidate fused): their spread, ``max - min``.
+
+    When they tie (one candidate, or RRF's mirrored ranks) there is no spread to be a share
+    of: the largest score's magnitude, so features still break the tie on the scores' own
+    scale (min-max and z-score fusion map a tie to 1.0: the unscaled weight, as before);
+    1.0 when there is nothing else.
+    """
+    scores = np.asarray(fused, dtype=np.float64)
+    if scores.size == 0:
+        return 1.0
+    spread = float(scores.max() - scores.min())
+    if spread > 0:
+        return spread
+    peak = float(np.abs(scores).max())
+    return peak if peak > 0 else 1.0
 
 
 def recency(timestamps_epoch_s: np.ndarray, now: float, half_life_days: float) -> np.ndarray:

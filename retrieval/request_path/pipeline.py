@@ -31,6 +31,7 @@ from indexes.docstore import Document
 from indexes.errors import LimitExceededError
 from indexes.fan_out import beside
 from retrieval.config import RetrieverConfig
+from retrieval.features.ranking import fused_score_range
 from retrieval.filters import evaluate_counted
 from retrieval.filters.named import combined_mask
 from retrieval.loaded_build import LoadedBuild
@@ -209,11 +210,14 @@ def apply_features(
     """
     top = top_k_order(fused, max(config.feature_candidates, k))
     outcome = features.apply(snapshot, rows[top])
+    # A weight is a share of the fused scores' range, whatever the fusion (RRF's spans a few
+    # thousandths): scaled here, where the fused scores are known.
+    adjustment = outcome.adjustment * fused_score_range(fused)
     final = fused.copy()
-    final[top] += outcome.adjustment
+    final[top] += adjustment
     best = top_k_order(final[top], k)
     per_hit = [outcome.per_hit[i] for i in best]
-    return top[best], final, FeatureOutcome(outcome.adjustment[best], per_hit,
+    return top[best], final, FeatureOutcome(adjustment[best], per_hit,
                                             outcome.snapshot_id, outcome.available)
 
 
