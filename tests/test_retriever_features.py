@@ -136,3 +136,38 @@ def test_a_feature_store_namespace_is_checked_with_the_config():
     with pytest.raises(ConfigError, match="namespace 'tenant{a}' is invalid") as caught:
         RetrieverConfig(feature_store={"location": "features", "namespace": "tenant{a}"})
     assert caught.value.key == "feature_store.namespace"
+
+
+def test_live_writes_get_their_own_feature_values(dataset, tmp_path):
+    """A live snapshot's ids by row are its base's, then its delta's: each hit reads the
+    features of its own id, a live upsert's included, while the base's id list is made once
+    (it was made anew, one id per row, on the first search after every write)."""
+    from live_index import build_small, scifact_docs, unit_vectors
+
+    from indexes import Document
+    from indexes.writer import IndexWriter
+
+    docs = scifact_docs(dataset("scifact"), 30)
+    build_small(tmp_path / "root", docs)
+    clicks = {d.id: float(i) for i, d in enumerate(docs)} | {"live-1": 500.0, "live-2": 7.0}
+    store = LocalStore(tmp_path / "features")
+    materialize(VIEW, CallableSource(lambda: [{"doc_id": d, "clicks": c}
+                                              for d, c in clicks.items()]), store,
+                progress=False)
+    config = {**_config(0.1), "live_lag_seconds": None}
+    with Retriever.load(tmp_path / "root", config, feature_store=store) as retriever:
+        base_ids = retriever._features.doc_ids(retriever.snapshot)
+        with IndexWriter(tmp_path / "root") as writer:
+            writer.upsert([Document("live-1", "first live write")], vectors=unit_vectors(1, 1))
+            writer.delete([docs[0].id])
+            seq = writer.upsert([Document("live-2", "second live write"),
+                                 Document(docs[1].id, "rewritten live")],
+                                vectors=unit_vectors(2, 2))
+        for query in ("first live write", "second live write", "rewritten live", "cells"):
+            result = retriever.search(query, k=10, min_seq=seq,
+                                      query_vector=unit_vectors(1, 3)[0])
+            assert result.hits
+            for hit in result.hits:
+                assert hit.features["clicks"] == clicks[hit.doc_id], hit.doc_id
+        live_ids = retriever._features.doc_ids(retriever.snapshot)
+        assert live_ids.base is base_ids  # the base's list, not made again

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +21,8 @@ from indexes.errors import RetrievalError
 from retrieval.errors import ConfigError, closest
 from retrieval.features import FeatureStoreError, OnlineStore, normalize, recency, score_features
 from retrieval.features.ranking import FeatureWeights
-from retrieval.loaded_build import LoadedBuild
+from retrieval.live.parts import LiveDocs
+from retrieval.loaded_build import LiveBuild, LoadedBuild
 
 log = logging.getLogger(__name__)
 _WARN_EVERY = 60.0  # seconds between "store unreachable" warnings
@@ -54,6 +55,20 @@ def check_recency(recency: RecencyWeight | None, kinds: Mapping[str, str]) -> No
                       "recency.field")
 
 
+class RowIds(Sequence[str]):
+    """A live snapshot's ids by row: its base build's rows, then its delta's."""
+
+    def __init__(self, base: list[str], delta: list[str]) -> None:
+        self.base, self.delta = base, delta
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.delta)
+
+    def __getitem__(self, row):  # type: ignore[no-untyped-def,override]
+        row = int(row)
+        return self.base[row] if row < len(self.base) else self.delta[row - len(self.base)]
+
+
 @dataclass(frozen=True)
 class FeatureOutcome:
     """Score adjustment for the given candidates and what each hit shows."""
@@ -83,7 +98,9 @@ class FeatureStage:
         self._live: dict[str, str] = {}
         self._key = ""
         self.reachable = True
+        # (build id, its ids by row): the base build's, and the live snapshot's on top of it
         self._ids: tuple[str, list[str]] = ("", [])
+        self._live_ids: tuple[str, RowIds | None] = ("", None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._refreshed = False
@@ -194,14 +211,28 @@ class FeatureStage:
         """
         return self._key
 
-    def doc_ids(self, snapshot: LoadedBuild) -> list[str]:
-        """External ids by row, materialized once per build (feature reads are keyed by id)."""
+    def doc_ids(self, snapshot: LoadedBuild) -> Sequence[str]:
+        """External ids by row (feature reads are keyed by id): the build's, materialized once
+        per build; a live snapshot's, its base's followed by its delta's (each applied write
+        made it anew, one id per row: ~0.3 s on the first search after a write at 1M rows)."""
+        if not isinstance(snapshot, LiveBuild):
+            return self._build_ids(snapshot)
         with self._lock:
-            build, ids = self._ids
-        if build != snapshot.build_id:
-            ids = snapshot.docs.all_ids()
+            build, live = self._live_ids
+        if build != snapshot.build_id or live is None:
+            assert snapshot.base is not None and isinstance(snapshot.docs, LiveDocs)
+            live = RowIds(self._build_ids(snapshot.base), [d.id for d in snapshot.docs.delta])
             with self._lock:
-                self._ids = (snapshot.build_id, ids)
+                self._live_ids = (snapshot.build_id, live)
+        return live
+
+    def _build_ids(self, build: LoadedBuild) -> list[str]:
+        with self._lock:
+            built, ids = self._ids
+        if built != build.build_id:
+            ids = build.docs.all_ids()
+            with self._lock:
+                self._ids = (build.build_id, ids)
         return ids
 
     def apply(self, snapshot: LoadedBuild, rows: np.ndarray) -> FeatureOutcome:
