@@ -71,6 +71,10 @@ class ServiceMetrics:
             "(total = the whole search)", ["stage"], buckets=LATENCY_BUCKETS, registry=reg)
         self.cache_lookups = Counter(f"{PREFIX}_cache_lookups", "Result and embedding cache "
                                      "lookups by outcome", ["cache", "outcome"], registry=reg)
+        self.degraded = Counter(f"{PREFIX}_search_degraded", "Searches answered without a "
+                                "stage, by what they lacked (embed: ranked by BM25 alone, "
+                                "features, partial: a shard left out)", ["reason"],
+                                registry=reg)
         self.cache_errors = Counter(f"{PREFIX}_cache_errors", "Cache backend errors (served "
                                     "as misses)", registry=reg)
         self.breaker = Gauge(f"{PREFIX}_cache_breaker_state", "1 for the circuit breaker's "
@@ -104,6 +108,8 @@ class ServiceMetrics:
                               ("embedding", result.cache.embedding)):
             if status in ("hit", "miss"):
                 self._child(self.cache_lookups, cache, status).inc()
+        for reason in result.degraded:  # "partial:<shard>" counts as "partial": few series
+            self._child(self.degraded, reason.split(":")[0]).inc()
 
     def _child(self, metric: Any, *values: object) -> Any:
         key = (metric, *values)
