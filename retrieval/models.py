@@ -73,6 +73,11 @@ class Hit(BaseModel):
     features: dict[str, bool | int | float] = Field(
         default_factory=dict, description="feature values, typed as their view declares them "
         "(int64 -> int, bool -> bool, float32/float64 -> float)")
+    feature_status: dict[str, Literal["present", "stale", "missing"]] = Field(
+        default_factory=dict, description="per feature view: the document's values found "
+        "('present'), found but older than the view's max age ('stale'), or not found "
+        "('missing': the defaults, e.g. for a document written after the last "
+        "materialization, or with the store unreachable)")
     # Passage builds: the hit is one passage of document ``parent_id`` (= ``doc_id``);
     # ``text`` is ``parent text[start:end]``. None in builds of one row per document.
     parent_id: str | None = Field(None, description="the passage's document (passage builds)")

@@ -161,13 +161,20 @@ def test_live_writes_get_their_own_feature_values(dataset, tmp_path):
             writer.upsert([Document("live-1", "first live write")], vectors=unit_vectors(1, 1))
             writer.delete([docs[0].id])
             seq = writer.upsert([Document("live-2", "second live write"),
-                                 Document(docs[1].id, "rewritten live")],
-                                vectors=unit_vectors(2, 2))
-        for query in ("first live write", "second live write", "rewritten live", "cells"):
+                                 Document(docs[1].id, "rewritten live"),
+                                 Document("unscored", "a live write the nightly run missed")],
+                                vectors=unit_vectors(3, 2))
+        statuses = {}
+        for query in ("first live write", "second live write", "rewritten live", "cells",
+                      "the nightly run missed"):
             result = retriever.search(query, k=10, min_seq=seq,
                                       query_vector=unit_vectors(1, 3)[0])
             assert result.hits
             for hit in result.hits:
-                assert hit.features["clicks"] == clicks[hit.doc_id], hit.doc_id
+                assert hit.features["clicks"] == clicks.get(hit.doc_id, 0.0), hit.doc_id
+                statuses[hit.doc_id] = hit.feature_status
+        # A default served for a document the store lacks says so: it looked like a value.
+        assert statuses["unscored"] == {"popularity": "missing"}
+        assert statuses["live-1"] == {"popularity": "present"}
         live_ids = retriever._features.doc_ids(retriever.snapshot)
         assert live_ids.base is base_ids  # the base's list, not made again

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.features.ranking import FeatureWeights, feature_adjustment
-from retrieval.features.reads import FeatureBatch
+from retrieval.features.reads import FeatureBatch, FeatureStatus
 from retrieval.features.store import OnlineStore
 
 
@@ -32,6 +32,13 @@ class FeatureScores:
             return None
         return ";".join(f"{view}={batch.snapshot_id or '-'}"
                         for view, batch in sorted(self.batches.items()))
+
+    def status_of(self, index: int) -> dict[str, str]:
+        """Per view, whether one candidate's values were ``present``, ``stale`` (older than
+        the view's max age, still served) or ``missing`` (defaults served: a document written
+        after the last materialization, or the store unreachable)."""
+        return {view: FeatureStatus(int(batch.status[index])).name.lower()
+                for view, batch in self.batches.items()}
 
     def features_of(self, index: int) -> dict[str, bool | int | float]:
         """One candidate's feature values, typed as their views declare them (for

@@ -77,6 +77,7 @@ class FeatureOutcome:
     per_hit: list[dict[str, float]]
     snapshot_id: str | None
     available: bool | None
+    status: list[dict[str, str]] | None = None  # per hit: each view's ``status_of``
 
 
 class FeatureStage:
@@ -240,11 +241,13 @@ class FeatureStage:
         adjustment = np.zeros(rows.size, dtype=np.float64)
         per_hit: list[dict[str, float]] = [{} for _ in range(rows.size)]
         snapshot_id, available = None, None
+        status: list[dict[str, str]] | None = None
         if self.store is not None and self.weights:
             ids = self.doc_ids(snapshot)
             scores = score_features(self.store, self.weights, [ids[int(r)] for r in rows])
             adjustment += scores.adjustment
             per_hit = [scores.features_of(i) for i in range(rows.size)]
+            status = [scores.status_of(i) for i in range(rows.size)]
             snapshot_id = scores.snapshot_id
             available = self.reachable and all(b.available for b in scores.batches.values())
             for view, batch in scores.batches.items():
@@ -256,4 +259,4 @@ class FeatureStage:
             adjustment += self.recency.weight * normalize(fresh, "minmax")
             for values, value in zip(per_hit, fresh, strict=True):
                 values["recency"] = float(value)
-        return FeatureOutcome(adjustment, per_hit, snapshot_id, available)
+        return FeatureOutcome(adjustment, per_hit, snapshot_id, available, status)

@@ -153,6 +153,7 @@ def run_pipeline(
         order, fused, outcome = apply_features(snapshot, rows, fused, request.k, config, features)
         timer.lap("features")
     per_hit = outcome.per_hit if outcome is not None else [{}] * len(order)
+    found_as = outcome.status if outcome is not None and outcome.status else [{}] * len(order)
     documents = snapshot.docs.get_many(rows[order])  # one call per shard on remote layouts
     covered = coverage(bm25[order], keyword_bound(terms.tokens, snapshot.bm25)) \
         if relevance is not None or request.explain else None
@@ -167,9 +168,9 @@ def run_pipeline(
                                  outcome.adjustment if outcome is not None else None,
                                  fused_as, covered))
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
-                     request.context, why, score)
-            for i, doc, values, why, score in zip(order, documents, per_hit, whys, scores,
-                                                 strict=True)]
+                     request.context, why, score, found)
+            for i, doc, values, why, score, found in zip(order, documents, per_hit, whys,
+                                                         scores, found_as, strict=True)]
     timer.lap("hydrate")
     degraded.extend(snapshot.degradations())
     # A vector from the cache or a batch's one encoder call comes with its status; without
@@ -217,8 +218,9 @@ def apply_features(
     final[top] += adjustment
     best = top_k_order(final[top], k)
     per_hit = [outcome.per_hit[i] for i in best]
+    status = [outcome.status[i] for i in best] if outcome.status is not None else None
     return top[best], final, FeatureOutcome(adjustment[best], per_hit,
-                                            outcome.snapshot_id, outcome.available)
+                                            outcome.snapshot_id, outcome.available, status)
 
 
 def filter_mask(snapshot: LoadedBuild, request: SearchRequest) -> tuple[np.ndarray | None, int]:
@@ -361,8 +363,10 @@ def fuse(bm25: np.ndarray, cosine: np.ndarray, config: RetrieverConfig) -> np.nd
 
 def make_hit(snapshot: LoadedBuild, row: int, doc: Document, score: float, bm25: float,
              cosine: float, features: dict[str, float], context: int = 0,
-             explanation: Explanation | None = None, relevance: float | None = None) -> Hit:
+             explanation: Explanation | None = None, relevance: float | None = None,
+             feature_status: dict[str, Any] | None = None) -> Hit:
     return Hit(doc_id=doc.id, score=float(score), bm25_score=float(bm25),
                vector_score=float(cosine), relevance=relevance, title=doc.title, text=doc.text,
-               metadata=doc.metadata, features=features, explanation=explanation,
+               metadata=doc.metadata, features=features, feature_status=feature_status or {},
+               explanation=explanation,
                **passage_fields(snapshot, row, context))
