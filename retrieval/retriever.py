@@ -221,20 +221,17 @@ class Retriever:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def reload(self, wait: bool = True) -> bool:
+    def reload(self) -> bool:
         """Load the build ``CURRENT`` names if it changed; swap atomically. True if swapped.
 
         The new build is loaded and verified off the request path; a build that fails
         verification is refused, logged and reported in ``stats()``, and the old one serves on.
-        Requests in flight finish on the build they started with. ``wait=False``: while
-        another thread loads a build (seconds to verify a large one), return False at once.
+        Requests in flight finish on the build they started with.
         """
-        if self.root is None or not self._reload_lock.acquire(blocking=wait):
+        if self.root is None:
             return False
-        try:
+        with self._reload_lock:
             return self._reload()
-        finally:
-            self._reload_lock.release()
 
     def _reload(self) -> bool:
         assert self.root is not None
@@ -309,11 +306,7 @@ class Retriever:
         behind; ``SequenceNotReachedError`` when no such write is acknowledged on the root."""
         if seq is None or self.applied_seq >= check_min_seq(seq):
             return
-        # Not behind a build another thread is loading: the write applies on the one served
-        # (a reload it cannot do without, its log segment retired, waits for that load).
-        self.reload(wait=False)
-        if self._log is not None:
-            self._log.apply_now()
+        self.refresh()
         if self.applied_seq < seq:
             failure = f"; the log cannot be applied: {self.log_failure}" if self.log_failure \
                 else ""

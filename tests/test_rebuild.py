@@ -383,38 +383,3 @@ def test_an_older_export_finishing_last_does_not_replace_a_newer_one(root, docs)
     assert not refused.published
     assert refused.report.check("corpus export").outcome == "refused"
     assert publish(root, stale, force=True).published  # asked for: served
-
-
-def test_a_write_is_served_while_a_new_build_loads(tmp_path, docs):
-    """A new build takes seconds to load and verify at scale. Meanwhile the log thread and
-    every min_seq search waited for that load: acknowledged writes were not served, and the
-    searches that waited held the threads every other search needed."""
-    import threading
-
-    build_small(tmp_path, docs[:20])
-    config = {**LIVE, "live_lag_seconds": 0.05}
-    with Retriever.load(tmp_path, config, encoder=HashEncoder()) as serving:
-        opened, loading, release = serving._open, threading.Event(), threading.Event()
-
-        def slow_open(path):  # a load that lasts until the test says
-            loading.set()
-            release.wait(60)
-            return opened(path)
-
-        serving._open = slow_open
-        build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
-                    progress=False, dense="exact")
-        reloading = threading.Thread(target=serving.reload)
-        reloading.start()
-        assert loading.wait(30)
-        try:
-            with IndexWriter(tmp_path) as writer:
-                seq = writer.upsert([Document("during", "written while a build loads")],
-                                    vectors=unit_vectors(1, 4))
-            result = serving.search("written while a build loads", k=3, min_seq=seq)
-            assert result.hits[0].doc_id == "during"
-            assert reloading.is_alive()  # the load goes on
-        finally:
-            release.set()
-            reloading.join(60)
-        assert serving.get_documents(["during"])[0] is not None

@@ -41,7 +41,7 @@ class LogFollower:
     """The applied log state of one serving process; every method is thread-safe."""
 
     def __init__(self, root: Path, base: LoadedBuild, serve: Callable[[LoadedBuild], None],
-                 reload: Callable[..., bool], lag_seconds: float | None) -> None:
+                 reload: Callable[[], bool], lag_seconds: float | None) -> None:
         self.root = root
         # Weak: a Retriever dropped without close() is collected, and its thread then ends.
         self._serve_ref = weakref.WeakMethod(serve)  # type: ignore[arg-type]
@@ -76,12 +76,12 @@ class LogFollower:
         else:
             serve(snapshot)
 
-    def _reload(self, wait: bool = True) -> bool:
+    def _reload(self) -> bool:
         reload = self._reload_ref()
         if reload is None:
             self._stop.set()
             return False
-        return bool(reload(wait=wait))
+        return bool(reload())
 
     def _set_base(self, base: LoadedBuild, applied_seq: int | None = None) -> None:
         self.base = base
@@ -258,8 +258,7 @@ class LogFollower:
             try:
                 # A build published meanwhile (a compaction in another process, a gated
                 # publish, a rollback): its own log position is then read from its log_seq.
-                # Not waited for while another thread loads one: the writes apply meanwhile.
-                self._reload(wait=False)
+                self._reload()
                 self._prepare_terms()
                 started = time.perf_counter()
                 applied = self.apply_now()
