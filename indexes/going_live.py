@@ -62,7 +62,10 @@ def go_live(root: Path, build_id: str, how: How, note: str = "",
             raise LiveBuildChangedError(
                 f"build {build_id!r} was made from {replaces!r}, but {live!r} went live under "
                 f"{root} meanwhile; publishing it would undo that. It stays placed, not live")
-        if how == "plain":  # the gate's "corpus export" check refuses it, unless forced
+        # A build never live yet, made from an older export than the live one's: refused
+        # (through the gate, its "corpus export" check, which --force overrides); one that
+        # served before is published back on purpose.
+        if how == "plain" and latest_flip_to(root, build_id) is None:
             check_export_not_older(root, build_id, live)
         check_log_holds(root, build_id, live)
         with appends_paused(root):  # no write lands between the check and the flip

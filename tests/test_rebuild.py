@@ -383,3 +383,14 @@ def test_an_older_export_finishing_last_does_not_replace_a_newer_one(root, docs)
     assert not refused.published
     assert refused.report.check("corpus export").outcome == "refused"
     assert publish(root, stale, force=True).published  # asked for: served
+
+
+def test_a_build_that_served_before_may_be_published_back(tmp_path, docs):
+    """On a root without a log every build's export is at seq 0, and the time it was read
+    decided: publishing back the first build, live before, was refused as an older export."""
+    build_small(tmp_path, docs[:20])
+    first = resolve_build_dir(tmp_path).name
+    build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
+                progress=False, dense="exact")
+    publish_build(tmp_path, first)
+    assert resolve_build_dir(tmp_path).name == first
