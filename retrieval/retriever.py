@@ -41,6 +41,9 @@ from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.whole import open_build, warm_up_build
 
 log = logging.getLogger(__name__)
+# A new build a shard could not prepare (no live replica) is tried again after these pauses.
+DEFER_SECONDS = 1.0
+DEFER_MAX_SECONDS = 60.0
 # What ``with_ranking`` may change: how candidates are chosen and fused, nothing that loads.
 RANKING_SETTINGS = ("fusion", "vector_weight", "rrf_k", "candidate_policy", "candidates",
                     "dense_candidates", "guardrail_min_keyword", "feature_candidates",
@@ -85,6 +88,7 @@ class Retriever:
         self._reloader: Any = None
         self._refused: tuple[str, int] | None = None  # the CURRENT a reload last refused
         self._deferred: tuple[str, int] | None = None  # the one it last put off (a shard down)
+        self._defer_pause, self._retry_at = DEFER_SECONDS, 0.0
         # The log thread and the reload poller both reload: one build is loaded once.
         self._reload_lock = threading.Lock()
         # How a published build is opened: here (whole or sharded), or on Ray (``connect``).
@@ -238,6 +242,8 @@ class Retriever:
         marker = self._current_marker()
         if marker == self._refused:  # refused already: not every tick
             return False
+        if marker == self._deferred and time.monotonic() < self._retry_at:
+            return False  # a shard down: each try may wait out the shard calls' timeout
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
                 return False
@@ -255,10 +261,7 @@ class Retriever:
             else:
                 self._serve(fresh)
         except ShardUnavailableError as exc:  # a shard down for now: not the build's fault
-            if marker != self._deferred:  # said once, tried again at every poll
-                log.warning("new build under %s deferred: %s", self.root, exc)
-                self.reload_events.append({"event": "deferred", "error": str(exc)})
-                self._deferred = marker
+            self._defer(marker, exc)
             return False
         except RetrievalError as exc:
             log.error("refused new build under %s: %s", self.root, exc)
@@ -270,6 +273,18 @@ class Retriever:
                                    **publication_of(self.root, fresh.build_id)})
         log.info("now serving build %s", fresh.build_id)
         return True
+
+    def _defer(self, marker: tuple[str, int], error: ShardUnavailableError) -> None:
+        """Try the build again later, after pauses doubling from ``DEFER_SECONDS`` up to
+        ``DEFER_MAX_SECONDS``: the log thread makes these tries too, and applies no write
+        while one waits for a shard."""
+        if marker != self._deferred:  # said once
+            log.warning("new build under %s deferred: %s", self.root, error)
+            self.reload_events.append({"event": "deferred", "error": str(error)})
+            self._deferred, self._defer_pause = marker, DEFER_SECONDS
+        else:
+            self._defer_pause = min(self._defer_pause * 2, DEFER_MAX_SECONDS)
+        self._retry_at = time.monotonic() + self._defer_pause
 
     def _current_marker(self) -> tuple[str, int]:
         """(what ``CURRENT`` says, its mtime) under the root, ("", 0) where it cannot be read
