@@ -157,6 +157,10 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     config = cut_with(config or BuildConfig(), model)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise CorpusError(f"workers must be a whole number of at least 1, not {workers!r}")
+    if shard_options.pop("live_writes", "superseded") != "superseded":
+        raise CorpusError("a Ray build supersedes the live writes (its vectors come from the "
+                          "Ray encoders): fold the log first (`retrieval compact`), or build "
+                          "without Ray to replay them")
     check_new_root(Path(root))
     documents = read_documents(source)
     # What build_index refuses, refused before the encoding (hours at scale), not after it.

@@ -125,6 +125,8 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
         build_on_ray(twice, tmp_path / "twice-root", workers=1)
     with pytest.raises(CorpusError, match="workers must be"):
         build_on_ray(many, tmp_path / "no-workers", workers=0)
+    with pytest.raises(CorpusError, match="supersedes the live writes"):
+        build_on_ray(many, tmp_path / "replayed", workers=1, live_writes="replayed")
     with pytest.raises(CorpusError, match="shards"):
         build_on_ray(many, tmp_path / "too-many", workers=1, shards=100)
 
