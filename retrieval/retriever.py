@@ -546,13 +546,14 @@ class Retriever:
         encode pool: a search waiting there on an encode queued behind other searches could
         wait forever. ``abandoned``: an awaitable factory that completes when the caller no
         longer wants the answer (``retrieval.abandon``)."""
-        if options.get("min_score") is not None:
-            threshold = self._threshold(options.pop("min_score"))
+        with self._path.failures_traced():  # checked on the loop: their own error spans
+            threshold = self._threshold(options.pop("min_score", None))
+            behind = options.get("min_seq") is not None and (
+                self.applied_seq < check_min_seq(options["min_seq"]))
+        if threshold is not None:
             return above(await self.asearch(query, filters, k, abandoned=abandoned, **options),
                          threshold)
-        options.pop("min_score", None)
-        if options.get("min_seq") is not None and (
-                self.applied_seq < check_min_seq(options["min_seq"])):
+        if behind:
             return await unless_abandoned(
                 self._in_thread(self._searched, query, filters, k, **options), abandoned)
         options.pop("min_seq", None)

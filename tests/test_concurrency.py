@@ -164,12 +164,14 @@ def test_spans_carry_stage_names(root, encoder):
     # A search that fails has its span too, an error; a degraded one says what it lacked.
     from opentelemetry.trace import StatusCode
 
-    from retrieval import SequenceNotReachedError, UnknownFieldError
+    from retrieval import InvalidQueryError, SequenceNotReachedError, UnknownFieldError
 
     for failing, error in ((lambda: retriever.search("x", filters={"nope": 1}),
                             UnknownFieldError),
                            (lambda: retriever.search("x", min_seq=10**9),
-                            SequenceNotReachedError)):
+                            SequenceNotReachedError),
+                           (lambda: asyncio.run(retriever.asearch("x", min_seq=-1)),
+                            InvalidQueryError)):
         exporter.clear()
         with pytest.raises(error):
             failing()
