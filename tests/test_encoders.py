@@ -271,3 +271,24 @@ def test_retrained_weights_get_another_encoder_id(encoder, build_subset, dataset
     build_subset(list(itertools.islice(read_corpus(dataset("scifact")), 20)), tmp_path / "root")
     with pytest.raises(EncoderMismatchError, match="does not match the index"):
         Retriever.load(tmp_path / "root", NO_CACHE, encoder=other)
+
+
+def test_an_index_named_before_weight_digests_still_loads_and_subfolder_weights_count(
+        tmp_path):
+    """An index written before model names carried their weights' digest names its model by
+    directory alone: the same model's queries may still search it. A model whose weights sit
+    in a module's folder (``0_Transformer/``) or in shards has a digest too (it was refused)."""
+    assert compatible_query_encoder("my-model@0123456789ab:onnx-int8:int8:384",
+                                    "my-model:torch:fp32:384")
+    assert not compatible_query_encoder("my-model@0123456789ab:torch:fp32:384",
+                                        "my-model@ba9876543210:torch:fp32:384")
+    assert not compatible_query_encoder("other@0123456789ab:torch:fp32:384",
+                                        "my-model:torch:fp32:384")
+    model = tmp_path / "nested-model"
+    (model / "0_Transformer").mkdir(parents=True)
+    (model / "0_Transformer" / "model-00001-of-00002.safetensors").write_bytes(b"one")
+    (model / "0_Transformer" / "model-00002-of-00002.safetensors").write_bytes(b"two")
+    first = model_name(model)
+    assert first.startswith("nested-model@")
+    (model / "0_Transformer" / "model-00002-of-00002.safetensors").write_bytes(b"second")
+    assert model_name(model) != first
