@@ -97,10 +97,11 @@ def fused_score_range(fused: np.ndarray) -> float:
     """What a feature weight of 1.0 is worth in one request's fused scores (``(n,)``, one per
     candidate fused): their spread, ``max - min``.
 
-    When they tie (one candidate, or RRF's mirrored ranks) there is no spread to be a share
-    of: the largest score's magnitude, so features still break the tie on the scores' own
-    scale (min-max and z-score fusion map a tie to 1.0: the unscaled weight, as before);
-    1.0 when there is nothing else.
+    Min-max fusion's spread is at most 1 (0.8-0.9 is common), so there a weight moves a score
+    by a little less than it did when weights were added unscaled. When the scores tie (one
+    candidate, or RRF's mirrored ranks) there is no spread to be a share of: the largest
+    score's magnitude, so features still break the tie on the scores' own scale; 1.0 when
+    there is nothing else.
     """
     scores = np.asarray(fused, dtype=np.float64)
     if scores.size == 0:
