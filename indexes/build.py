@@ -55,6 +55,7 @@ from indexes.vectors import (
     non_finite_row,
     out_of_range_row,
 )
+from indexes.wal.seal import unpin
 
 log = logging.getLogger(__name__)
 
@@ -270,73 +271,77 @@ def build_index(
     check_documents(parents)
     ranges = shard_ranges(len(parents), shards) if shards is not None else None
     contract = None
-    if sealed is None and log_seq is None:
-        sealed = rebuild.start(root, live_writes)
-        changes = sealed.changes
-        if live_writes == "replayed" and (changes.upserts or changes.deleted):
-            if vectors is not None:
-                raise CorpusError("live_writes='replayed' embeds the logged documents with "
-                                  "the build's encoder: give an encoder instead of vectors, "
-                                  "or fold the log first (IndexWriter.compact)")
-            parents = rebuild.replay(parents, changes)
-            ranges = shard_ranges(len(parents), shards) if shards is not None else None
-    if sealed is not None:
-        log_seq, contract, _, exported_at = sealed
-        export_seq = log_seq
-    timer = _Stopwatch()
-    docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
-    timer.lap("split" if passage_map is not None else "window")
-    texts = [d.content for d in docs]
-    precomputed = _given_vectors(vectors, encoder_info, len(texts), config)
-    # Given vectors: the dense leg starts now, beside the keyword side and the writers. Encoded
-    # ones come after the keyword side, and beside the writers alone (~11 s at 1M) a leg on
-    # one core (~30 s) would gain nothing: it is built with faiss on every core, as before.
-    beside = (_dense_beside(precomputed[0], config)
-              if precomputed is not None and ranges is None else None)
-    postings = (analysis(texts) if analysis is not None
-                else analyze(texts, config.analyzer, config.analysis_workers))
-    bm25 = BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
-                                   postings.post_tfs, postings.lengths, config.bm25)
-    timer.lap("bm25")
-    if config.typo_tolerance:
-        bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freqs)
-    avgdl = float(postings.lengths.mean()) if len(docs) else 0.0
-    del postings  # every posting is in bm25 now: 0.9 GB at 1M passages, not held while writing
-    metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
-    timer.lap("typos+metadata")
-    hashes = content_hashes(texts)
-    if precomputed is not None:
-        (matrix, info), reused = precomputed, 0
-    else:
-        matrix, info, reused = _encoded_vectors(texts, hashes, root, encoder, config, progress)
-    del texts  # ~0.6 GB at 1M passages; the doc store writes the documents themselves
-    timer.lap("vectors")
-    build_id = new_build_id()
+    own_pin = None  # the pin of the log this build seals itself, dropped when it ends
+    try:
+        if sealed is None and log_seq is None:
+            sealed = rebuild.start(root, live_writes)
+            own_pin, changes = sealed.pin, sealed.changes
+            if live_writes == "replayed" and (changes.upserts or changes.deleted):
+                if vectors is not None:
+                    raise CorpusError("live_writes='replayed' embeds the logged documents with "
+                                      "the build's encoder: give an encoder instead of vectors, "
+                                      "or fold the log first (IndexWriter.compact)")
+                parents = rebuild.replay(parents, changes)
+                ranges = shard_ranges(len(parents), shards) if shards is not None else None
+        if sealed is not None:
+            log_seq, contract, exported_at = sealed.log_seq, sealed.contract, sealed.exported_at
+            export_seq = log_seq
+        timer = _Stopwatch()
+        docs, passage_map, passage_info, window = _rows_for(parents, encoder, config)
+        timer.lap("split" if passage_map is not None else "window")
+        texts = [d.content for d in docs]
+        precomputed = _given_vectors(vectors, encoder_info, len(texts), config)
+        # Given vectors: the dense leg starts now, beside the keyword side and the writers. Encoded
+        # ones come after the keyword side, and beside the writers alone (~11 s at 1M) a leg on
+        # one core (~30 s) would gain nothing: it is built with faiss on every core, as before.
+        beside = (_dense_beside(precomputed[0], config)
+                  if precomputed is not None and ranges is None else None)
+        postings = (analysis(texts) if analysis is not None
+                    else analyze(texts, config.analyzer, config.analysis_workers))
+        bm25 = BM25Index.from_postings(postings.terms, postings.post_terms, postings.post_rows,
+                                       postings.post_tfs, postings.lengths, config.bm25)
+        timer.lap("bm25")
+        if config.typo_tolerance:
+            bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freqs)
+        avgdl = float(postings.lengths.mean()) if len(docs) else 0.0
+        del postings  # every posting is in bm25 now: 0.9 GB at 1M passages, not held while writing
+        metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
+        timer.lap("typos+metadata")
+        hashes = content_hashes(texts)
+        if precomputed is not None:
+            (matrix, info), reused = precomputed, 0
+        else:
+            matrix, info, reused = _encoded_vectors(texts, hashes, root, encoder, config, progress)
+        del texts  # ~0.6 GB at 1M passages; the doc store writes the documents themselves
+        timer.lap("vectors")
+        build_id = new_build_id()
 
-    def write(staging: Path) -> None:
-        if ranges is not None:
-            write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
-                          config, row_ranges(ranges, passage_map),
-                          avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
-                          log_seq=log_seq, window=window, passages=passage_info,
-                          allow_new_fields=config.allow_new_fields, live_writes=contract,
-                          export_seq=export_seq, exported_at=exported_at)
-            return
-        write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
-                         passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
-                         passages=passage_info, allow_new_fields=config.allow_new_fields,
-                         live_writes=contract, export_seq=export_seq,
-                         exported_at=exported_at)
+        def write(staging: Path) -> None:
+            if ranges is not None:
+                write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
+                              config, row_ranges(ranges, passage_map),
+                              avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
+                              log_seq=log_seq, window=window, passages=passage_info,
+                              allow_new_fields=config.allow_new_fields, live_writes=contract,
+                              export_seq=export_seq, exported_at=exported_at)
+                return
+            write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
+                             passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
+                             passages=passage_info, allow_new_fields=config.allow_new_fields,
+                             live_writes=contract, export_seq=export_seq,
+                             exported_at=exported_at)
 
-    final, retired = stage_and_place(root, build_id, write, publish)
-    timer.lap("write+publish")
-    given = len(docs) if vectors is not None else 0
-    return BuildReport(build_id, final, len(docs), vectors_reused=reused,
-                       vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
-                       vectors_given=given, published=publish, window=window,
-                       passages=passage_info, live_writes=contract,
-                       segments_retired=retired, size_bytes=tree_size(final),
-                       peak_rss_bytes=peak_rss_bytes())
+        final, retired = stage_and_place(root, build_id, write, publish)
+        timer.lap("write+publish")
+        given = len(docs) if vectors is not None else 0
+        return BuildReport(build_id, final, len(docs), vectors_reused=reused,
+                           vectors_encoded=len(docs) - reused - given, seconds=timer.laps,
+                           vectors_given=given, published=publish, window=window,
+                           passages=passage_info, live_writes=contract,
+                           segments_retired=retired, size_bytes=tree_size(final),
+                           peak_rss_bytes=peak_rss_bytes())
+    finally:
+        unpin(own_pin)
 
 
 def _stems_of(terms: dict[str, str]) -> Callable[[list[str]], list[str]]:

@@ -42,7 +42,7 @@ from indexes.history import (
 from indexes.manifest import Manifest, read_manifest
 from indexes.wal.checks import check_fields_fit, check_records_fit
 from indexes.wal.log import holds_after, read_all, segments
-from indexes.wal.seal import appends_paused, retire
+from indexes.wal.seal import appends_paused, pinned, retire
 from indexes.wal.state import Changes
 
 
@@ -160,6 +160,7 @@ def _retire_unneeded(root: Path) -> int:
         return 0
     kept = [seq for seq in (_log_seq(root, live_build_id(root)),
                             _log_seq(root, rollback_target(root))) if seq is not None]
+    kept += pinned(root)  # builds still running from where they sealed the log
     return retire(root, min(kept)) if kept else 0
 
 

@@ -47,6 +47,7 @@ from indexes.manifest import EncoderInfo, check_new_root
 from indexes.shard_build import Runner
 from indexes.sharding.layout import shard_ranges
 from indexes.sources import FieldMapping, cell_value
+from indexes.wal.seal import unpin
 
 Backend = Literal["torch", "onnx"]
 
@@ -170,6 +171,17 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
     # The corpus just read supersedes the writes logged until now; those acknowledged while
     # it is encoded are applied on top of the build.
     sealed = rebuild.start(Path(root), "superseded")
+    try:
+        return _encode_and_build(documents, root, sealed, backend, model, workers,
+                                 cpus_per_worker, config, publish, shards, shard_options)
+    finally:
+        unpin(sealed.pin)
+
+
+def _encode_and_build(documents: list[Document], root: str | Path, sealed: rebuild.Sealed,
+                      backend: Backend, model: str | None, workers: int,
+                      cpus_per_worker: float, config: BuildConfig, publish: bool,
+                      shards: int | None, shard_options: dict[str, Any]) -> BuildReport:
     texts = [d.content for d in index_rows(documents, config)]
     info = encoder_info(backend, model)
     reused, todo = _reuse(texts, Path(config.reuse_from or root), info, config)

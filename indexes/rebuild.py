@@ -20,7 +20,7 @@ from indexes.docstore import Document
 from indexes.errors import CorpusError, LogGapError
 from indexes.manifest import LiveWrites, LiveWritesInfo, current_build_dir, read_manifest
 from indexes.wal.log import read_all
-from indexes.wal.seal import seal
+from indexes.wal.seal import pin, seal
 from indexes.wal.state import Changes
 
 POLICIES: tuple[LiveWrites, ...] = ("superseded", "replayed")
@@ -33,6 +33,7 @@ class Sealed(NamedTuple):
     contract: LiveWritesInfo | None  # what it does with the live writes (None: no log)
     changes: Changes  # those writes
     exported_at: str  # when (UTC, ISO 8601)
+    pin: Path | None = None  # keeps the log from log_seq on until the build is placed (unpin)
 
 
 def start(root: Path, policy: LiveWrites) -> Sealed:
@@ -50,8 +51,10 @@ def start(root: Path, policy: LiveWrites) -> Sealed:
     after = manifest.replay_from if manifest is not None else 0
     now = datetime.now(UTC).isoformat(timespec="microseconds")
     sealed = seal(root)
-    if sealed is None:
-        return Sealed(live_seq, None, Changes(last_seq=live_seq), now)
+    if sealed is None:  # no log yet: one a writer of the live build starts meanwhile is
+        # pinned from its start (a first build has no live build to write to)
+        pinned = pin(root, live_seq) if previous is not None else None
+        return Sealed(live_seq, None, Changes(last_seq=live_seq), now, pinned)
     sealed = max(sealed, live_seq)
     records = [r for r in read_all(root, after=after) if r.seq <= sealed]
     if after < live_seq and (not records or records[0].seq != after + 1):
@@ -63,7 +66,7 @@ def start(root: Path, policy: LiveWrites) -> Sealed:
     changes = Changes.of(records, after=after)
     info = LiveWritesInfo(policy=policy, sealed_seq=sealed, records=len(records),
                           upserted=len(changes.upserts), deleted=len(changes.deleted))
-    return Sealed(sealed, info, changes, now)
+    return Sealed(sealed, info, changes, now, pin(root, sealed))
 
 
 def _folded_gone(after: int, first: int) -> LogGapError:

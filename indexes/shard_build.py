@@ -72,6 +72,7 @@ from indexes.vectors import (
     non_finite_row,
     vector_bounds,
 )
+from indexes.wal.seal import unpin
 
 ShardRows = tuple[list[Document], np.ndarray]  # documents, float32 (n, dim) vectors
 ShardSource = Callable[[], ShardRows]
@@ -370,39 +371,43 @@ def build_streamed(
     began = time.perf_counter()
     # The sources are the export: a write acknowledged from now on is applied on top of the
     # build, not superseded by sources read before it (the surveys can take hours).
-    log_seq, contract, _, exported_at = rebuild.start(root, "superseded")
-    surveys = run(survey_shard, [SurveyJob(i, s, config) for i, s in enumerate(sources)])
-    laps["survey"] = lap = round(time.perf_counter() - began, 3)
-    check_unique_ids(surveys, sources, run)
-    collection = reduce_surveys(surveys, config)
-    collection.fields = complete_values(collection.fields, surveys, sources, run)
-    laps["reduce"] = round(time.perf_counter() - began - lap, 3)
-    info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
-    build_id = new_build_id()
-    written: list[Written] = []
+    sealed = rebuild.start(root, "superseded")
+    log_seq, contract, exported_at = sealed.log_seq, sealed.contract, sealed.exported_at
+    try:
+        surveys = run(survey_shard, [SurveyJob(i, s, config) for i, s in enumerate(sources)])
+        laps["survey"] = lap = round(time.perf_counter() - began, 3)
+        check_unique_ids(surveys, sources, run)
+        collection = reduce_surveys(surveys, config)
+        collection.fields = complete_values(collection.fields, surveys, sources, run)
+        laps["reduce"] = round(time.perf_counter() - began - lap, 3)
+        info = encoder_info.model_copy(update={"vector_dtype": config.vector_dtype})
+        build_id = new_build_id()
+        written: list[Written] = []
 
-    def write(staging: Path) -> None:
-        jobs = [WriteJob(i, source, staging / SHARDS_DIR / f"shard-{i:03d}", build_id,
-                         collection, config, info, dense,
-                         (surveys[i].n_rows, hash_of(surveys[i].id_hashes)))
-                for i, source in enumerate(sources)]
-        written.extend((run_writes or run)(write_shard, jobs))
-        write_layout(staging, build_id, entries_of(written, build_id),
-                     collection.statistics.avgdl, len(collection.vocab), info, config,
-                     dict(collection.fields.kinds), log_seq=log_seq,
-                     allow_new_fields=config.allow_new_fields, live_writes=contract,
-                     exported_at=exported_at)
+        def write(staging: Path) -> None:
+            jobs = [WriteJob(i, source, staging / SHARDS_DIR / f"shard-{i:03d}", build_id,
+                             collection, config, info, dense,
+                             (surveys[i].n_rows, hash_of(surveys[i].id_hashes)))
+                    for i, source in enumerate(sources)]
+            written.extend((run_writes or run)(write_shard, jobs))
+            write_layout(staging, build_id, entries_of(written, build_id),
+                         collection.statistics.avgdl, len(collection.vocab), info, config,
+                         dict(collection.fields.kinds), log_seq=log_seq,
+                         allow_new_fields=config.allow_new_fields, live_writes=contract,
+                         exported_at=exported_at)
 
-    final, retired = stage_and_place(root, build_id, write, publish)
-    laps["shards+publish"] = round(time.perf_counter() - began - sum(laps.values()), 3)
-    n_docs = sum(s.n_rows for s in surveys)
-    return BuildReport(build_id, final, n_docs, vectors_reused=0, vectors_encoded=0,
-                       seconds=laps, vectors_given=n_docs, published=publish,
-                       live_writes=contract, segments_retired=retired,
-                       size_bytes=tree_size(final),
-                       peak_rss_bytes=peak_rss_bytes(),  # this process's; the tasks':
-                       part_seconds=[round(w.seconds, 3) for w in written],
-                       part_peak_rss_bytes=[w.peak_rss_bytes for w in written])
+        final, retired = stage_and_place(root, build_id, write, publish)
+        laps["shards+publish"] = round(time.perf_counter() - began - sum(laps.values()), 3)
+        n_docs = sum(s.n_rows for s in surveys)
+        return BuildReport(build_id, final, n_docs, vectors_reused=0, vectors_encoded=0,
+                           seconds=laps, vectors_given=n_docs, published=publish,
+                           live_writes=contract, segments_retired=retired,
+                           size_bytes=tree_size(final),
+                           peak_rss_bytes=peak_rss_bytes(),  # this process's; the tasks':
+                           part_seconds=[round(w.seconds, 3) for w in written],
+                           part_peak_rss_bytes=[w.peak_rss_bytes for w in written])
+    finally:
+        unpin(sealed.pin)
 
 
 def entries_of(written: Sequence[Written], build_id: str) -> list[ShardEntry]:

@@ -400,3 +400,26 @@ def test_a_build_that_served_before_may_be_published_back(tmp_path, docs):
                 progress=False, dense="exact")
     publish_build(tmp_path, first)
     assert resolve_build_dir(tmp_path).name == first
+
+
+def test_compactions_during_a_long_build_leave_it_the_writes_it_needs(tmp_path, docs):
+    """A build that reads its corpus hours before it is placed (build_on_ray encodes it
+    first) seals the log then. Two compactions meanwhile retired the records after that seal
+    (the rollback target was the first compaction), and the build was refused at publish
+    (LogGapError): hours of encoding for nothing. The build pins the log while it runs."""
+    from indexes import rebuild
+    from indexes.wal.seal import unpin
+
+    build_small(tmp_path, docs[:20])
+    sealed = rebuild.start(tmp_path, "superseded")  # the corpus is read, then encoded
+    with IndexWriter(tmp_path) as writer:
+        for i in range(2):
+            writer.upsert([Document(f"during-{i}", "a write while the corpus encodes")],
+                          vectors=unit_vectors(1, 10 + i))
+            writer.compact()
+    report = build_index(docs[:30], tmp_path, vectors=unit_vectors(30, 3), encoder_info=INFO,
+                         progress=False, dense="exact", sealed=sealed)
+    assert report.published
+    assert served_ids(tmp_path, ["during-0", "during-1"]) == [True, True]
+    unpin(sealed.pin)  # what build_on_ray does when the build ends
+    assert not list((tmp_path / "wal" / "pins").iterdir())

@@ -23,6 +23,8 @@ from indexes.wal.log import ACKED, repair_tail, segment_name, segments, wal_dir,
 
 LOCK = ".writer.lock"
 LOCK_POLL_SECONDS = 0.001
+PINS = "pins"  # a folder of the log's: one empty file per running build (``pin``)
+PIN_MAX_AGE_SECONDS = 7 * 24 * 3600.0
 
 
 def take_lock(handle: IO[str], timeout_seconds: float, root: Path) -> None:
@@ -80,6 +82,40 @@ def seal(root: Path, timeout_seconds: float = 10.0) -> int | None:
         finally:
             os.close(acked)
         return sealed
+
+
+def pin(root: Path, seq: int) -> Path:
+    """Keep the records after ``seq`` in the log while a build that sealed it there runs
+    (``retire`` spares them): a build that reads its corpus hours before it is placed
+    (``build_on_ray`` encodes it first) would otherwise find them retired by the compactions
+    of those hours, and be refused. ``unpin`` when the build is placed or fails."""
+    pins = wal_dir(root) / PINS
+    pins.mkdir(parents=True, exist_ok=True)
+    path = pins / f"{seq}.{os.getpid()}.{time.time_ns()}"
+    path.touch()
+    return path
+
+
+def unpin(path: Path | None) -> None:
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def pinned(root: Path) -> list[int]:
+    """The seqs builds still running pinned (a pin older than ``PIN_MAX_AGE_SECONDS`` is a
+    build that died: ignored, so the log does not grow for ever)."""
+    pins = wal_dir(root) / PINS
+    if not pins.is_dir():
+        return []
+    now, kept = time.time(), []
+    for path in pins.iterdir():
+        try:
+            fresh = now - path.stat().st_mtime < PIN_MAX_AGE_SECONDS
+        except FileNotFoundError:  # unpinned meanwhile
+            continue
+        if fresh:
+            kept.append(int(path.name.split(".", 1)[0]))
+    return kept
 
 
 def retire(root: Path, folded: int) -> int:
