@@ -54,8 +54,10 @@ def compatible_query_encoder(query_id: str, index_id: str) -> bool:
 
 def same_model_name(query: str, index: str) -> bool:
     """Whether a query encoder's model name is the index's: the same, or an index written
-    before names carried their weights' digest (``model_name``), named by its directory."""
-    return query == index or ("@" not in index and query.split("@", 1)[0] == index)
+    before names carried their weights' digest (``model_name``), named by its directory (not
+    the packaged model's name: that one never had a digest)."""
+    legacy = "@" not in index and index != DEFAULT_MODEL
+    return query == index or (legacy and query.split("@", 1)[0] == index)
 
 
 @runtime_checkable

@@ -284,6 +284,9 @@ def test_an_index_named_before_weight_digests_still_loads_and_subfolder_weights_
                                         "my-model@ba9876543210:torch:fp32:384")
     assert not compatible_query_encoder("other@0123456789ab:torch:fp32:384",
                                         "my-model:torch:fp32:384")
+    # the packaged model's name never had a digest: other weights under it are other weights
+    assert not compatible_query_encoder("all-MiniLM-L6-v2@0123456789ab:torch:fp32:384",
+                                        "all-MiniLM-L6-v2:torch:fp32:384")
     model = tmp_path / "nested-model"
     (model / "0_Transformer").mkdir(parents=True)
     (model / "0_Transformer" / "model-00001-of-00002.safetensors").write_bytes(b"one")
