@@ -63,8 +63,7 @@ def seal(root: Path, timeout_seconds: float = 10.0) -> int | None:
     existing = segments(root)
     if not existing:
         return None
-    with open(wal_dir(root) / LOCK, "a") as handle:
-        take_lock(handle, timeout_seconds, root)
+    with appends_paused(root, timeout_seconds):
         first, path = segments(root)[-1]
         last, _ = repair_tail(path)
         sealed = max(last, first - 1)
