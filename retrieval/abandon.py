@@ -28,7 +28,8 @@ class ThreadWork(Generic[T]):
     def __init__(self, call: Callable[[], T]) -> None:
         loop = asyncio.get_running_loop()
         self._lock = threading.Lock()
-        self._phase = "queued"  # then "running" and "done", or "dropped" (never runs)
+        # then "running" and "done"; "dropped" (never runs) or "dropped while running"
+        self._phase = "queued"
         self.finished: asyncio.Future[None] = loop.create_future()
         self.future: asyncio.Future[T] = loop.run_in_executor(None, self._run, call, loop)
 
@@ -41,8 +42,10 @@ class ThreadWork(Generic[T]):
             return call()
         finally:
             with self._lock:
+                waited = self._phase == "dropped while running"
                 self._phase = "done"
-            loop.call_soon_threadsafe(self._finish)
+            if waited:  # only then: a wake-up of the loop per search costs
+                loop.call_soon_threadsafe(self._finish)
 
     def _finish(self) -> None:
         if not self.finished.done():
@@ -53,7 +56,9 @@ class ThreadWork(Generic[T]):
         with self._lock:
             if self._phase == "queued":
                 self._phase = "dropped"
-            running = self._phase == "running"
+            elif self._phase == "running":
+                self._phase = "dropped while running"
+            running = self._phase == "dropped while running"
         self.future.cancel()
         return running
 

@@ -54,7 +54,6 @@ class LoadedBuild:
         out: ``partial:<shard>``), taken once at its end; a loaded build loses nothing."""
         return []
 
-
     @classmethod
     def load(cls, path: str | Path, *, verify: bool = True, mmap: bool = True) -> LoadedBuild:
         """Load a build directory or the live build of an index root.

@@ -53,6 +53,11 @@ class Observer:
                         result.cache.embedding,
                         {k: round(v, 3) for k, v in result.timings.items()})
 
+    @property
+    def tracing(self) -> bool:
+        """Whether spans are emitted (``tracing.enabled``)."""
+        return self._tracer is not None
+
     def failed(self, error: BaseException, started_ns: int) -> None:
         """A search that raised: its span, marked as an error with the exception recorded
         (a trace missing its failed searches shows a service healthier than it is)."""

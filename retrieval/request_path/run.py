@@ -21,7 +21,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -87,6 +87,19 @@ class Begun:
 T = TypeVar("T")
 
 
+UNTRACED = nullcontext()  # reusable: it keeps no state
+
+
+@contextmanager
+def _failures_traced(observer: Observer) -> Iterator[None]:
+    started = time.time_ns()
+    try:
+        yield
+    except Exception as exc:
+        observer.failed(exc, started)
+        raise
+
+
 class RequestPath:
     """The stages of a search over a ``Live`` build, and the threads and counters they use."""
 
@@ -127,15 +140,10 @@ class RequestPath:
                     return begun
                 return self._finish(live, begun, query_vector)
 
-    @contextmanager
-    def failures_traced(self) -> Iterator[None]:
-        """A span for a search that raises in this block (``Observer.failed``)."""
-        started = time.time_ns()
-        try:
-            yield
-        except Exception as exc:
-            self.observer.failed(exc, started)
-            raise
+    def failures_traced(self) -> AbstractContextManager[None]:
+        """A span for a search that raises in this block (``Observer.failed``); with tracing
+        off, nothing to do on the request path."""
+        return _failures_traced(self.observer) if self.observer.tracing else UNTRACED
 
     @property
     def reads_without_blocking(self) -> bool:
