@@ -168,15 +168,17 @@ class RemoteRetriever:
 
     def search_batch(self, queries: Sequence[str], filters: Filters = None,
                      k: int | None = None, *, candidates: int | None = None,
-                     query_vectors: np.ndarray | None = None, group_by: str | None = None,
+                     query_vectors: np.ndarray | None = None,
+                     deadline_ms: float | None = None, group_by: str | None = None,
                      context: int = 0, min_seq: int | None = None,
                      explain: bool = False, min_score: float | None = None
                      ) -> list[SearchResult]:
-        """``Retriever.search_batch`` on the server (one request)."""
+        """``Retriever.search_batch`` on the server (one request; ``deadline_ms`` is the
+        server's budget for the whole batch)."""
         _no_vectors(query_vectors)
         body = _body(queries=list(queries), filters=filters, k=k, candidates=candidates,
-                     group_by=group_by, context=context or None, min_seq=min_seq,
-                     explain=explain or None, min_score=min_score)
+                     deadline_ms=deadline_ms, group_by=group_by, context=context or None,
+                     min_seq=min_seq, explain=explain or None, min_score=min_score)
         return _batch(self._post("/v1/search/batch", body))
 
     # -- writes -------------------------------------------------------------------------------

@@ -127,9 +127,10 @@ class RetrieverConfig(StrictConfig):
         "published under the root: compaction, gated publish, rollback); None = only at load "
         "and refresh()")
     deadline_ms: float | None = Field(
-        None, gt=0, le=86_400_000, allow_inf_nan=False, description="default per-search "
-        "budget (at most a day); past it a search degrades (BM25-only ranking, cache/feature "
-        "reads skipped) instead of waiting. None = no deadline")
+        None, gt=0, le=86_400_000, allow_inf_nan=False, description="default budget of a "
+        "search, or of a whole search_batch call (at most a day); past it a search degrades "
+        "(BM25-only ranking, cache/feature reads skipped) instead of waiting. None = no "
+        "deadline")
     max_in_flight: int | None = Field(
         None, ge=1, description="searches served at once by this Retriever; one more gets "
         "OverloadedError at once instead of queueing. None = no bound")

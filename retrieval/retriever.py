@@ -518,19 +518,38 @@ class Retriever:
         *,
         candidates: int | None = None,
         query_vectors: np.ndarray | None = None,
+        deadline_ms: float | None = None,
         group_by: str | None = None,
         context: int = 0,
         min_seq: int | None = None,
         explain: bool = False,
         min_score: float | None = None,
     ) -> list[SearchResult]:
-        """Search many queries with the same filters; their embeddings are one encoder call."""
+        """Search many queries with the same filters; their embeddings are one encoder call.
+
+        ``deadline_ms`` (default ``config.deadline_ms``) is one budget for the whole call,
+        from its start: the queries degrade past it as ``search`` does (a query whose vector
+        the encoder call had not returned in time ranks by BM25 alone, ``degraded`` holds
+        "embed"), and a degraded result is not cached. The other arguments are ``search``'s,
+        ``query_vectors`` one row per query."""
+        return self._searched_batch(0.0, queries, filters, k, candidates=candidates,
+                                    query_vectors=query_vectors, deadline_ms=deadline_ms,
+                                    group_by=group_by, context=context, min_seq=min_seq,
+                                    explain=explain, min_score=min_score)
+
+    def _searched_batch(self, queued_ms: float, queries: Sequence[str], filters: Any = None,
+                        k: int | None = None, *, candidates: int | None = None,
+                        query_vectors: np.ndarray | None = None,
+                        deadline_ms: float | None = None, group_by: str | None = None,
+                        context: int = 0, min_seq: int | None = None, explain: bool = False,
+                        min_score: float | None = None) -> list[SearchResult]:
+        """``search_batch``, begun ``queued_ms`` after it was asked for (as ``_searched``)."""
         with self._path.failures_traced():
             threshold = self._threshold(min_score)
             self.wait_for_seq(min_seq)
         return [above(r, threshold) for r in self._path.search_batch(
-            self._live, queries, filters, k, candidates, query_vectors, group_by, context,
-            explain)]
+            self._live, queries, filters, k, candidates, query_vectors, deadline_ms, group_by,
+            context, explain, queued_ms)]
 
     async def asearch(self, query: str, filters: dict[str, Any] | str | None = None,
                       k: int | None = None, *, abandoned: Abandoned | None = None,
@@ -574,7 +593,6 @@ class Retriever:
                             *, abandoned: Abandoned | None = None,
                             **options: Any) -> list[SearchResult]:
         """``search_batch`` for asyncio apps, in the running loop's default executor (as
-        ``asearch``, ``abandoned`` too)."""
-        call = functools.partial(self.search_batch, queries, filters, k, **options)
-        return await unless_abandoned(ThreadWork(functools.partial(
-            contextvars.copy_context().run, call)), abandoned)
+        ``asearch``, ``abandoned`` too); the wait for a thread counts in its deadline."""
+        return await unless_abandoned(
+            self._in_thread(self._searched_batch, queries, filters, k, **options), abandoned)

@@ -197,25 +197,54 @@ class Recording:
                           await self.inner.asearch_batch(*args, **options))
 
 
-def test_deadline_reaches_every_search_and_a_batch_with_one_searches_each_input(live):
+def test_deadline_reaches_every_search_and_batch(live):
     retriever, _ = live
     backend = Recording(retriever)
     lc = LangChainRetriever(backend, k=2, deadline_ms=60_000)
     lc.invoke("flutter of panels")
     asyncio.run(lc.ainvoke("flutter of panels", deadline_ms=30_000))
-    # search_batch takes no deadline: each input is its own search, not one without it.
     queries = ["flutter of panels", "heat transfer to a blunt body"]
     batched = lc.batch(queries)
-    abatched = asyncio.run(lc.abatch(queries))
+    abatched = asyncio.run(lc.abatch(queries, deadline_ms=30_000))
     LlamaIndexRetriever(backend, k=2, deadline_ms=60_000).retrieve("flutter of panels")
     assert [(name, options.get("deadline_ms")) for name, options in backend.calls] == [
-        ("search", 60_000), ("asearch", 30_000), ("search", 60_000), ("search", 60_000),
-        ("asearch", 60_000), ("asearch", 60_000), ("search", 60_000)]
+        ("search", 60_000), ("asearch", 30_000), ("search_batch", 60_000),
+        ("asearch_batch", 30_000), ("search", 60_000)]
     expected = [lc_ids(lc.invoke(q)) for q in queries]
     assert [lc_ids(docs) for docs in batched] == [lc_ids(docs) for docs in abatched] == expected
-    plain = Recording(retriever)
-    LangChainRetriever(plain, k=2).batch(queries)
-    assert [name for name, _ in plain.calls] == ["search_batch"]  # no deadline: one call
+
+
+class CountedEncoder:
+    """The real query encoder, keeping how many texts each of its calls encoded."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.calls: list[int] = []
+
+    def encode(self, texts: Any, *, batch_size: int = 64, progress: bool = False) -> Any:
+        self.calls.append(len(texts))
+        return self.inner.encode(list(texts))
+
+
+def test_a_batch_with_a_deadline_is_one_engine_batch(cranfield, encoder):
+    """A deadline used to split a LangChain batch into one search per input (the engine's
+    batch took none), each paying its own encoder call; now the whole batch is one
+    ``search_batch`` under one budget: one encoder call for every input, sync and async.
+    (Dynamic batching is off, so separate searches could not share an encoder call.)"""
+    counted = CountedEncoder(encoder)
+    config = {"cache": {"backend": "none"}, "batching": {"enabled": False}}
+    queries = ["flutter of panels", "heat transfer to a blunt body",
+               "buckling of thin cylindrical shells"]
+    with Retriever.load(cranfield, config, encoder=counted) as retriever:
+        lc = LangChainRetriever(retriever, k=2, deadline_ms=60_000)
+        counted.calls.clear()  # the load's warm-up
+        batched = lc.batch(queries)
+        abatched = asyncio.run(lc.abatch(queries, deadline_ms=30_000))
+        assert counted.calls == [3, 3]
+        expected = [lc_ids(docs) for docs in LangChainRetriever(retriever, k=2).batch(queries)]
+    assert [lc_ids(docs) for docs in batched] == [lc_ids(docs) for docs in abatched] == expected
+    assert not any(d.metadata.get("degraded") for docs in batched + abatched for d in docs)
 
 
 def test_a_degraded_result_says_so_in_every_document(live):

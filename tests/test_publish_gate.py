@@ -220,3 +220,15 @@ def test_cli_build_stages_or_gates(dataset, tmp_path, capsys):
     assert "staged build" in capsys.readouterr().out
     assert (root / CURRENT).read_text().strip() == live
     assert sorted(b.status for b in list_builds(root)) == ["live", "staged", "staged", "staged"]
+
+
+def test_the_gate_searches_without_the_serving_deadline_cache_or_reloads():
+    """Its canaries run as one batch, and a batch's deadline is one budget for all of them:
+    under the serving deadline the later canaries would skip the feature read, and the
+    verdict would depend on the machine's speed."""
+    from retrieval.publishing.gate import _gate_config
+
+    serving = {"deadline_ms": 20, "cache": {"backend": "memory"}, "reload_interval_seconds": 5}
+    config = _gate_config(serving)
+    assert (config.deadline_ms, config.cache.backend, config.reload_interval_seconds) == \
+        (None, "none", None)

@@ -162,13 +162,73 @@ def test_config_deadline_applies_and_features_past_it_are_skipped(index, query_e
     assert result.degraded == ["embed", "features"] and result.features_available is None
 
 
+@pytest.mark.parametrize("cache", ["memory", "none"])
+@pytest.mark.parametrize("call", ["search_batch", "asearch_batch"])
+def test_a_batch_past_its_deadline_ranks_every_query_by_bm25_and_caches_none(
+        index, query_encoder, cache, call) -> None:
+    """One budget for the whole batch: its one encoder call never answers, so every query
+    stops waiting for it when the budget is spent and ranks by BM25 alone."""
+    gated = GatedEncoder(query_encoder)
+    queries = QUERIES[6:9]
+    with Retriever.load(index, {"vector_weight": 0.0, "cache": {"backend": "none"}},
+                        encoder=query_encoder) as bm25_only:
+        expected = [[h.doc_id for h in bm25_only.search(q, k=10).hits] for q in queries]
+    with Retriever.load(index, {"cache": {"backend": cache}}, encoder=gated) as retriever:
+        gated.close_gate()
+        try:
+            late = (retriever.search_batch(queries, k=10, deadline_ms=10) if call == "search_batch"
+                    else asyncio.run(retriever.asearch_batch(queries, k=10, deadline_ms=10)))
+        finally:
+            gated.gate.set()
+        assert [r.degraded for r in late] == [["embed"]] * 3
+        assert [[h.doc_id for h in r.hits] for r in late] == expected
+        assert all(h.vector_score == 0.0 for r in late for h in r.hits)
+        assert retriever.stats()["degraded"]["embed"] == 3
+        retriever.flush_cache_writes()
+        again = retriever.search_batch(queries, k=10)
+    assert [r.degraded for r in again] == [[]] * 3
+    if cache == "memory":  # neither the results nor the late encode's vectors were kept
+        assert [(r.cache.result, r.cache.embedding) for r in again] == [("miss", "miss")] * 3
+
+
+def test_a_batch_takes_the_config_deadline_and_skips_features_past_it(index, query_encoder,
+                                                                     store_dir) -> None:
+    gated = GatedEncoder(query_encoder)
+    config = {"deadline_ms": 5, "cache": {"backend": "memory"}, **_features(store_dir)}
+    with Retriever.load(index, config, encoder=gated) as retriever:
+        gated.close_gate()
+        try:
+            results = retriever.search_batch(QUERIES[9:11], k=5)
+        finally:
+            gated.gate.set()
+    assert [r.degraded for r in results] == [["embed", "features"]] * 2
+    assert all(r.features_available is None and r.hits for r in results)
+
+
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_a_batch_within_its_deadline_equals_the_batch_without_one(index, query_encoder,
+                                                                  cache) -> None:
+    config = {"cache": {"backend": cache}}
+    with Retriever.load(index, config, encoder=query_encoder) as plain, \
+            Retriever.load(index, config, encoder=query_encoder) as timed:
+        expected = plain.search_batch(QUERIES[:5], k=5)
+        timely = timed.search_batch(QUERIES[:5], k=5, deadline_ms=60_000)
+        assert asyncio.run(timed.asearch_batch(QUERIES[5:7], k=5, deadline_ms=60_000)
+                           )[1].hits == plain.search_batch(QUERIES[5:7], k=5)[1].hits
+    assert [r.degraded for r in timely] == [[]] * 5
+    assert [r.hits for r in timely] == [r.hits for r in expected]
+    assert [r.cache for r in timely] == [r.cache for r in expected]
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "10", True, 9.3e12, 86_400_001])
 def test_invalid_deadline_is_an_invalid_query(index, query_encoder, bad) -> None:
     """Also budgets past a day: 9.3e12 ms overflowed the thread timeout (a builtin
     OverflowError, a 500 over HTTP) before the limit."""
-    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=query_encoder) as r, \
-            pytest.raises(InvalidQueryError, match="deadline_ms"):
-        r.search(QUERIES[0], deadline_ms=bad)
+    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=query_encoder) as r:
+        with pytest.raises(InvalidQueryError, match="deadline_ms"):
+            r.search(QUERIES[0], deadline_ms=bad)
+        with pytest.raises(InvalidQueryError, match="deadline_ms"):
+            r.search_batch(QUERIES[:2], deadline_ms=bad)
 
 
 # -- load shedding -----------------------------------------------------------------------------

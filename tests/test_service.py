@@ -172,6 +172,13 @@ def test_remote_retriever_async_and_typed_errors(served: Server) -> None:
         timely = remote.search(served.queries[1], k=3, deadline_ms=60_000)
         assert timely.degraded == [] and [h.doc_id for h in timely.hits] == \
             [h.doc_id for h in remote.search(served.queries[1], k=3).hits]
+        batch = served.queries[20:22]  # the same batch each time: INT8 vectors depend on it
+        timely_batch = remote.search_batch(batch, k=3, deadline_ms=60_000)
+        assert [r.degraded for r in timely_batch] == [[], []]
+        assert [[h.doc_id for h in r.hits] for r in timely_batch] == \
+            [[h.doc_id for h in r.hits] for r in asyncio.run(
+                remote.asearch_batch(batch, k=3, deadline_ms=60_000))] == \
+            [[h.doc_id for h in r.hits] for r in remote.search_batch(batch, k=3)]
     with RemoteRetriever(served.url, api_key="wrong") as remote, \
             pytest.raises(AuthenticationError):
         remote.search("statins")
@@ -287,6 +294,12 @@ HOSTILE = [
      {"json": {"query": "x", "deadline_ms": -1}}, True, 400, "InvalidQueryError"),
     ("deadline of wrong type", "POST", "/v1/search",
      {"json": {"query": "x", "deadline_ms": "soon"}}, True, 422, "RequestFieldError"),
+    ("batch deadline not positive", "POST", "/v1/search/batch",
+     {"json": {"queries": ["x"], "deadline_ms": 0}}, True, 400, "InvalidQueryError"),
+    ("batch deadline of wrong type", "POST", "/v1/search/batch",
+     {"json": {"queries": ["x"], "deadline_ms": "soon"}}, True, 422, "RequestFieldError"),
+    ("batch deadline over a day", "POST", "/v1/search/batch",
+     {"json": {"queries": ["x"], "deadline_ms": 1e12}}, True, 413, "LimitExceededError"),
     ("DSL syntax error", "POST", "/v1/search",
      {"json": {"query": "x", "filters": "year >> 3"}}, True, 400, "MalformedFilterError"),
     ("batch over the query limit", "POST", "/v1/search/batch",
@@ -317,6 +330,19 @@ def test_hostile_requests_get_a_typed_4xx(served: Server, name: str, method: str
     error = response.json()["error"]
     assert error["type"] == kind and error["message"]
     assert "Traceback" not in response.text
+
+
+def test_a_batch_past_its_deadline_degrades_over_http(served: Server) -> None:
+    """The batch body's deadline is one budget for the batch: its first query searches
+    while the batch's encoder call runs, and cannot wait past a microsecond for it."""
+    late = {"queries": ["a batch with no time to embed", "nor for its second query"],
+            "deadline_ms": 0.001}
+    with served.client() as client:
+        response = client.post("/v1/search/batch", json=late)
+    assert response.status_code == 200, response.text
+    first = response.json()["results"][0]
+    assert first["degraded"] == ["embed"] and first["hits"]
+    assert all(h["vector_score"] == 0.0 for h in first["hits"])
 
 
 # -- metrics --------------------------------------------------------------------------------

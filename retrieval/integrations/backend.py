@@ -35,7 +35,7 @@ _METHODS = ("search", "search_batch", "asearch", "asearch_batch")
 class SearchBackend(Protocol):
     """The public search API of ``Retriever``, as the adapters call it: the keyword options
     ``group_by``, ``context``, ``min_score``, ``min_seq`` and ``deadline_ms`` are passed only
-    when set (``deadline_ms`` to single searches only, as ``search_batch`` has none)."""
+    when set."""
 
     def search(self, query: str, filters: FilterSpec = None, k: int | None = None, *,
                candidates: int | None = None, **options: Any) -> SearchResult: ...

@@ -4,8 +4,7 @@
 ``deadline_ms`` are set at construction and can be overridden per call:
 ``retriever.invoke("q", k=3, min_seq=ack.seq)``. ``ainvoke`` awaits the engine's async search
 (the loop is never blocked); ``batch`` and ``abatch`` search all inputs in one
-``search_batch`` call (one encoder call for the batch), except with a deadline, which only a
-single search takes: then each input is its own search, run concurrently.
+``search_batch`` call (one encoder call for the batch; a deadline is one budget for it all).
 """
 
 from __future__ import annotations
@@ -143,23 +142,21 @@ class LangChainRetriever(BaseRetriever):
         runs = [self._sync_manager(config_).on_retriever_start(
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
                 for query, config_ in zip(inputs, configs, strict=True)]
-        if not self._has_deadline(kwargs):
-            try:
-                filters, k, search = self._options(kwargs)
-                results = self.retriever.search_batch(inputs, filters, k, **search)
-            except Exception as exc:
-                if not return_exceptions:
-                    for run in runs:
-                        run.on_retriever_error(exc)
-                    raise
-                # One bad input fails the whole batch: search each input for its own outcome.
-            else:
-                documents = [to_documents(result) for result in results]
-                for run, docs in zip(runs, documents, strict=True):
-                    run.on_retriever_end(docs)
-                return documents
+        try:
+            filters, k, search = self._options(kwargs)
+            results = self.retriever.search_batch(inputs, filters, k, **search)
+        except Exception as exc:
+            if not return_exceptions:
+                for run in runs:
+                    run.on_retriever_error(exc)
+                raise
+        else:
+            documents = [to_documents(result) for result in results]
+            for run, docs in zip(runs, documents, strict=True):
+                run.on_retriever_end(docs)
+            return documents
 
-        # A deadline (which search_batch has not), or a batch one input failed: each its own.
+        # One bad input failed the whole batch: search each input for its own outcome.
         with get_executor_for_config(configs[0]) as executor:
             outcomes = list(executor.map(self._search_in_run, inputs, runs,
                                          [kwargs] * len(inputs)))
@@ -175,23 +172,21 @@ class LangChainRetriever(BaseRetriever):
         runs = [await self._async_manager(config_).on_retriever_start(
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
                 for query, config_ in zip(inputs, configs, strict=True)]
-        if not self._has_deadline(kwargs):
-            try:
-                filters, k, search = self._options(kwargs)
-                results = await self.retriever.asearch_batch(inputs, filters, k, **search)
-            except Exception as exc:
-                if not return_exceptions:
-                    for run in runs:
-                        await run.on_retriever_error(exc)
-                    raise
-                # One bad input fails the whole batch: search each input for its own outcome.
-            else:
-                documents = [to_documents(result) for result in results]
-                for run, docs in zip(runs, documents, strict=True):
-                    await run.on_retriever_end(docs)
-                return documents
+        try:
+            filters, k, search = self._options(kwargs)
+            results = await self.retriever.asearch_batch(inputs, filters, k, **search)
+        except Exception as exc:
+            if not return_exceptions:
+                for run in runs:
+                    await run.on_retriever_error(exc)
+                raise
+        else:
+            documents = [to_documents(result) for result in results]
+            for run, docs in zip(runs, documents, strict=True):
+                await run.on_retriever_end(docs)
+            return documents
 
-        # A deadline (which search_batch has not), or a batch one input failed: each its own.
+        # One bad input failed the whole batch: search each input for its own outcome.
         outcomes = await gather_with_concurrency(
             configs[0].get("max_concurrency"),
             *(self._asearch_in_run(query, run, kwargs)
@@ -221,10 +216,6 @@ class LangChainRetriever(BaseRetriever):
         return docs
 
     # -- helpers --------------------------------------------------------------------------------
-
-    def _has_deadline(self, overrides: dict[str, Any]) -> bool:
-        """Whether these searches have a deadline, which ``search_batch`` does not take."""
-        return overrides.get("deadline_ms", self.deadline_ms) is not None
 
     def _options(self, overrides: dict[str, Any]
                  ) -> tuple[FilterSpec, int | None, dict[str, Any]]:

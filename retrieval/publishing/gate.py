@@ -143,9 +143,12 @@ def _search_checks(
 
 
 def _gate_config(config: RetrieverConfig | dict[str, Any] | None) -> RetrieverConfig:
+    """The serving config, less what would make the gate's verdict depend on timing: a cache,
+    reloads, and a deadline (one budget for a whole batch of canaries would skip the feature
+    read on the later ones)."""
     base = config if isinstance(config, RetrieverConfig) else RetrieverConfig(**(config or {}))
     return base.model_copy(update={"cache": base.cache.model_copy(update={"backend": "none"}),
-                                   "reload_interval_seconds": None})
+                                   "reload_interval_seconds": None, "deadline_ms": None})
 
 
 def _load(directory: Path, contents: BuildContents, config: RetrieverConfig,

@@ -9,7 +9,9 @@ Every stage is timed (``StageTimer``); what waits on something else takes what i
 search's ``Deadline``: the embedding wait gives up when the budget is spent (the search then
 ranks by BM25 alone), the feature read is skipped past it, and a Ray shard that has not
 answered is left out (``deadline.CURRENT``). The stages that compute always run (``limits``
-bound them). A degraded result is returned, counted and never cached.
+bound them). A degraded result is returned, counted and never cached. ``search_batch`` has one
+budget for the whole call; given one, its one encoder call runs in another thread and each
+query waits for its vector no longer than what is left.
 Searches past ``max_in_flight`` are refused with ``OverloadedError`` before any work.
 ``search`` runs it all in the caller's thread; ``begin`` + ``resume`` split it at the cache
 lookup, so an event loop can serve in-process cache hits itself (``Retriever.asearch``).
@@ -20,7 +22,8 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -35,7 +38,7 @@ from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
 from retrieval.errors import RetrieverClosedError
 from retrieval.loaded_build import LoadedBuild
-from retrieval.models import CacheInfo, SearchResult
+from retrieval.models import CacheInfo, CacheStatus, SearchResult
 from retrieval.relevance import Calibration
 from retrieval.request_path.batching import EncodeBatcher
 from retrieval.request_path.cache_lookup import Lookup, RequestCache
@@ -239,15 +242,23 @@ class RequestPath:
 
     def search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
                      candidates: int | None, query_vectors: np.ndarray | None,
-                     group_by: Any = None, context: Any = 0, explain: bool = False
-                     ) -> list[SearchResult]:
+                     deadline_ms: float | None = None, group_by: Any = None, context: Any = 0,
+                     explain: bool = False, queued_ms: float = 0.0) -> list[SearchResult]:
+        """Many queries with the same options: one validation of the options, one cache round
+        trip, one encoder call. ``deadline_ms`` (default ``config.deadline_ms``) is one budget
+        for the whole call, ``queued_ms`` (the wait for a thread) spent from it: each query
+        waits for the encoder no longer than what is left of it, and skips the feature read
+        past it, as one search does."""
         with self.failures_traced():
+            deadline = Deadline(check_deadline(deadline_ms, self.config), spent_ms=queued_ms)
             return self._search_batch(live, queries, filters, k, candidates, query_vectors,
+                                      deadline, {"queue": queued_ms} if queued_ms else {},
                                       group_by, context, explain)
 
     def _search_batch(self, live: Live, queries: Sequence[str], filters: Any, k: int | None,
                       candidates: int | None, query_vectors: np.ndarray | None,
-                      group_by: Any, context: Any, explain: bool) -> list[SearchResult]:
+                      deadline: Deadline, before: dict[str, float], group_by: Any,
+                      context: Any, explain: bool) -> list[SearchResult]:
         check_batch_queries(queries)
         check_batch_work(len(queries), k, candidates, self.config)
         started = time.perf_counter()
@@ -257,32 +268,55 @@ class RequestPath:
                         check_query_text, q, self.config))) for position, q in enumerate(queries)]
         given = None if query_vectors is None else batch_vectors(
             query_vectors, len(queries), live.snapshot.vectors.given_query)
-        before = {"validate": (time.perf_counter() - started) * 1e3}
+        before = {**before, "validate": (time.perf_counter() - started) * 1e3}
         with self.in_flight:
             if given is None and self.cache is not None:
-                return self._cached_batch(live, requests, before)
-            started = time.perf_counter()
-            vectors = given if given is not None else self.encode([r.query for r in requests])
-            if given is None:
-                before["embed"] = (time.perf_counter() - started) * 1e3
-            status = "provided" if given is not None else "off"  # else the cached batch
-            return [in_batch(i, functools.partial(self._uncached, live, r, ReadyVector(v),
-                                                  status, before))
-                    for i, (r, v) in enumerate(zip(requests, vectors, strict=True))]
+                return self._cached_batch(live, requests, before, deadline)
+            status: CacheStatus = "provided" if given is not None else "off"  # no cache
+            if given is not None:
+                pending: list[PendingVector] = [ReadyVector(v) for v in given]
+            else:
+                pending, embed = self._batch_embeddings([r.query for r in requests], deadline)
+                before = {**before, **embed}
+            return [in_batch(i, functools.partial(self._batch_query, live, r, p, status, before,
+                                                  deadline))[0]
+                    for i, (r, p) in enumerate(zip(requests, pending, strict=True))]
 
-    def _uncached(self, live: Live, request: SearchRequest, pending: PendingVector,
-                  status: str, before: dict[str, float]) -> SearchResult:
-        """One query of a batch; ``before``: the stages the batch ran once for it and the
-        others (``timer_after``)."""
+    def _batch_embeddings(self, texts: list[str], deadline: Deadline
+                          ) -> tuple[list[PendingVector], dict[str, float]]:
+        """The vectors of a batch's queries from one encoder call, and the stage that call
+        adds to every query's timings before its own ("embed" when it ran here).
+
+        Without a deadline the call runs here. With one it runs in the encode pool and each
+        query waits for its row at most what is left of the budget (``BatchRow``): a query
+        whose vector is not in by then ranks by BM25 alone, and the encode finishes unwatched
+        (its vectors are not cached: no search is left to hand them to)."""
+        if not deadline.active or self.encoder is None:  # no encoder: ``encode`` says so
+            started = time.perf_counter()
+            vectors = self.encode(texts)
+            return ([ReadyVector(v) for v in vectors],
+                    {"embed": (time.perf_counter() - started) * 1e3})
+        try:
+            future = self._pool.submit(timed_encode_all, self.encode, texts)
+        except RuntimeError as exc:  # the pool shut down: closed while this searched
+            raise RetrieverClosedError() from exc
+        return [BatchRow(future, row) for row in range(len(texts))], {}
+
+    def _batch_query(self, live: Live, request: SearchRequest, pending: PendingVector,
+                     status: CacheStatus, before: dict[str, float], deadline: Deadline
+                     ) -> tuple[SearchResult, np.ndarray | None]:
+        """One query of a batch within the batch's deadline, and the query vector it used;
+        ``before``: the stages the batch ran once for it and the others (``timer_after``)."""
         timer = timer_after(before)
         search_alone(self.in_flight.count <= 1)
-        result = run_pipeline(live.snapshot, request, pending, timer, self.config,
-                              status, self.features,  # type: ignore[arg-type]
-                              relevance=live.relevance, encoder_id=self._encoder_id)[0]
-        return self._done(result, timer)
+        with within(deadline):  # what waits on another machine (Ray shards) waits no longer
+            result, vector = run_pipeline(live.snapshot, request, pending, timer, self.config,
+                                          status, self.features, deadline, live.relevance,
+                                          self._encoder_id)
+        return self._done(result, timer), vector
 
     def _cached_batch(self, live: Live, requests: list[SearchRequest],
-                      before: dict[str, float]) -> list[SearchResult]:
+                      before: dict[str, float], deadline: Deadline) -> list[SearchResult]:
         """One cache round trip for the batch, one encoder call for the embedding misses."""
         assert self.cache is not None
         snapshot = live.snapshot
@@ -292,10 +326,12 @@ class RequestPath:
         looked_up = {**before, "cache": (time.perf_counter() - started) * 1e3}
         missing = [i for i, look in enumerate(lookups)
                    if look.result is None and look.embedding is None]
-        started = time.perf_counter()
-        fresh = dict(zip(missing, self.encode([requests[i].query for i in missing]),
-                         strict=True)) if missing else {}
-        encoded = {**looked_up, "embed": (time.perf_counter() - started) * 1e3}
+        fresh: dict[int, PendingVector] = {}
+        encoded = looked_up
+        if missing:
+            vectors, embed = self._batch_embeddings([requests[i].query for i in missing],
+                                                    deadline)
+            fresh, encoded = dict(zip(missing, vectors, strict=True)), {**looked_up, **embed}
         results = []
         for i, (request, lookup) in enumerate(zip(requests, lookups, strict=True)):
             if lookup.result is not None:
@@ -303,16 +339,26 @@ class RequestPath:
                 results.append(self._done(served_from_cache(lookup.result, request, timer),
                                           timer))
                 continue
-            vector = fresh.get(i, lookup.embedding)
-            assert vector is not None
-            result = in_batch(i, functools.partial(
-                self._uncached, live, request, ReadyVector(vector),
-                "miss" if i in fresh else "hit", encoded if i in fresh else looked_up))
-            result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
-            if lasting(result):
-                self.cache.store(lookup, result, fresh.get(i))
-            results.append(result)
+            results.append(in_batch(i, functools.partial(
+                self._cached_batch_query, live, request, lookup, fresh.get(i),
+                encoded if i in fresh else looked_up, deadline)))
         return results
+
+    def _cached_batch_query(self, live: Live, request: SearchRequest, lookup: Lookup,
+                            fresh: PendingVector | None, before: dict[str, float],
+                            deadline: Deadline) -> SearchResult:
+        """A result-cache miss of a batch, by the vector of the batch's encoder call
+        (``fresh``) or else the embedding cache's; cached when it lasts (``lasting``)."""
+        assert self.cache is not None
+        status: CacheStatus = "miss" if fresh is not None else "hit"
+        if fresh is None:
+            assert lookup.embedding is not None
+            fresh = ReadyVector(lookup.embedding)
+        result, vector = self._batch_query(live, request, fresh, status, before, deadline)
+        result.cache = CacheInfo(result="miss", embedding=result.cache.embedding)
+        if lasting(result):
+            self.cache.store(lookup, result, vector if status == "miss" else None)
+        return result
 
     # -- stages' helpers -------------------------------------------------------------------------
 
@@ -423,6 +469,30 @@ def timer_after(before: dict[str, float]) -> StageTimer:
         timer.record(stage, milliseconds, start_offset_ms=offset)
         offset += milliseconds
     return timer
+
+
+class BatchRow(PendingVector):
+    """Row ``row`` of a batch's one encoder call, running in another thread: every query of
+    the batch waits on the same call, each for at most what is left of the batch's budget."""
+
+    def __init__(self, future: Future[tuple[np.ndarray, float]], row: int) -> None:
+        self._future, self._row = future, row
+
+    def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
+        try:
+            vectors, ms = self._future.result(timeout)
+        except (FutureTimeout, CancelledError):  # cancelled: an earlier query of the batch
+            self._future.cancel()  # gave up on it; an encode not started yet never runs
+            return None, None
+        return vectors[self._row], ms
+
+
+def timed_encode_all(encode: Callable[[list[str]], np.ndarray], texts: list[str]
+                     ) -> tuple[np.ndarray, float]:
+    """``encode(texts)`` (shape (len(texts), dim)) and the ms it took."""
+    started = time.perf_counter()
+    vectors = encode(texts)
+    return vectors, (time.perf_counter() - started) * 1e3
 
 
 def in_batch(position: int, step: Callable[[], T]) -> T:

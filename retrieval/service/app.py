@@ -174,6 +174,7 @@ def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeCo
         with admission.admit():
             results = await retriever.asearch_batch(body.queries, body.filters, body.k,
                                                     candidates=body.candidates,
+                                                    deadline_ms=body.deadline_ms,
                                                     group_by=body.group_by,
                                                     context=body.context or 0,
                                                     min_seq=body.min_seq,

@@ -20,6 +20,8 @@ MIN_SEQ_HELP = ("see at least the writes up to this sequence number (the seq a w
                 "returned): read-your-writes on any worker")
 REQUEST_ID_HELP = ("a client id for this write: a retry with the same id and body is answered "
                    "with the first seq and logged once; the same id with another body is 409")
+DEADLINE_HELP = ("budget for this search in ms (default: the server's deadline_ms); past it "
+                 "the search degrades (e.g. BM25 only) and says so in degraded")
 FILTERS_HELP = ('a filter object ({"year": {"gte": 2010}}) or the DSL '
                 '("year >= 2010 AND department = \\"cardiology\\""); {"$named": "name"} '
                 'refers to a filter registered in the service\'s Retriever (ANDed with any '
@@ -35,9 +37,7 @@ class SearchBody(BaseModel):
     filters: Filters = Field(None, description=FILTERS_HELP)
     k: int | None = Field(None, description="hits to return (default: the server's default_k)")
     candidates: int | None = Field(None, description="BM25 candidates to re-rank")
-    deadline_ms: float | None = Field(
-        None, description="budget for this search in ms (default: the server's deadline_ms); "
-                          "past it the search degrades (e.g. BM25 only) and says so in degraded")
+    deadline_ms: float | None = Field(None, description=DEADLINE_HELP)
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
@@ -54,6 +54,9 @@ class BatchBody(BaseModel):
     filters: Filters = Field(None, description=FILTERS_HELP)
     k: int | None = None
     candidates: int | None = None
+    deadline_ms: float | None = Field(
+        None, description=DEADLINE_HELP + "; one budget for the whole batch, each query "
+                                          "degrading past it on its own")
     group_by: str | None = Field(None, description=GROUP_BY_HELP)
     context: int | None = Field(None, description=CONTEXT_HELP)
     min_seq: int | None = Field(None, ge=0, description=MIN_SEQ_HELP)
