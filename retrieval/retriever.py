@@ -95,6 +95,9 @@ class Retriever:
         self._open: Callable[[Path], LoadedBuild] = functools.partial(
             open_build, verify=config.verify_checksums, mmap=config.mmap)
         self._log: LogFollower | None = None
+        # What a retriever that follows no log serves: its build's writes, or more for a
+        # ``with_ranking`` variant over a snapshot with the log's writes applied.
+        self._served_seq = snapshot.manifest.log_seq
         now = time.monotonic()
         self.reload_events: list[dict[str, Any]] = [
             {"event": "loaded", "build_id": snapshot.build_id, "swapped_at": (now, now)}]
@@ -314,7 +317,7 @@ class Retriever:
         """The last write-ahead log sequence number this retriever serves (folded into its
         build or applied on top of it)."""
         log = self._log
-        return log.applied_seq if log is not None else self.snapshot.manifest.log_seq
+        return log.applied_seq if log is not None else self._served_seq
 
     def wait_for_seq(self, seq: int | None) -> None:
         """Serve every write up to ``seq`` (read-your-writes): reads the log now if it is
@@ -378,11 +381,16 @@ class Retriever:
         config = _config({**self.config.model_dump(exclude={"cache"}), **ranking,
                           "reload_interval_seconds": None, "cache": {"backend": "none"}})
         store = self._features.store if self._features is not None else None
+        served = self.applied_seq  # read before the snapshot: that one holds at least these
+        current = self.snapshot
         # The root gives it the root's own calibration (relevance.json); it follows nothing:
         # the reloader and the log's follower start in ``load`` alone.
-        return Retriever(snapshot or self.snapshot, config,
-                         encoder if encoder is not None else self.encoder, root=self.root,
-                         feature_store=store)
+        variant = Retriever(snapshot or current, config,
+                            encoder if encoder is not None else self.encoder, root=self.root,
+                            feature_store=store)
+        if snapshot is None or snapshot is current:  # the one served now, its writes applied
+            variant._served_seq = served
+        return variant
 
     def close(self) -> None:
         """Stop worker threads and the cache's writer (queued cache writes are flushed)."""

@@ -114,3 +114,21 @@ def test_the_schema_counts_the_documents_served_as_the_index_does(client, servin
     serving.wait_for_seq(write(root, encoder))
     rows = client.get("/v1/console/schema").json()["rows"]
     assert rows == client.get("/v1/index").json()["documents"] == LIVE_DOCS + 1 - 3
+
+
+def test_a_variant_says_it_serves_the_writes_its_snapshot_holds(serving, root, encoder):
+    """``with_ranking`` over the serving snapshot holds that snapshot's live writes, and its
+    ``applied_seq`` says so (it said its build's, so ``min_seq`` on it was refused); over
+    another snapshot (the build alone) it holds that build's writes only."""
+    seq = write(root, encoder)
+    serving.refresh()
+    assert serving.applied_seq == seq
+    for snapshot in (None, serving.snapshot):  # the console names the serving snapshot
+        with serving.with_ranking(snapshot, fusion="rrf") as variant:
+            assert variant.applied_seq == seq
+            hits = variant.search(WORD, k=3, min_seq=seq).hits
+            assert [h.doc_id for h in hits][:1] == [NEW_ID]
+    base = serving.snapshot.base
+    assert base is not None
+    with serving.with_ranking(base, fusion="rrf") as variant:
+        assert variant.applied_seq == base.manifest.log_seq < seq

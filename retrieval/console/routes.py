@@ -125,9 +125,10 @@ async def _wait_for_writes(serving: Retriever, min_seq: int | None) -> None:
     """Serve the writes up to ``min_seq`` before the sides are chosen, so a side over the
     serving build (a ``with_ranking`` variant of its snapshot included) reads them.
 
-    A variant follows no log: its own ``applied_seq`` is its build's, so asking it for
-    ``min_seq`` always failed (409). The serving retriever follows the log; ``_search`` then
-    passes no ``min_seq`` (another build of the root holds no live writes to wait for)."""
+    A variant follows no log: it holds the writes of the snapshot it was made over, so a
+    ``min_seq`` past those would fail (409) on it. The serving retriever follows the log;
+    ``_search`` then passes no ``min_seq`` (another build of the root holds no live writes to
+    wait for)."""
     if min_seq is not None:
         await asyncio.to_thread(serving.wait_for_seq, min_seq)
 
