@@ -21,6 +21,7 @@ import numpy as np
 
 from indexes.corpus import read_qrels, read_queries
 from retrieval.relevance import Calibration, fit_calibration
+from retrieval.request_path.validate import MAX_DEADLINE_MS
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,10 @@ def judged_hits(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, 
     ids = [q for q in queries if q in qrels and queries[q].strip()]  # an empty text: no hits
     for start in range(0, len(ids), batch):
         chunk = ids[start:start + batch]
-        results = retriever.search_batch([queries[q] for q in chunk], k=k, explain=True)
+        # The longest budget there is: under the serving deadline a batch's later queries
+        # would come back ranked by BM25 alone, and the fit would learn from those.
+        results = retriever.search_batch([queries[q] for q in chunk], k=k, explain=True,
+                                         deadline_ms=MAX_DEADLINE_MS)
         for qid, result in zip(chunk, results, strict=True):
             top.append(len(labels) if result.hits else -1)
             for rank, hit in enumerate(result.hits, start=1):

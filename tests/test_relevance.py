@@ -45,6 +45,18 @@ def shipped() -> Calibration:
     return Calibration.model_validate_json(SHIPPED.read_bytes())
 
 
+def test_judged_hits_are_fitted_on_whole_rankings_under_a_serving_deadline(judged, beir_index,
+                                                                          dataset):
+    """``calibrate`` takes the caller's retriever: under its deadline (one budget for a
+    whole batch) the later queries of each batch came back ranked by BM25 alone, and the fit
+    learned from cosines of 0."""
+    root, _, _ = beir_index("cranfield")
+    queries, _, held_out = judged_splits(dataset("cranfield"))
+    with Retriever.load(root, {**UNCACHED, "deadline_ms": 1}) as retriever:
+        hits = judged_hits(retriever, queries, held_out)
+    assert np.array_equal(hits.features, judged["cranfield"][1].features)
+
+
 def test_the_shipped_calibration_is_the_fit_on_the_training_queries(judged, shipped):
     fitted = fit_judged({name: train for name, (train, _) in judged.items()}, shipped.model)
     assert fitted.fitted_on == shipped.fitted_on

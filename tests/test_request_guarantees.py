@@ -205,6 +205,33 @@ def test_a_batch_takes_the_config_deadline_and_skips_features_past_it(index, que
     assert all(r.features_available is None and r.hits for r in results)
 
 
+class TimingOutEncoder:
+    """A remote model's client whose own call times out: an encoder failure, not a budget
+    the search spent."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.answers = inner, True  # answers while the retriever loads
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+
+    def encode(self, texts, *, batch_size: int = 64, progress: bool = False):
+        if self.answers:
+            return self.inner.encode(texts, batch_size=batch_size, progress=progress)
+        raise TimeoutError("the model server did not answer in 5 s")
+
+
+def test_an_encoder_timing_out_fails_the_search_within_its_deadline(index, query_encoder):
+    """Its TimeoutError is the one a budget's wait raises: a search (or a batch) computing
+    its embedding beside BM25 degraded to BM25 alone without a word."""
+    timing_out = TimingOutEncoder(query_encoder)
+    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=timing_out) as retriever:
+        timing_out.answers = False
+        for deadline_ms in (None, 60_000):
+            with pytest.raises(TimeoutError, match="did not answer"):
+                retriever.search_batch(QUERIES[:3], k=5, deadline_ms=deadline_ms)
+            with pytest.raises(TimeoutError, match="did not answer"):
+                retriever.search(QUERIES[3], k=5, deadline_ms=deadline_ms)
+
+
 @pytest.mark.parametrize("cache", ["memory", "none"])
 def test_a_batch_within_its_deadline_equals_the_batch_without_one(index, query_encoder,
                                                                   cache) -> None:

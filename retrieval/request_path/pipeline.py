@@ -79,8 +79,10 @@ class FutureVector(PendingVector):
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
         try:
             vector, ms = self._future.result(timeout)
-        except FutureTimeout:  # this search moves on; an encode not started yet never runs
-            self._future.cancel()
+        except FutureTimeout:
+            if self._future.done():  # the encoder's own TimeoutError (a remote model's)
+                raise
+            self._future.cancel()  # this search moves on; an encode not started yet never runs
             return None, None
         return vector, ms
 

@@ -481,8 +481,12 @@ class BatchRow(PendingVector):
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
         try:
             vectors, ms = self._future.result(timeout)
-        except (FutureTimeout, CancelledError):  # cancelled: an earlier query of the batch
-            self._future.cancel()  # gave up on it; an encode not started yet never runs
+        except CancelledError:  # an earlier query of the batch gave up on it before it ran
+            return None, None
+        except FutureTimeout:
+            if self._future.done():  # the encoder's own TimeoutError (a remote model's)
+                raise
+            self._future.cancel()  # an encode not started yet never runs
             return None, None
         return vectors[self._row], ms
 
