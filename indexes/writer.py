@@ -292,7 +292,8 @@ class IndexWriter:
                 rows, spans = self._rows_of(docs)
                 matrix = self._vectors_for(rows, vectors)
             record = Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
-                            passages=tuple(spans), request=request)
+                            passages=tuple(spans), request=request,
+                            encoder=self.manifest.encoder.encoder_id)
             seq = self._append(record)
             self._unhashed.append(record)
             self.kinds = kinds

@@ -5,6 +5,7 @@ reality, reload, close, stats) and no algorithm; a search is one pass down the s
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import logging
@@ -18,7 +19,7 @@ import numpy as np
 
 from indexes.docstore import Document
 from indexes.encoders import Encoder
-from indexes.errors import InvalidQueryError, RetrievalError
+from indexes.errors import InvalidQueryError, InvalidWriteError, RetrievalError
 from indexes.history import publication_of
 from indexes.manifest import CURRENT, resolve_build_dir
 from indexes.wal.split import whole_documents
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 # A new build a shard could not prepare (no live replica) is tried again after these pauses.
 DEFER_SECONDS = 1.0
 DEFER_MAX_SECONDS = 60.0
+# How long ``close`` waits for a build the log thread was loading (verifying a large one
+# takes seconds); past it the load ends on its own, serving nothing.
+LOADER_JOIN_SECONDS = 10.0
 # What ``with_ranking`` may change: how candidates are chosen and fused, nothing that loads.
 RANKING_SETTINGS = ("fusion", "vector_weight", "rrf_k", "candidate_policy", "candidates",
                     "dense_candidates", "guardrail_min_keyword", "feature_candidates",
@@ -91,6 +95,7 @@ class Retriever:
         self._defer_pause, self._retry_at = DEFER_SECONDS, 0.0
         # The log thread and the reload poller both reload: one build is loaded once.
         self._reload_lock = threading.Lock()
+        self._loader: threading.Thread | None = None  # a load the log thread started
         # How a published build is opened: here (whole or sharded), or on Ray (``connect``).
         self._open: Callable[[Path], LoadedBuild] = functools.partial(
             open_build, verify=config.verify_checksums, mmap=config.mmap)
@@ -179,7 +184,8 @@ class Retriever:
         if root is not None and (root / CURRENT).is_file():  # follow its write-ahead log
             try:
                 retriever._log = LogFollower(root, retriever.snapshot, retriever._serve,
-                                             retriever.reload, config.live_lag_seconds)
+                                             retriever.reload, retriever.load_pending,
+                                             config.live_lag_seconds)
                 retriever._log.start()
             except BaseException:  # e.g. records a passage build cannot apply
                 retriever.close()
@@ -228,28 +234,71 @@ class Retriever:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    def reload(self) -> bool:
+    def reload(self, wait: bool = True) -> bool:
         """Load the build ``CURRENT`` names if it changed; swap atomically. True if swapped.
 
         The new build is loaded and verified off the request path; a build that fails
         verification is refused, logged and reported in ``stats()``, and the old one serves on.
-        Requests in flight finish on the build they started with.
+        Requests in flight finish on the build they started with. ``wait=False`` (the log
+        thread): a build due is loaded in a thread of its own and this returns False at once,
+        so writes keep being applied on the build served while it loads (seconds to verify
+        at scale); those logged for the new build (another model, another kind) wait for it.
         """
         if self.root is None:
+            return False
+        if not wait:
+            self._load_beside()
             return False
         with self._reload_lock:
             return self._reload()
 
-    def _reload(self) -> bool:
+    def loading(self) -> bool:
+        """Whether a thread is loading a newly published build now."""
+        return self._reload_lock.locked()
+
+    def load_pending(self) -> bool:
+        """Whether a newly published build is loading, or due to (neither refused nor put
+        off): writes logged for it wait for it, and are no failure meanwhile."""
+        return self.loading() or (self.root is not None and self._due() is not None)
+
+    def _load_beside(self) -> None:
+        if self.loading() or self._due() is None:
+            return
+        self._loader = threading.Thread(target=self._load_in_thread, name="retrieval-load",
+                                        daemon=True)
+        self._loader.start()
+
+    def _load_in_thread(self) -> None:
+        """``reload`` for the log thread. A failure that names no fault of the build (out of
+        file handles or memory, say: a refused build is a ``RetrievalError``, handled in
+        ``_reload``) is logged and the load tried again later, as a shard down is."""
+        try:
+            self.reload()
+        except Exception as exc:
+            self._defer(self._current_marker(), exc)
+
+    def _due(self) -> tuple[str, int] | None:
+        """``CURRENT``'s marker when it names a build to load: not the one served, not one
+        refused already, not one put off (a shard down) whose retry time has not come."""
         assert self.root is not None
         marker = self._current_marker()
         if marker == self._refused:  # refused already: not every tick
-            return False
+            return None
         if marker == self._deferred and time.monotonic() < self._retry_at:
-            return False  # a shard down: each try may wait out the shard calls' timeout
+            return None  # a shard down: each try may wait out the shard calls' timeout
         try:
             if resolve_build_dir(self.root) == self.snapshot.path:
-                return False
+                return None
+        except RetrievalError:  # the load refuses it, saying why
+            pass
+        return marker
+
+    def _reload(self) -> bool:
+        assert self.root is not None
+        marker = self._due()
+        if marker is None:
+            return False
+        try:
             fresh = self._open(self.root)
             if self.encoder is not None:
                 check_encoder(self.encoder, fresh)
@@ -277,7 +326,7 @@ class Retriever:
         log.info("now serving build %s", fresh.build_id)
         return True
 
-    def _defer(self, marker: tuple[str, int], error: ShardUnavailableError) -> None:
+    def _defer(self, marker: tuple[str, int], error: Exception) -> None:
         """Try the build again later, after pauses doubling from ``DEFER_SECONDS`` up to
         ``DEFER_MAX_SECONDS``: the log thread makes these tries too, and applies no write
         while one waits for a shard."""
@@ -324,7 +373,11 @@ class Retriever:
         behind; ``SequenceNotReachedError`` when no such write is acknowledged on the root."""
         if seq is None or self.applied_seq >= check_min_seq(seq):
             return
-        self.refresh()
+        if self._log is not None:  # on the build served: not behind one another thread loads
+            with contextlib.suppress(InvalidWriteError):  # logged for it: wait for it below
+                self._log.apply_now()
+        if self.applied_seq < seq:
+            self.refresh()
         if self.applied_seq < seq:
             failure = f"; the log cannot be applied: {self.log_failure}" if self.log_failure \
                 else ""
@@ -398,6 +451,8 @@ class Retriever:
             self._reloader.stop()
         if self._log is not None:
             self._log.stop()
+        if self._loader is not None:  # a load the log thread started ends before the parts
+            self._loader.join(timeout=LOADER_JOIN_SECONDS)
         if self._features is not None:
             self._features.stop()
         self._path.close()

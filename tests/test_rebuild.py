@@ -183,28 +183,33 @@ def test_the_gate_reports_a_field_live_upserts_added_that_the_rebuild_drops(tmp_
     assert not report.passed
 
 
-def test_a_build_of_another_model_is_not_published_over_pending_writes(tmp_path, docs):
+@pytest.mark.parametrize("dim, refusal", [(16, "carries 8-dimensional vectors"),
+                                           (8, "carries vectors of 'test/random-8'")],
+                         ids=["wider", "same width"])
+def test_a_build_of_another_model_is_not_published_over_pending_writes(tmp_path, docs, dim,
+                                                                     refusal):
     """A write pending (logged after the staged build sealed the log) carries the live
     model's vectors: published, the other model's build failed every reader's load
-    (numpy's reshape error) and every compaction."""
+    (numpy's reshape error) and every compaction; of the same width, it served them beside
+    its own model's, where their cosines mean nothing."""
     from indexes.errors import EncoderMismatchError, PublishError
     from indexes.manifest import EncoderInfo
 
     build_small(tmp_path, docs[:20])
-    wide = EncoderInfo(encoder_id="test/random-16", model="random-16", dim=16,
+    wide = EncoderInfo(encoder_id=f"test/other-{dim}", model=f"other-{dim}", dim=dim,
                        vector_dtype="float32")
+    vectors = np.tile(unit_vectors(20, 3), dim // 8) / (dim // 8) ** 0.5
     with IndexWriter(tmp_path) as writer:
         staged = build_index(docs[:20], tmp_path, encoder_info=wide, progress=False,
-                             vectors=np.tile(unit_vectors(20, 3), 2) / 2**0.5, dense="exact",
-                             publish=False)
+                             vectors=vectors, dense="exact", publish=False)
         writer.upsert([Document("pending", "written for the live model")],
                       vectors=unit_vectors(1, 4))
-        with pytest.raises(PublishError, match="carries 8-dimensional vectors"):
+        with pytest.raises(PublishError, match=refusal):
             publish_build(tmp_path, staged.build_id)
         assert served_ids(tmp_path, ["pending"]) == [True]
         # Built again, the build seals the log: the pending write is superseded.
-        build_index(docs[:20], tmp_path, vectors=np.tile(unit_vectors(20, 3), 2) / 2**0.5,
-                    encoder_info=wide, progress=False, dense="exact")
+        build_index(docs[:20], tmp_path, vectors=vectors, encoder_info=wide, progress=False,
+                    dense="exact")
         # A writer opened on the old model refuses to log vectors the live build cannot use.
         with pytest.raises(EncoderMismatchError, match="open a new writer"):
             writer.upsert([Document("late", "too late")], vectors=unit_vectors(1, 5))
@@ -423,3 +428,152 @@ def test_compactions_during_a_long_build_leave_it_the_writes_it_needs(tmp_path, 
     assert served_ids(tmp_path, ["during-0", "during-1"]) == [True, True]
     unpin(sealed.pin)  # what build_on_ray does when the build ends
     assert not list((tmp_path / "wal" / "pins").iterdir())
+
+
+class SlowLoads:
+    """Makes ``serving`` load builds only when the test says (verifying a large build takes
+    seconds): ``started`` is set once a load begins, ``release`` lets it go on."""
+
+    def __init__(self, serving: Retriever) -> None:
+        import threading
+
+        self.started, self.release = threading.Event(), threading.Event()
+        opened = serving._open
+
+        def slow_open(path: Path):
+            self.started.set()
+            self.release.wait(60)
+            return opened(path)
+
+        serving._open = slow_open
+
+
+def test_writes_apply_on_the_build_served_while_a_new_one_loads(tmp_path, docs):
+    """The log thread loaded a newly published build itself: for as long as the load took,
+    no acknowledged write was served, and min_seq searches waited for it."""
+    build_small(tmp_path, docs[:20])
+    with Retriever.load(tmp_path, {**LIVE, "live_lag_seconds": 0.05},
+                        encoder=HashEncoder()) as serving:
+        slow = SlowLoads(serving)
+        new = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1),
+                          encoder_info=INFO, progress=False, dense="exact")
+        assert slow.started.wait(30)  # the log thread saw it and started loading it
+        try:
+            with IndexWriter(tmp_path) as writer:
+                seq = writer.upsert([Document("during", "written while a build loads")],
+                                    vectors=unit_vectors(1, 4))
+            until = time.monotonic() + 30
+            while serving.applied_seq < seq:  # by the log thread, within its lag
+                assert time.monotonic() < until, "the write waited for the load"
+                time.sleep(0.02)
+            result = serving.search("written while a build loads", k=3, min_seq=seq)
+            assert result.hits[0].doc_id == "during"
+            assert serving.loading() and serving.log_failure is None
+        finally:
+            slow.release.set()
+        serving.refresh()  # waits for the load under way
+        assert serving.build_id.startswith(new.build_id)
+        assert serving.get_documents(["during"])[0] is not None
+
+
+def test_a_write_for_a_new_model_waits_for_its_build_to_load(tmp_path, docs):
+    """Published while the served build has a model of the same width, a new build's
+    writes carry its model's vectors: applied on the old build while the new one loaded,
+    they were ranked by cosines across two models. They wait for it instead, and /readyz
+    (the log's failure) does not say the log is broken meanwhile."""
+    import threading
+
+    from indexes.manifest import EncoderInfo
+
+    build_small(tmp_path, docs[:20])
+    other = EncoderInfo(encoder_id="test/other-8", model="other-8", dim=DIM,
+                        vector_dtype="float32")
+    with Retriever.load(tmp_path, {**LIVE, "live_lag_seconds": 0.05}) as serving:
+        slow = SlowLoads(serving)
+        new = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1),
+                          encoder_info=other, progress=False, dense="exact")
+        assert slow.started.wait(30)
+        searched: list = []
+        try:
+            with IndexWriter(tmp_path) as writer:
+                seq = writer.upsert([Document("new-model", "written for the new model")],
+                                    vectors=unit_vectors(1, 4))
+            time.sleep(0.5)  # ten of the log thread's polls
+            assert serving.applied_seq < seq and serving.log_failure is None
+            assert serving.get_documents(["new-model"]) == [None]
+            waiting = threading.Thread(target=lambda: searched.append(serving.search(
+                "written for the new model", k=3, min_seq=seq,
+                query_vector=unit_vectors(1, 4)[0])))
+            waiting.start()
+            time.sleep(0.3)
+            assert not searched  # it waits for the build its write was made for
+        finally:
+            slow.release.set()
+        waiting.join(30)
+        assert searched and searched[0].build_id.startswith(new.build_id)
+        assert searched[0].hits[0].doc_id == "new-model"
+        assert serving.log_failure is None
+
+
+def test_a_load_that_fails_for_no_fault_of_the_build_is_tried_again_later(tmp_path, docs):
+    """The log thread's load runs in a thread of its own: an error there (out of file
+    handles, say) ended that thread with nothing logged or counted, and the next poll
+    started the same load again, 20 times a second."""
+    build_small(tmp_path, docs[:20])
+    with Retriever.load(tmp_path, {**LIVE, "live_lag_seconds": 0.05},
+                        encoder=HashEncoder()) as serving:
+        opened, tries = serving._open, []
+
+        def failing_once(path: Path):
+            tries.append(path)
+            if len(tries) == 1:
+                raise OSError(24, "Too many open files")
+            return opened(path)
+
+        serving._open = failing_once
+        new = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
+                          progress=False, dense="exact")
+        until = time.monotonic() + 30
+        while not serving.build_id.startswith(new.build_id):
+            assert time.monotonic() < until, f"never served; events {serving.reload_events}"
+            time.sleep(0.02)
+        assert len(tries) == 2  # once, then after the pause (1 s), not at every poll
+        deferred = [e for e in serving.reload_events if e["event"] == "deferred"]
+        assert len(deferred) == 1 and "Too many open files" in deferred[0]["error"]
+
+
+def test_writes_that_stored_a_new_field_two_ways_are_served(tmp_path, docs):
+    """A new field stored as an object by one write and as a number by the next: the writer
+    takes both, and so must a serving process reading them in one poll (its check of the
+    field kinds, for writes logged for a build loading beside, took them together)."""
+    build_small(tmp_path, docs[:20], allow_new_fields=True)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document("a", "first", metadata={"x": {"k": 1}})],
+                      vectors=unit_vectors(1, 4))
+        seq = writer.upsert([Document("b", "second", metadata={"x": 5})],
+                            vectors=unit_vectors(1, 5))
+    with Retriever.load(tmp_path, LIVE, encoder=HashEncoder()) as serving:
+        assert serving.applied_seq == seq and serving.log_failure is None
+        assert [d is not None for d in serving.get_documents(["a", "b"])] == [True, True]
+
+
+def test_a_rebuild_of_an_index_named_before_weight_digests_takes_its_pending_writes(tmp_path,
+                                                                                    docs):
+    """The same model, its id spelled with the weights' digest now: the writes logged for
+    the old spelling are the same model's vectors."""
+    from indexes.manifest import EncoderInfo
+
+    legacy = EncoderInfo(encoder_id="mymodel:torch:fp32:8", model="mymodel", dim=DIM,
+                         vector_dtype="float32")
+    digested = EncoderInfo(encoder_id="mymodel@0123abcd0123:torch:fp32:8",
+                           model="mymodel@0123abcd0123", dim=DIM, vector_dtype="float32")
+    build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 0), encoder_info=legacy,
+                progress=False, dense="exact")
+    with IndexWriter(tmp_path) as writer:
+        staged = build_index(docs[:20], tmp_path, vectors=unit_vectors(20, 0),
+                             encoder_info=digested, progress=False, dense="exact",
+                             publish=False)
+        writer.upsert([Document("during", "logged while the rebuild ran")],
+                      vectors=unit_vectors(1, 4))
+    publish_build(tmp_path, staged.build_id)
+    assert resolve_build_dir(tmp_path).name == staged.build_id

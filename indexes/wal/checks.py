@@ -9,6 +9,7 @@ from typing import Any
 
 from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
+from indexes.encoders import compatible_query_encoder
 from indexes.errors import CorpusError, InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
 from indexes.metadata import (
@@ -193,9 +194,9 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
 
 def check_records_fit(manifest: Manifest, changes: Changes) -> None:
     """Refuse upserts logged for another kind of build than ``manifest``'s (a root rebuilt
-    with or without passages, or with a model of another dimension, while records were
-    pending): their vectors are per document where passages are needed, or the reverse, or
-    of a width its vectors are not."""
+    with or without passages, or with another model, while records were pending): their
+    vectors are per document where passages are needed, or the reverse, or of a width its
+    vectors are not, or of another model (cosines across two models mean nothing)."""
     check_fit(manifest.passages is not None, f"build {manifest.build_id!r}", changes)
     dim = manifest.encoder.dim
     for doc_id, (_, vectors) in changes.upserts.items():
@@ -206,6 +207,23 @@ def check_records_fit(manifest: Manifest, changes: Changes) -> None:
                 f"(model {manifest.encoder.model!r}): fold the log first (`retrieval "
                 "compact`, or IndexWriter.compact) so no write is pending, then build with "
                 "the other model")
+    check_models_fit(manifest, changes)
+
+
+def check_models_fit(manifest: Manifest, changes: Changes) -> None:
+    """Refuse upserts whose vectors another model made than the build's (records logged
+    before ``Record.encoder`` was kept pass: their model is unknown)."""
+    model = manifest.encoder.encoder_id
+    for doc_id, made_by in changes.encoders.items():
+        # Either way: a build's id written before ids carried a weights digest names the
+        # same model as the digested one (``same_model_name``).
+        if made_by and not (compatible_query_encoder(made_by, model)
+                            or compatible_query_encoder(model, made_by)):
+            raise InvalidWriteError(
+                f"the log's upsert of {doc_id!r} carries vectors of {made_by!r}, and build "
+                f"{manifest.build_id!r} holds vectors of {model!r}: fold the log first "
+                "(`retrieval compact`, or IndexWriter.compact) so no write is pending, then "
+                "build with the other model")
 
 
 def check_fields_fit(manifest: Manifest, changes: Changes) -> None:

@@ -76,6 +76,10 @@ class Record:
     # A client's request id and a digest of what it asked, so a retried request is
     # recognised (``IndexWriter``: answered with this seq, not logged twice).
     request: tuple[str, str] | None = None
+    # The encoder id of the build an upsert's vectors were made for (the live build's when it
+    # was logged); "" in records logged before ids were kept. A build of another model of the
+    # same width cannot take them (``check_records_fit``).
+    encoder: str = ""
 
     def per_document(self) -> list[tuple[Document, np.ndarray, tuple[tuple[int, int], ...]]]:
         """(document, its vector (dim,) or passage vectors (n, dim), its passage spans)."""
@@ -146,6 +150,8 @@ def encode_record(record: Record) -> bytes:
                      for d in record.documents]}
         if record.passages:
             body["passages"] = [[list(span) for span in spans] for spans in record.passages]
+        if record.encoder:
+            body["encoder"] = record.encoder
         blob = vectors.tobytes()
     else:
         body, blob = {"op": "delete", "ids": list(record.ids)}, b""
@@ -169,7 +175,8 @@ def decode_payload(seq: int, payload: bytes) -> Record:
     passages = tuple(tuple((int(a), int(b)) for a, b in spans)
                      for spans in body.get("passages", ()))
     return Record(seq, "upsert", documents=docs, vectors=vectors.reshape(body["shape"]),
-                  passages=passages, request=request)  # type: ignore[arg-type]
+                  passages=passages, request=request,  # type: ignore[arg-type]
+                  encoder=str(body.get("encoder", "")))
 
 
 def scan(data: bytes, start: int = 0, path: Path | None = None, after: int | None = None,

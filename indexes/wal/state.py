@@ -27,6 +27,8 @@ class Changes:
     # Passage builds: each upserted document's passage offsets; its ``upserts`` entry then
     # holds the passages' vectors (n, dim).
     spans: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # Each upserted document's ``Record.encoder``: the model its vectors came from.
+    encoders: dict[str, str] = field(default_factory=dict)
 
     def apply(self, record: Record) -> None:
         if record.op == "upsert":
@@ -34,10 +36,12 @@ class Changes:
                 self.deleted.discard(doc.id)
                 self.upserts[doc.id] = (doc, vector)
                 self.spans[doc.id] = spans
+                self.encoders[doc.id] = record.encoder
         else:
             for doc_id in record.ids:
                 self.upserts.pop(doc_id, None)
                 self.spans.pop(doc_id, None)
+                self.encoders.pop(doc_id, None)
                 self.deleted.add(doc_id)
         self.last_seq = max(self.last_seq, record.seq)
 

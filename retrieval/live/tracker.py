@@ -6,8 +6,11 @@ A background thread polls cheaply (a directory listing and a read from the last 
 When a new build is published (seen by ``Retriever.reload``, which the background thread
 calls at every poll, or forced by a retired segment), ``rebase`` serves it with only the
 records after the sequence number it folded (``manifest.log_seq``), in one swap: a write is
-never invisible, nor counted twice. A segment retired before this process read it is covered
-by that build: seeing one missing triggers the reload first.
+never invisible, nor counted twice. The background thread does not wait for that load: it
+goes on applying the records that fit the build served, and the first one logged for the
+new build (another model, another kind of build or field) waits for it. A segment retired
+before this process read it is covered by that build: seeing one missing triggers the
+reload first.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from indexes.errors import RetrievalError
+from indexes.errors import InvalidWriteError, RetrievalError
 from indexes.wal import Changes, Record
 from indexes.wal.checks import check_fields_fit, check_records_fit, merged_kinds
 from indexes.wal.log import LogCorruptionError, holds_after, read_from, segments, wal_dir
@@ -41,11 +44,13 @@ class LogFollower:
     """The applied log state of one serving process; every method is thread-safe."""
 
     def __init__(self, root: Path, base: LoadedBuild, serve: Callable[[LoadedBuild], None],
-                 reload: Callable[[], bool], lag_seconds: float | None) -> None:
+                 reload: Callable[..., bool], load_pending: Callable[[], bool],
+                 lag_seconds: float | None) -> None:
         self.root = root
         # Weak: a Retriever dropped without close() is collected, and its thread then ends.
         self._serve_ref = weakref.WeakMethod(serve)  # type: ignore[arg-type]
         self._reload_ref = weakref.WeakMethod(reload)  # type: ignore[arg-type]
+        self._load_pending_ref = weakref.WeakMethod(load_pending)  # type: ignore[arg-type]
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._memo = TokenMemo()
@@ -76,12 +81,16 @@ class LogFollower:
         else:
             serve(snapshot)
 
-    def _reload(self) -> bool:
+    def _reload(self, wait: bool = True) -> bool:
         reload = self._reload_ref()
         if reload is None:
             self._stop.set()
             return False
-        return bool(reload())
+        return bool(reload(wait=wait))
+
+    def _load_pending(self) -> bool:
+        load_pending = self._load_pending_ref()
+        return load_pending is not None and bool(load_pending())
 
     def _set_base(self, base: LoadedBuild, applied_seq: int | None = None) -> None:
         self.base = base
@@ -179,6 +188,7 @@ class LogFollower:
             if not fresh:
                 return False
             try:
+                check_new_fit(self.base, fresh)
                 self._publish(fresh[-1].seq, self.records + fresh)
             except BaseException:
                 self._position = position  # read again at the next poll, which fails again
@@ -255,16 +265,25 @@ class LogFollower:
     def _run(self) -> None:
         pause = self._interval
         while not self._stop.wait(pause) and self._serve_ref() is not None:
+            base = self.base
             try:
                 # A build published meanwhile (a compaction in another process, a gated
-                # publish, a rollback): its own log position is then read from its log_seq.
-                self._reload()
+                # publish, a rollback) loads in a thread of its own; once it serves, its own
+                # log position is read from its log_seq.
+                self._reload(wait=False)
                 self._prepare_terms()
                 started = time.perf_counter()
                 applied = self.apply_now()
                 pause = self._pause_after(time.perf_counter() - started if applied else 0.0)
                 self.failure = None
             except Exception as exc:
+                if isinstance(exc, InvalidWriteError) and (
+                        self.base is not base or self._load_pending()):
+                    # Logged for a build published since (loading beside, or swapped in
+                    # meanwhile): applied once it serves; no failure (``/readyz`` is ready).
+                    self.failure = None
+                    pause = self._interval
+                    continue
                 # Any failure, not only ours: a dead thread would leave every later write
                 # unserved without a word; alive, it names the failure to min_seq waits.
                 if str(exc) != self.failure:  # once per distinct failure, not every poll
@@ -296,3 +315,13 @@ class LogFollower:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def check_new_fit(base: LoadedBuild, fresh: list[Record]) -> None:
+    """InvalidWriteError when records just read cannot be applied on ``base``: logged for a
+    build of another model, kind or field kinds (published since, and loading beside).
+    Field kinds record by record, as the writer decided them: a new field stored as an
+    object by one write and as a number by the next is no conflict with the build."""
+    check_records_fit(base.manifest, Changes.of(fresh))
+    for record in fresh:
+        check_fields_fit(base.manifest, Changes.of([record]))
