@@ -328,8 +328,8 @@ class Retriever:
 
     def _defer(self, marker: tuple[str, int], error: Exception) -> None:
         """Try the build again later, after pauses doubling from ``DEFER_SECONDS`` up to
-        ``DEFER_MAX_SECONDS``: the log thread makes these tries too, and applies no write
-        while one waits for a shard."""
+        ``DEFER_MAX_SECONDS``: each try may wait out the shard calls' timeout (the log thread
+        starts them in a thread of their own, and applies writes meanwhile)."""
         if marker != self._deferred:  # said once
             log.warning("new build under %s deferred: %s", self.root, error)
             self.reload_events.append({"event": "deferred", "error": str(error)})
