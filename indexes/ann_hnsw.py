@@ -8,11 +8,13 @@ calibrated k >= k, so a small dense leg (C' = 30) pays for recall@30, not recall
 
 Filters stay exact as with IVF: the mask goes to faiss as an ``IDSelectorBitmap``; when fewer
 rows than wanted come back ef widens x4 up to ``MAX_EF``, then exact search over the allowed
-rows; small allowed sets are searched exactly.
+rows; small allowed sets are searched exactly. A graph whose recall stops gaining short of
+the target as ef widens falls back to the exact scan (``calibrated_ef``).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from indexes.ann_built import BuiltDense
 from indexes.ann_exact import TARGET_RECALL, WideningDense, gathered_scores, recall_at
 from indexes.vectors import VectorStore
 
+log = logging.getLogger(__name__)
 HNSW_FILE = "hnsw.faiss"
 M = 32  # graph degree: faiss' usual choice for 384-d embeddings
 EF_CONSTRUCTION = 80
@@ -31,6 +34,9 @@ MAX_EF = 4096
 # Corpus vectors as queries flatter HNSW more than IVF: on SciFact the ef reaching 0.99 on them
 # (96) gave the real test queries 0.970 at k=100. Calibrating to 0.995 leaves that margin.
 CALIBRATION_RECALL = 0.995
+# Recall gained by the ladder's last step below which widening is judged to buy nothing (one
+# row of 200 queries x k=10 is 0.0005).
+PLATEAU = 1e-4
 
 
 def hnsw_params(ef: int) -> Any:
@@ -85,14 +91,44 @@ def make_hnsw(matrix: np.ndarray, *, calibration_queries: int = 200, seed: int =
     rng = np.random.default_rng(seed)
     queries = matrix[rng.choice(n, size=min(n, calibration_queries), replace=False)]
     ladders = calibrate_hnsw(index, matrix, queries)
-    ef_by_k = {k: next((ef for ef, r in ladder if r >= CALIBRATION_RECALL), MAX_EF)
-               for k, ladder in ladders.items()}
+    ef_by_k = calibrated_ef(ladders)
+    calibration = {str(k): [{"ef": ef, f"recall_at_{k}": round(r, 4)} for ef, r in ladder]
+                   for k, ladder in ladders.items()}
+    if ef_by_k is None:
+        return trapped_fallback(n, ladders, calibration)
     meta = {"kind": "hnsw", "n_docs": n, "M": M, "ef_construction": EF_CONSTRUCTION,
             "ef_search": {str(k): ef for k, ef in ef_by_k.items()},
             "target_recall_at_100": TARGET_RECALL, "calibrated_to": CALIBRATION_RECALL,
-            "calibration": {str(k): [{"ef": ef, f"recall_at_{k}": round(r, 4)}
-                                     for ef, r in ladder] for k, ladder in ladders.items()}}
+            "calibration": calibration}
     return BuiltDense(meta, index, HNSW_FILE)
+
+
+def calibrated_ef(ladders: dict[int, list[tuple[int, float]]]) -> dict[int, int] | None:
+    """Per k the smallest ef reaching ``CALIBRATION_RECALL``; ``MAX_EF`` where the ladder
+    was still gaining at its widest step; None where it had stopped gaining short of it: the
+    graph cannot reach those rows at any breadth (a clique of duplicate vectors can trap its
+    searches), and ef 4,096 would cost ~66x for nothing."""
+    ef_by_k = {}
+    for k, ladder in ladders.items():
+        reached = next((ef for ef, r in ladder if r >= CALIBRATION_RECALL), None)
+        if reached is None and len(ladder) > 1 and ladder[-1][1] - ladder[-2][1] < PLATEAU:
+            return None
+        ef_by_k[k] = reached if reached is not None else MAX_EF
+    return ef_by_k
+
+
+def trapped_fallback(n: int, ladders: dict[int, list[tuple[int, float]]],
+                     calibration: dict[str, Any]) -> BuiltDense:
+    """The exact scan, with ``ann.json`` saying why: an HNSW graph whose recall stopped
+    gaining below the target (as IVF falls back when only every list reaches it)."""
+    k, ladder = next((k, ladder) for k, ladder in ladders.items()
+                     if ladder[-1][1] < CALIBRATION_RECALL)
+    reason = (f"HNSW (M {M}) stopped gaining recall@{k} at {ladder[-1][1]:.4f} by ef "
+              f"{ladder[-1][0]}, short of {CALIBRATION_RECALL}: its graph cannot reach some "
+              "rows (duplicate vectors can trap it), so the dense leg is the exact scan")
+    log.info("dense leg of %d vectors: %s", n, reason)
+    return BuiltDense({"kind": "exact", "n_docs": n, "fallback": reason,
+                       "calibration": calibration})
 
 
 def calibrate_hnsw(index: Any, matrix: np.ndarray, queries: np.ndarray,

@@ -22,7 +22,7 @@ from indexes.ann import (
     recall_at,
 )
 from indexes.ann_exact import exact_top, exact_top_masked
-from indexes.ann_hnsw import EF_LADDER, HnswDense, hnsw_params
+from indexes.ann_hnsw import EF_LADDER, MAX_EF, HnswDense, calibrated_ef, hnsw_params
 from indexes.manifest import MANIFEST, resolve_build_dir
 from retrieval import Retriever, RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
@@ -372,7 +372,23 @@ def test_duplicate_vectors_do_not_widen_the_calibration():
     matrix[:120] = matrix[0]
     matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
     hnsw = make_dense(matrix, kind="hnsw").meta
+    if hnsw["kind"] == "exact":  # faiss' AVX2 kernels built a graph the duplicates trap
+        assert "stopped gaining" in hnsw["fallback"], hnsw
+        assert calibrated_ef({int(k): [(s["ef"], s[f"recall_at_{k}"]) for s in ladder]
+                              for k, ladder in hnsw["calibration"].items()}) is None
+        return
     assert max(hnsw["ef_search"].values()) < EF_LADDER[-1], hnsw["ef_search"]
     for k, ladder in hnsw["calibration"].items():  # the chosen setting reached the target
         chosen = next(step for step in ladder if step["ef"] == hnsw["ef_search"][k])
         assert chosen[f"recall_at_{k}"] >= hnsw["calibrated_to"]
+
+
+def test_hnsw_breadth_stops_where_recall_stops_gaining():
+    """ef widens to reach the target, to MAX_EF while the widest step still gained, and
+    not at all once recall stopped gaining short of it (the exact scan instead): a trapped
+    graph at ef 4,096 cost ~66x and found nothing more."""
+    rising = [(512, 0.97), (768, 0.98), (1024, 0.99)]
+    reached = [(16, 0.98), (24, 0.996)]
+    flat = [(16, 0.9795), (24, 0.9805), (1024, 0.9805)]
+    assert calibrated_ef({10: reached, 100: rising}) == {10: 24, 100: MAX_EF}
+    assert calibrated_ef({10: flat, 100: reached}) is None
