@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from indexes.ann_assign import add_to_lists
-from indexes.ann_built import BuiltDense, Rebalance, stay
+from indexes.ann_built import BuiltDense, Rebalance, exact_fallback_of, stay
 from indexes.ann_coarse import coarse_lists, search_lists
 from indexes.ann_exact import (
     TARGET_RECALL,
@@ -171,9 +171,7 @@ def exact_fallback(n: int, nlist: int, calibration: list[dict[str, Any]]) -> Bui
     reason = (f"IVF with {nlist} lists reached recall@100 {best['recall_at_100']} at nprobe "
               f"{best['nprobe']} and needs every list for {CALIBRATION_RECALL}: an exact scan "
               "costs less (the vectors do not cluster)")
-    log.info("dense leg of %d vectors: %s", n, reason)
-    return BuiltDense({"kind": "exact", "n_docs": n, "fallback": reason,
-                       "calibration": calibration})
+    return exact_fallback_of(n, reason, calibration)
 
 
 def trained_ivf(sample: np.ndarray, nlist: int, seed: int) -> Any:

@@ -14,6 +14,7 @@ beside the keyword side").
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ import numpy as np
 from indexes.cpu import usable_cores
 from indexes.storage import write_json
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BuiltDense:
@@ -47,6 +49,14 @@ class BuiltDense:
             faiss.write_index(self.index, str(directory / self.file))
         write_json(directory / "ann.json", self.meta)
         return self.meta
+
+
+def exact_fallback_of(n: int, reason: str, calibration: Any) -> BuiltDense:
+    """The exact scan as the dense leg, ``ann.json`` saying why the index built for it was
+    not kept (its calibration ladder beside the reason)."""
+    log.info("dense leg of %d vectors: %s", n, reason)
+    return BuiltDense({"kind": "exact", "n_docs": n, "fallback": reason,
+                       "calibration": calibration})
 
 
 DenseBuild = Callable[[], BuiltDense]

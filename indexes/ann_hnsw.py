@@ -14,17 +14,15 @@ the target as ef widens falls back to the exact scan (``calibrated_ef``).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from indexes.ann_built import BuiltDense
+from indexes.ann_built import BuiltDense, exact_fallback_of
 from indexes.ann_exact import TARGET_RECALL, WideningDense, gathered_scores, recall_at
 from indexes.vectors import VectorStore
 
-log = logging.getLogger(__name__)
 HNSW_FILE = "hnsw.faiss"
 M = 32  # graph degree: faiss' usual choice for 384-d embeddings
 EF_CONSTRUCTION = 80
@@ -126,9 +124,7 @@ def trapped_fallback(n: int, ladders: dict[int, list[tuple[int, float]]],
     reason = (f"HNSW (M {M}) stopped gaining recall@{k} at {ladder[-1][1]:.4f} by ef "
               f"{ladder[-1][0]}, short of {CALIBRATION_RECALL}: its graph cannot reach some "
               "rows (duplicate vectors can trap it), so the dense leg is the exact scan")
-    log.info("dense leg of %d vectors: %s", n, reason)
-    return BuiltDense({"kind": "exact", "n_docs": n, "fallback": reason,
-                       "calibration": calibration})
+    return exact_fallback_of(n, reason, calibration)
 
 
 def calibrate_hnsw(index: Any, matrix: np.ndarray, queries: np.ndarray,

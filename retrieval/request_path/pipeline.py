@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from typing import Any
@@ -79,6 +79,8 @@ class FutureVector(PendingVector):
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
         try:
             vector, ms = self._future.result(timeout)
+        except CancelledError:  # another search sharing the call gave up on it before it ran
+            return None, None
         except FutureTimeout:
             if self._future.done():  # the encoder's own TimeoutError (a remote model's)
                 raise

@@ -22,8 +22,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -471,24 +470,17 @@ def timer_after(before: dict[str, float]) -> StageTimer:
     return timer
 
 
-class BatchRow(PendingVector):
+class BatchRow(FutureVector):
     """Row ``row`` of a batch's one encoder call, running in another thread: every query of
     the batch waits on the same call, each for at most what is left of the batch's budget."""
 
     def __init__(self, future: Future[tuple[np.ndarray, float]], row: int) -> None:
-        self._future, self._row = future, row
+        super().__init__(future)
+        self._row = row
 
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
-        try:
-            vectors, ms = self._future.result(timeout)
-        except CancelledError:  # an earlier query of the batch gave up on it before it ran
-            return None, None
-        except FutureTimeout:
-            if self._future.done():  # the encoder's own TimeoutError (a remote model's)
-                raise
-            self._future.cancel()  # an encode not started yet never runs
-            return None, None
-        return vectors[self._row], ms
+        vectors, ms = super().get(timeout)
+        return (None, None) if vectors is None else (vectors[self._row], ms)
 
 
 def timed_encode_all(encode: Callable[[list[str]], np.ndarray], texts: list[str]
