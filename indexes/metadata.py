@@ -8,7 +8,8 @@ Field kinds are inferred at build time from the values seen:
 - ``date``: ISO 8601 strings (``2020-01-31`` or a datetime); a float64 column of epoch seconds
   (UTC; naive datetimes are read as UTC).
 
-Nested objects are kept in the doc store but not indexed for filtering.
+Nested objects, and lists holding anything but strings and booleans, are kept in the doc
+store but not indexed for filtering, in a field of any kind (NaN in a column).
 """
 
 from __future__ import annotations
@@ -429,12 +430,17 @@ def _keyword_postings(column: list[Any], values: list[str] | None = None
 
 
 def _column(column: list[Any], field: str, kind: FieldKind) -> np.ndarray:
+    """A number or date field's float64 column; NaN where a row has no value, or one of no
+    filterable kind (a nested object, a list holding non-strings): stored, not indexed, as a
+    keyword field and a live write's delta treat it."""
     fast = date_seconds if kind == "date" else float
     try:
         values = np.array([np.nan if value is None else fast(value) for value in column],
                           dtype=np.float64)
     except (TypeError, ValueError, OverflowError):
-        pass
+        if any(value is not None and value_kind(value) is None for value in column):
+            return _column([None if value_kind(value) is None else value for value in column],
+                           field, kind)
     else:
         if kind == "number":
             for at in np.flatnonzero(np.abs(values) >= EXACT_INTEGERS):  # rare: checked alone

@@ -544,8 +544,8 @@ def test_a_load_that_fails_for_no_fault_of_the_build_is_tried_again_later(tmp_pa
 
 def test_writes_that_stored_a_new_field_two_ways_are_served(tmp_path, docs):
     """A new field stored as an object by one write and as a number by the next: the writer
-    takes both, and so must a serving process reading them in one poll (its check of the
-    field kinds, for writes logged for a build loading beside, took them together)."""
+    takes both (the object is stored, not indexed), and so must a serving process reading
+    them in one poll."""
     build_small(tmp_path, docs[:20], allow_new_fields=True)
     with IndexWriter(tmp_path) as writer:
         writer.upsert([Document("a", "first", metadata={"x": {"k": 1}})],

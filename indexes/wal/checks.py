@@ -121,21 +121,17 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
 def field_kind(doc_id: str, name: str, value: Any, known: str | None,
                schema: Mapping[str, str]) -> str | None:
     """The field's kind after this value; refuses a value of another kind than the index's
-    (``SchemaMismatchError``). None: only nested objects so far (stored with the document,
-    not filterable)."""
+    (``SchemaMismatchError``). None: only values of no filterable kind so far (stored with
+    the document, not filterable)."""
     if name == ID_FIELD:
         raise InvalidWriteError(f"document {doc_id!r}: metadata field {ID_FIELD!r} is "
                                 f"reserved: filters on {ID_FIELD!r} match document ids; "
                                 "rename the field")
     kind = value_kind(value)
-    if kind is None and value is not None and known in ("number", "date"):
-        # A build refuses it too (its column has no number for it): accepted here, the
-        # record would stop every later compaction.
-        raise SchemaMismatchError(
-            f"document {doc_id!r}: metadata field {name!r} is a {known} field, and "
-            f"{value!r} is no {known}; give one {known} value (or leave the field out)", name)
-    if kind is None or known is None:
-        return check_convertible(doc_id, name, value, kind or known)
+    if kind is None:  # a nested object or a list of non-strings: stored, not indexed, in a
+        return known  # field of any kind (as a build and the live delta take it)
+    if known is None:
+        return check_convertible(doc_id, name, value, kind)
     if merge_kinds({kind, known}) != known:  # type: ignore[arg-type]
         raise SchemaMismatchError(
             f"document {doc_id!r}: metadata field {name!r} holds a {kind} value "

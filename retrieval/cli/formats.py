@@ -15,7 +15,7 @@ corpus format: a BEIR folder (corpus.jsonl inside) or a JSONL file, one document
     number    ints and floats                        filter: =, !=, <, <=, >, >=
     date      ISO 8601 strings (2020-01-31, 2020-01-31T08:00:00Z)   as number, dates as values
   A field mixing types (1962 in one document, "1962" in another) is an error naming both lines.
-  Nested objects are stored and returned with hits but not filterable.
+  Nested objects and lists of numbers are stored and returned with hits, not filterable.
 
   Other fields: --id-field body_id --text-field body --title-field headline; --keep-fields
   a,b keeps only those as metadata, --drop-fields c,d leaves them out. A field the file does

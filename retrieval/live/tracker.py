@@ -319,9 +319,7 @@ class LogFollower:
 
 def check_new_fit(base: LoadedBuild, fresh: list[Record]) -> None:
     """InvalidWriteError when records just read cannot be applied on ``base``: logged for a
-    build of another model, kind or field kinds (published since, and loading beside).
-    Field kinds record by record, as the writer decided them: a new field stored as an
-    object by one write and as a number by the next is no conflict with the build."""
-    check_records_fit(base.manifest, Changes.of(fresh))
-    for record in fresh:
-        check_fields_fit(base.manifest, Changes.of([record]))
+    build of another model, kind or field kinds (published since, and loading beside)."""
+    changes = Changes.of(fresh)
+    check_records_fit(base.manifest, changes)
+    check_fields_fit(base.manifest, changes)
