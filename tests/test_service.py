@@ -484,10 +484,11 @@ class Outcome:
     build_id: str | None
 
 
-def run_load(server: Server, connections: int, stop: threading.Event) -> list[Outcome]:
-    """Closed loop: each connection sends its next search when the previous one returns;
-    a connection stops at its first transport error (the server closed) or at ``stop``."""
-    outcomes: list[Outcome] = []
+def run_load(server: Server, connections: int, stop: threading.Event,
+             outcomes: list[Outcome]) -> None:
+    """Closed loop: each connection sends its next search when the previous one returns,
+    appending each answer to ``outcomes`` as it comes; a connection stops at its first
+    transport error (the server closed) or at ``stop``."""
 
     async def connection(client: httpx.AsyncClient, offset: int) -> None:
         i = offset
@@ -511,14 +512,16 @@ def run_load(server: Server, connections: int, stop: threading.Event) -> list[Ou
             await asyncio.gather(*(connection(client, n) for n in range(connections)))
 
     asyncio.run(main())
-    return outcomes
 
 
-def in_background(server: Server, stop: threading.Event) -> tuple[threading.Thread, list[Any]]:
-    box: list[Any] = []
-    thread = threading.Thread(target=lambda: box.extend(run_load(server, 16, stop)))
+def in_background(server: Server, stop: threading.Event
+                  ) -> tuple[threading.Thread, list[Outcome]]:
+    """``run_load`` with 16 connections in a thread; its outcomes fill the list as they come
+    (a test waiting for the new build's answers sees them, not only once the load stops)."""
+    outcomes: list[Outcome] = []
+    thread = threading.Thread(target=run_load, args=(server, 16, stop, outcomes))
     thread.start()
-    return thread, box
+    return thread, outcomes
 
 
 def test_build_published_under_load_serves_on_without_errors(served: Server,
