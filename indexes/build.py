@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
@@ -49,11 +49,13 @@ from indexes.storage import tree_size
 from indexes.typos import TypoIndex
 from indexes.vectors import (
     FLOAT16_MAX,
+    Bounds,
     VectorDtype,
     VectorStore,
     content_hashes,
     non_finite_row,
     out_of_range_row,
+    widened_grid,
 )
 from indexes.wal.seal import unpin
 
@@ -231,6 +233,8 @@ def build_index(
     live_writes: LiveWrites = "superseded",
     analysis: Callable[[list[str]], CollectionPostings] | None = None,
     sealed: rebuild.Sealed | None = None,
+    field_kinds: Mapping[str, str] | None = None,
+    vector_grid: Bounds | None = None,
 ) -> BuildReport:
     """Build every component, then publish atomically under ``root``.
 
@@ -263,6 +267,15 @@ def build_index(
 
     ``analysis``: what turns the rows' texts into postings (default: ``indexes.analysis``'s
     threads; ``indexes.ray_build`` passes its Ray tasks). It must give what ``analyze`` gives.
+
+    ``field_kinds``: metadata field kinds kept whatever the documents' values imply alone (a
+    compaction keeps the schema served: a field whose values are all deleted stays, and a
+    keyword field stays one when its last non-date string goes).
+
+    ``vector_grid``: the int8 codes' bounds to keep, widened only where a vector lies outside
+    them (``widened_grid``; a compaction's base grid, ``VectorStore.grid``: the rows it keeps
+    are dequantized codes, and quantized on bounds of their own again they drifted a little
+    at every compaction).
     """
     config = config or BuildConfig()
     root = Path(root)
@@ -305,7 +318,8 @@ def build_index(
             bm25.typos = TypoIndex.build(postings.words, _stems_of(postings.words), bm25.doc_freqs)
         avgdl = float(postings.lengths.mean()) if len(docs) else 0.0
         del postings  # every posting is in bm25 now: 0.9 GB at 1M passages, not held while writing
-        metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs])
+        metadata = MetadataIndex.build([d.metadata for d in docs], [d.id for d in docs],
+                                       kept=field_kinds)
         timer.lap("typos+metadata")
         hashes = content_hashes(texts)
         if precomputed is not None:
@@ -315,18 +329,22 @@ def build_index(
         del texts  # ~0.6 GB at 1M passages; the doc store writes the documents themselves
         timer.lap("vectors")
         build_id = new_build_id()
+        grid = widened_grid(vector_grid, matrix) \
+            if vector_grid is not None and config.vector_dtype == "int8" else None
 
         def write(staging: Path) -> None:
             if ranges is not None:
                 write_sharded(staging, build_id, docs, bm25, metadata, matrix, hashes, info,
                               config, row_ranges(ranges, passage_map),
                               avgdl, 0 if dense == "exact" else None, passage_map=passage_map,
+                              grid=grid,
                               log_seq=log_seq, window=window, passages=passage_info,
                               allow_new_fields=config.allow_new_fields, live_writes=contract,
                               export_seq=export_seq, exported_at=exported_at)
                 return
             write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
-                             passage_map=passage_map, dense=beside, log_seq=log_seq, window=window,
+                             passage_map=passage_map, dense=beside, vector_bounds=grid,
+                             log_seq=log_seq, window=window,
                              passages=passage_info, allow_new_fields=config.allow_new_fields,
                              live_writes=contract, export_seq=export_seq,
                              exported_at=exported_at)

@@ -83,15 +83,16 @@ def write_sharded(
     metadata: MetadataIndex, matrix: np.ndarray, hashes: np.ndarray, info: EncoderInfo,
     config: BuildConfig, ranges: list[tuple[int, int]], avgdl: float,
     ann_nlist: int | None = None, passage_map: PassageMap | None = None,
-    **manifest_fields: Any,
+    grid: Bounds | None = None, **manifest_fields: Any,
 ) -> None:
     """Write every shard, shards.json and the top manifest naming their checksums;
     ``manifest_fields`` as ``write_components`` (on the top manifest). In a passage build
-    every range holds whole documents, and each shard is a passage build of its own."""
+    every range holds whole documents, and each shard is a passage build of its own.
+    ``grid``: the int8 bounds to quantize on (default: the whole matrix's)."""
     entries = []
     # int8 shards share the whole matrix's scale, so their codes and cosines are the whole
     # build's (a shard's own bounds ranked its rows by other rounding).
-    bounds = vector_bounds(matrix) if config.vector_dtype == "int8" else None
+    bounds = (grid or vector_bounds(matrix)) if config.vector_dtype == "int8" else None
     for i, (start, stop) in enumerate(ranges):
         name = f"shard-{i:03d}"
         directory = staging / SHARDS_DIR / name

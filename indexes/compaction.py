@@ -28,8 +28,8 @@ from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
 from indexes.storage import read_json
-from indexes.vectors import VectorStore
-from indexes.wal.checks import check_fields_fit, check_records_fit
+from indexes.vectors import Bounds, VectorStore, joined_bounds
+from indexes.wal.checks import check_fields_fit, check_records_fit, merged_kinds
 from indexes.wal.log import (
     LogCorruptionError,
     check_starts_by,
@@ -115,6 +115,7 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
         docs, vectors = passage_corpus(build, changes, writer.token_counter(), passages)
     else:
         docs, vectors = _live_corpus(build, changes)
+    grid = _vector_grid(build)
     if not docs:
         raise CorpusError(
             "every document is deleted, and a build needs at least one: nothing was folded. "
@@ -130,7 +131,9 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                          export_seq=manifest.replay_from, exported_at=manifest.exported_at,
                          publish=False,
                          shards=_shard_count(build, len(parts), len(docs)),
-                         dense="exact" if all(_exact_leg(p) for p in parts) else "ivf")
+                         dense="exact" if all(_exact_leg(p) for p in parts) else "ivf",
+                         field_kinds=merged_kinds(manifest.metadata_fields, records),
+                         vector_grid=grid)
     try:
         _, retired = go_live(root, report.build_id, "plain", replaces=manifest.build_id)
     except LiveBuildChangedError:
@@ -170,6 +173,12 @@ def _build_documents(build: Path, replaced: set[str]) -> tuple[list[Document], n
         vectors.append(VectorStore.load(part / "vectors").reconstruct_rows(
             np.asarray(rows, np.int64)))
     return docs, np.concatenate(vectors)
+
+
+def _vector_grid(build: Path) -> Bounds | None:
+    """The int8 grid of a build's vectors (its shards share one), None for a float store."""
+    grids = [VectorStore.load(part / "vectors").grid() for part in build_parts(build)]
+    return joined_bounds([g for g in grids if g is not None]) if grids[0] is not None else None
 
 
 def _exact_leg(build: Path) -> bool:

@@ -114,9 +114,16 @@ def value_kind(value: Any) -> FieldKind | None:
     """The kind a single value implies; None for values that are stored but not indexed."""
     if isinstance(value, str):
         return "date" if _DATE.match(value) else "keyword"
+    if empty_list(value):  # no value: a date or number field may hold one too
+        return None
     if isinstance(value, list | tuple):  # JSON stores a tuple as a list; null items skipped
         return "keyword" if all(isinstance(v, str | bool) or v is None for v in value) else None
     return type_kind(type(value))
+
+
+def empty_list(value: Any) -> bool:
+    """A list that holds no value (empty, or only nulls)."""
+    return isinstance(value, list | tuple) and all(item is None for item in value)
 
 
 def type_kind(value_type: type) -> FieldKind | None:
@@ -182,7 +189,8 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
 def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
     """The kinds a field's values (of ``types``) imply: by type, except strings (dates if
     every distinct one matches the date pattern, else keywords: the match stops at the first
-    that does not) and lists (each one looked at)."""
+    that does not) and lists (each one looked at; empty ones imply a keyword field only
+    where nothing else implies a kind)."""
     kinds: set[FieldKind | None] = set()
     for value_type in types:
         if issubclass(value_type, str):
@@ -192,7 +200,26 @@ def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
             kinds.update(value_kind(v) for v in column if type(v) is value_type)
         else:
             kinds.add(type_kind(value_type))
-    return {kind for kind in kinds if kind is not None}
+    found = {kind for kind in kinds if kind is not None}
+    if not found and any(map(empty_list, column)):
+        return {"keyword"}  # nothing but empty lists: a keyword field of tags yet to come
+    return found
+
+
+def kept_kinds(inferred: Mapping[str, FieldKind], kept: Mapping[str, str]
+               ) -> dict[str, FieldKind]:
+    """``inferred`` with the ``kept`` kinds over it: a field whose values are all gone keeps
+    its kind, and one of dates whose other strings are gone stays a keyword field. Refuses a
+    field whose values a kept kind cannot hold (a number in a keyword field)."""
+    kinds = dict(inferred)
+    for field, kind in kept.items():
+        seen = inferred.get(field)
+        if seen is not None and merge_kinds({seen, kind}) != kind:  # type: ignore[arg-type]
+            raise CorpusError(f"metadata field {field!r} is a {kind} field, and its values "
+                              f"are {seen} values; give {kind} values (or rebuild the index "
+                              "from its source to change the field's type)")
+        kinds[field] = kind  # type: ignore[assignment]
+    return kinds
 
 
 def not_json(field: str, column: list[Any], ids: Sequence[str] | None) -> CorpusError:
@@ -266,12 +293,17 @@ class MetadataIndex:
 
     @classmethod
     def build(cls, records: Sequence[Mapping[str, Any]], ids: Sequence[str] | None = None,
-              collection: CollectionFields | None = None) -> MetadataIndex:
+              collection: CollectionFields | None = None,
+              kept: Mapping[str, str] | None = None) -> MetadataIndex:
         """The index of ``records``; with ``collection`` (a shard of a streamed build), the
         collection's fields and keyword values, as ``indexes.sharding.slice_metadata`` keeps
-        them: a field the records lack is all missing, a value they lack has no rows."""
+        them: a field the records lack is all missing, a value they lack has no rows.
+        ``kept``: field kinds that stay whatever the records' values imply alone (a
+        compaction keeps the schema it served), each one their kind merges into."""
         values = field_columns(records)
         kinds = kinds_of(values, records, ids)
+        if kept:
+            collection = CollectionFields(kept_kinds(kinds, kept), {})
         if collection is not None:
             kinds = dict(collection.kinds)
             values = {f: values.get(f) or [None] * len(records) for f in kinds}

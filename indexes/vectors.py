@@ -75,6 +75,18 @@ def joined_bounds(parts: list[Bounds]) -> Bounds:
             np.maximum.reduce([high for _, high in parts]))
 
 
+def widened_grid(grid: Bounds, vectors: np.ndarray) -> Bounds:
+    """``grid`` where ``vectors`` fit in it; a dimension they leave is widened past them by an
+    eighth of its range. Rows quantized on a grid and again on a wider one move by up to half
+    a step each time: the margin keeps a stream of slightly larger vectors from widening it
+    (and moving every row's codes in that dimension) at every compaction."""
+    low, high = grid
+    seen_low, seen_high = vector_bounds(vectors)
+    margin = (high - low) / 8
+    return (np.where(seen_low < low, seen_low - margin, low).astype(np.float32),
+            np.where(seen_high > high, seen_high + margin, high).astype(np.float32))
+
+
 def quantize_int8(vectors: np.ndarray, bounds: Bounds | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-dimension scalar quantization: x ~= (code + 128) * scale + low.
@@ -237,6 +249,14 @@ class VectorStore:
     def reconstruct_all(self) -> np.ndarray:
         """All vectors as float32 (n, d) (dequantized for int8)."""
         return self._dequantize(self.data)
+
+    def grid(self) -> Bounds | None:
+        """The int8 codes' per-dimension (low, high), None for a float store: quantized on it
+        again (``quantize_int8``), dequantized rows get their codes back unchanged."""
+        if self.dtype != "int8":
+            return None
+        assert self.scale is not None and self.low is not None
+        return self.low, (self.low + 255.0 * self.scale).astype(np.float32)
 
     def reconstruct_rows(self, rows: np.ndarray) -> np.ndarray:
         """Vectors of ``rows`` as float32 (len(rows), d)."""

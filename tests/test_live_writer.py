@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from live_index import DIM, build_small, scifact_docs, unit_vectors
+from live_index import DIM, INFO, build_small, scifact_docs, unit_vectors
 
-from indexes import Document
+from indexes import BuildConfig, Document, build_index
 from indexes.errors import (
     CorpusError,
     InvalidWriteError,
@@ -22,6 +22,8 @@ from indexes.errors import (
     SchemaMismatchError,
     WriterLockedError,
 )
+from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.vectors import VectorStore
 from indexes.wal import read_all, segments
 from indexes.wal.log import (
     ACKED,
@@ -231,6 +233,63 @@ def test_values_of_no_filterable_kind_are_stored_in_fields_of_any_kind_and_fold(
         stored = {hit.doc_id: hit.metadata for hit in retriever.search(
             "text", None, k=40, query_vector=unit_vectors(1, 1)[0]).hits}
     assert stored["o1"]["rank"] == {"by": "hand"} and stored["o3"]["year"] == [2020, 2021]
+
+
+def test_compaction_keeps_the_field_kinds_it_served(tmp_path, docs):
+    """A compaction builds from the surviving documents, and used to infer their kinds
+    again: a field whose values were all deleted vanished (filters on it and writes to it
+    refused), a keyword field whose last non-date string went became a date field, and a
+    number field whose last number became a list was dropped."""
+    base = [Document(f"k{i}", "text", metadata=m) for i, m in enumerate([
+        {"due": "TBD", "promo": "spring", "year": 2020},
+        {"due": "2020-01-31", "year": [2019]}, {"due": "2021-02-01"}])]
+    build_small(tmp_path, base)
+    with IndexWriter(tmp_path) as writer:
+        writer.delete(["k0"])
+        writer.compact()
+        assert writer.kinds == {"due": "keyword", "promo": "keyword", "year": "number"}
+        writer.upsert([Document("k3", "text", metadata={"due": "TBD", "promo": "autumn",
+                                                        "year": 2022})],
+                      vectors=unit_vectors(1, 3))
+        writer.compact()
+    assert read_manifest(resolve_build_dir(tmp_path)).metadata_fields == \
+        {"due": "keyword", "promo": "keyword", "year": "number"}
+    with Retriever.load(tmp_path, RetrieverConfig(cache={"backend": "none"})) as retriever:
+        def found(filters: dict) -> list[str]:
+            return sorted(hit.doc_id for hit in retriever.search(
+                "text", filters, k=10, query_vector=unit_vectors(1, 1)[0]).hits)
+        assert found({"due": "2020-01-31"}) == ["k1"] and found({"due": "TBD"}) == ["k3"]
+        assert found({"promo": {"exists": True}}) == ["k3"]
+        assert found({"year": {"gte": 2000}}) == ["k3"]
+
+
+def test_compacting_an_int8_build_keeps_the_codes_of_the_rows_it_keeps(tmp_path, docs):
+    """A compaction re-quantized the dequantized rows on bounds of their own: replacing the
+    row holding a dimension's extreme moved every row's codes, a little more at each
+    compaction. The grid is kept, and widened only in a dimension a new vector leaves."""
+    vectors = unit_vectors(30, 0)
+    build_index(docs[:30], tmp_path, vectors=vectors, progress=False, dense="exact",
+                encoder_info=INFO.model_copy(update={"vector_dtype": "int8"}),
+                config=BuildConfig(vector_dtype="int8"))
+
+    def codes() -> np.ndarray:
+        return np.array(VectorStore.load(resolve_build_dir(tmp_path) / "vectors").data)
+
+    built = codes()
+    extreme = int(np.argmax(vectors[:, 0]))  # the row holding dimension 0's maximum
+    kept = [row for row in range(30) if row != extreme]
+    with IndexWriter(tmp_path) as writer:
+        for round_ in range(3):
+            writer.upsert([Document(docs[extreme].id, f"churn {round_}")],
+                          vectors=0.5 * vectors[extreme:extreme + 1])
+            writer.compact()
+            np.testing.assert_array_equal(codes()[:29], built[kept])
+        outside = np.zeros((1, DIM), np.float32)
+        outside[0, 1] = vectors[:, 1].max() + 0.5  # only dimension 1 leaves the grid
+        writer.upsert([Document(docs[extreme].id, "churn wide")], vectors=outside)
+        writer.compact()
+    others = [d for d in range(DIM) if d != 1]
+    np.testing.assert_array_equal(codes()[:29][:, others], built[kept][:, others])
 
 
 def test_a_date_that_does_not_exist_is_refused_and_compaction_still_folds(tmp_path, docs):

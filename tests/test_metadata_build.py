@@ -32,7 +32,7 @@ DATES = st.sampled_from(["2020-01-31", "2021-06-01T12:30:00Z", "2019-12-31 23:59
 # whose null items are skipped); in a field of any kind, None, nested objects and lists
 # holding non-strings are stored but not indexed (NaN in a column).
 # numpy's float64 is a float (numpy's integers are not ints: the build refuses them, below).
-UNINDEXED = st.sampled_from([None, {"nested": 1}, [1, "a"]])
+UNINDEXED = st.sampled_from([None, {"nested": 1}, [1, "a"], [], [None]])
 KEYWORD = st.one_of(WORDS, DATES, st.booleans(),
                     st.lists(st.one_of(WORDS, st.booleans(), st.none()), max_size=4), UNINDEXED)
 NUMBER = st.one_of(st.integers(-5, 5), st.floats(-1e6, 1e6, allow_nan=False),
@@ -58,7 +58,10 @@ def one_by_one(records: list[dict[str, Any]]) -> tuple[dict[str, str], dict, dic
         for field, value in record.items():
             if value_kind(value) is not None:
                 seen[field].add(value_kind(value))
-    kinds = {field: merge_kinds(found) for field, found in sorted(seen.items())}
+            elif isinstance(value, list) and all(item is None for item in value):
+                seen.setdefault(field, set())  # keyword if nothing else gives a kind
+    kinds = {field: merge_kinds(found) if found else "keyword"
+             for field, found in sorted(seen.items())}
     postings, columns = {}, {}
     for field, kind in kinds.items():
         if kind == "keyword":
@@ -95,6 +98,27 @@ def test_the_columnar_build_is_the_record_by_record_definition(corpus):
         assert values == list(expected)
     for field, expected in columns.items():
         np.testing.assert_array_equal(index.numeric_column(field), np.array(expected))
+
+
+def test_an_empty_list_holds_no_value_in_a_field_of_any_kind():
+    """``[]`` (or ``[None]``) made a number field mixed and a date field a keyword field; a
+    field of nothing but empty lists is a keyword field (of tags yet to come)."""
+    index = MetadataIndex.build([{"year": 2020, "when": "2020-01-31", "tags": []},
+                                 {"year": [], "when": [None], "tags": [None]}])
+    assert index.kinds == {"year": "number", "when": "date", "tags": "keyword"}
+    assert np.isnan(index.numeric_column("year")[1]) and np.isnan(index.numeric_column("when")[1])
+    assert index.keyword_values("tags") == []
+
+
+def test_kept_kinds_stay_and_refuse_values_they_cannot_hold():
+    """A compaction's schema: a field whose values are gone stays, a keyword field of dates
+    stays a keyword field; a number in a kept keyword field is refused, naming the field."""
+    kept = {"promo": "keyword", "due": "keyword", "year": "number"}
+    index = MetadataIndex.build([{"due": "2020-01-31", "year": [2020]}], kept=kept)
+    assert index.kinds == kept
+    assert index.keyword_values("promo") == [] and index.keyword_values("due") == ["2020-01-31"]
+    with pytest.raises(CorpusError, match="'due' is a keyword field, and its values are number"):
+        MetadataIndex.build([{"due": 5}], kept=kept)
 
 
 def test_a_value_that_does_not_convert_names_its_row_and_field():

@@ -5,7 +5,8 @@
 
 On a list (keyword) field ``=`` / ``contains`` match a document holding the value among its
 values, ``in`` / ``any`` one holding any of them, ``all`` one holding every one; ``exists``
-tests whether a document has the field at all.
+tests whether a document holds a value of the field to filter on (not null, an empty list,
+a nested object or a list of numbers: those are stored, not indexed).
 """
 
 from __future__ import annotations
