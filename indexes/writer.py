@@ -49,7 +49,14 @@ from indexes.passages import TokenCounter
 from indexes.sharding.layout import stored_vectors
 from indexes.storage import fsync_path
 from indexes.vectors import FLOAT16_MAX, content_hashes, non_finite_row, out_of_range_row
-from indexes.wal.checks import check_documents, check_ids, merged_kinds, merged_schema
+from indexes.wal.checks import (
+    check_documents,
+    check_ids,
+    document_list,
+    given_vectors,
+    merged_kinds,
+    merged_schema,
+)
 from indexes.wal.log import (
     ACKED,
     Record,
@@ -263,7 +270,8 @@ class IndexWriter:
                      vectors: np.ndarray | None = None, *, request_id: str | None = None
                      ) -> Ack:
         """``upsert``, returning the ``Ack``."""
-        documents = list(documents)
+        documents = document_list(documents)
+        vectors = given_vectors(vectors)
         try:
             prepared = self._prepare(documents, vectors, request_id)
         except InvalidWriteError:

@@ -30,7 +30,7 @@ import retrieval.service.errors  # noqa: F401 (its error classes, for ERROR_CLAS
 import retrieval.sharding.errors  # noqa: F401 (its error classes, for ERROR_CLASSES)
 from indexes.docstore import Document
 from indexes.errors import RetrievalError
-from indexes.wal.checks import as_document
+from indexes.wal.checks import as_document, check_ids, document_list, given_vectors
 from retrieval.models import SearchResult
 from retrieval.service.errors import (
     AuthenticationError,
@@ -189,11 +189,12 @@ class RemoteRetriever:
         """``IndexWriter.upsert`` on the server (a key of write scope); the ack's ``seq`` is
         durable when this returns. A connection error is retried ``retries`` times with the
         same ``request_id`` (default: a fresh one), so a retry is never logged twice."""
-        docs = [as_document(item, i) for i, item in enumerate(documents)]
+        docs = [as_document(item, i) for i, item in enumerate(document_list(documents))]
         # base64 of the float32 bytes: 8x fewer bytes than JSON numbers, and no float repr
-        rows = None if vectors is None else [
+        matrix = given_vectors(vectors)
+        rows = None if matrix is None else [
             base64.b64encode(np.ascontiguousarray(row, dtype="<f4").tobytes()).decode()
-            for row in np.asarray(vectors, dtype=np.float32)]
+            for row in matrix]
         if rows is not None and len(rows) != len(docs):
             raise library_errors.InvalidWriteError(
                 f"{len(rows)} vectors for {len(docs)} documents: give one per document")
@@ -206,7 +207,7 @@ class RemoteRetriever:
     def delete(self, ids: Iterable[str], *, request_id: str | None = None,
                retries: int = 2) -> WriteAck:
         """``IndexWriter.delete`` on the server; retried as ``upsert`` is."""
-        body = {"ids": list(ids), "request_id": request_id or uuid.uuid4().hex}
+        body = {"ids": check_ids(ids), "request_id": request_id or uuid.uuid4().hex}
         return WriteAck.model_validate_json(self._post("/v1/documents/delete", body, retries))
 
     def get_documents(self, ids: Sequence[str], *, min_seq: int | None = None

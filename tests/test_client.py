@@ -9,7 +9,8 @@ import httpx
 import numpy as np
 import pytest
 
-from indexes.errors import ArtifactError, SchemaMismatchError
+from indexes.docstore import Document
+from indexes.errors import ArtifactError, InvalidWriteError, SchemaMismatchError
 from retrieval import (
     FilterTypeError,
     InvalidQueryError,
@@ -171,6 +172,18 @@ def test_query_vectors_are_refused_with_a_clear_error() -> None:
             remote.search("x", query_vector=np.zeros(384, dtype=np.float32))
         with pytest.raises(RetrievalError):
             remote.search_batch(["x"], query_vectors=np.zeros((1, 384), dtype=np.float32))
+
+
+def test_writes_of_one_document_or_id_given_alone_are_refused_before_sending() -> None:
+    """``delete("doc-1")`` sent the ids d, o, c, - and 1; a lone document and vectors that
+    are no matrix were a TypeError or ValueError from deep inside."""
+    with RemoteRetriever("http://127.0.0.1:9") as remote:
+        with pytest.raises(InvalidWriteError, match="ids is one string"):
+            remote.delete("doc-1")
+        with pytest.raises(InvalidWriteError, match="documents is one Document"):
+            remote.upsert(Document("d1", "text"))  # type: ignore[arg-type]
+        with pytest.raises(InvalidWriteError, match="no matrix of numbers"):
+            remote.upsert([Document("d1", "a"), Document("d2", "b")], [[1.0, 2.0], [1.0]])
 
 
 def test_the_remote_searches_take_every_argument_the_retrievers_do() -> None:

@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from passage_fixtures import CAR_QUERY, TARGET
 from small_index import small_index
 
-from indexes.errors import SchemaMismatchError
+from indexes.errors import InvalidWriteError, SchemaMismatchError
 from retrieval import InvalidQueryError
 from retrieval.integrations.langchain_store import RetrievalVectorStore
 
@@ -53,6 +53,8 @@ def test_re_adding_an_id_replaces_it_and_delete_removes_it_at_once(store):
     store.add_documents([Document(id="wing", page_content="rewritten wing text",
                                   metadata={"topic": "wing", "year": 2000})])
     assert store.get_by_ids(["wing"])[0].page_content == "rewritten wing text"
+    with pytest.raises(InvalidWriteError, match="ids is one string"):
+        store.delete("wing")  # type: ignore[arg-type]  # it deleted w, i, n and g
     assert store.delete(["shock"]) is True
     assert store.get_by_ids(["shock"]) == []
     assert "shock" not in [d.id for d in store.similarity_search("shock waves", k=4)]

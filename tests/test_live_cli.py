@@ -50,6 +50,21 @@ def test_bad_input_exits_2_and_writes_nothing(dataset, tmp_path, capsys):
     assert read_all(root) == []
 
 
+def test_delete_takes_each_line_as_the_id_written(dataset, tmp_path, capsys):
+    """Ids as upserts keep them: with spaces around, a tab, a form feed or a Unicode line
+    separator inside. Each was cut or trimmed into other ids (a and b for "a\u2028b"), and
+    documents of those ids deleted, with the ones named kept."""
+    docs = scifact_docs(dataset("scifact"), 20)
+    root = tmp_path / "index"
+    build_small(root, docs)
+    odd = [" pad ", "a\u2028b", "tab\t", "x\x0cy"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\r\n".join(odd) + "\r\n\n", encoding="utf-8")  # Windows line ends
+    assert main(["delete", str(root), "--ids", str(ids)]) == 0
+    assert "4 ids deleted" in capsys.readouterr().out
+    assert [list(r.ids) for r in read_all(root)] == [odd]
+
+
 def test_a_nightly_build_carries_the_folded_position_forward(dataset, tmp_path):
     """A build from an external corpus keeps the live ``log_seq``: serving processes go on
     applying exactly the records after it."""

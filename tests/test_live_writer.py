@@ -70,6 +70,17 @@ BAD_UPSERTS = [
      "'year' holds .* which is no number"),
     ("id field", [{"id": "x1", "text": "a", "metadata": {"id": "custom-7"}}], None,
      "'id' is reserved"),
+    # A field named 1 and one named "1" were two fields to the writer and one once logged:
+    # both acknowledged, the log refused by every later compaction and load.
+    ("int field name", [{"id": "x1", "text": "a", "metadata": {1: "one"}}], None,
+     "field name 1 is a int"),
+    ("nested keys of two types", [{"id": "x1", "text": "a", "metadata": {"o": {1: "x", "a": 2}}}],
+     None, "not JSON"),
+    ("one document alone", Document("x1", "a"), unit_vectors(1, 1), "documents is one Document"),
+    ("one dict alone", {"id": "x1", "text": "a"}, unit_vectors(1, 1), "documents is one dict"),
+    ("ragged vectors", [{"id": "x1", "text": "a"}, {"id": "x2", "text": "b"}],
+     [[1.0] * DIM, [1.0]], "no matrix of numbers"),
+    ("string vectors", [{"id": "x1", "text": "a"}], [["a"] * DIM], "no matrix of numbers"),
     ("empty", [], None, "at least one"),
 ]
 
@@ -96,7 +107,7 @@ def test_upsert_without_vectors_needs_an_encoder_for_new_texts(root, docs):
     assert record.seq == seq and record.documents[0].id == docs[3].id
 
 
-@pytest.mark.parametrize("ids", [[], ["a", "a"], ["a", ""], [None]])
+@pytest.mark.parametrize("ids", [[], ["a", "a"], ["a", ""], [None], "doc-1", b"doc-1"])
 def test_bad_deletes_are_refused_with_nothing_written(root, ids):
     with IndexWriter(root) as writer:
         with pytest.raises(InvalidWriteError):

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
 from indexes.encoders import compatible_query_encoder
@@ -22,6 +24,28 @@ from indexes.metadata import (
 )
 from indexes.wal.log import Record
 from indexes.wal.state import Changes
+
+
+def document_list(documents: Iterable[Document | dict[str, Any]]
+                  ) -> list[Document | dict[str, Any]]:
+    """``documents`` as a list; one document given alone is an ``InvalidWriteError`` (a dict
+    listed would be its keys, a string its characters)."""
+    if isinstance(documents, Document | Mapping | str | bytes):
+        raise InvalidWriteError(f"documents is one {type(documents).__name__}: give a list of "
+                                "documents (``[document]`` for one)")
+    return list(documents)
+
+
+def given_vectors(vectors: Any) -> np.ndarray | None:
+    """Caller-given vectors as a float32 array; an ``InvalidWriteError`` for what is no matrix
+    of numbers (rows of different lengths, strings)."""
+    if vectors is None:
+        return None
+    try:
+        return np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise InvalidWriteError(f"vectors are no matrix of numbers ({exc}): give one row of "
+                                "floats per document, every row as long") from exc
 
 
 def check_documents(documents: Iterable[Document | dict[str, Any]], kinds: Mapping[str, str],
@@ -110,8 +134,13 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
             refuse_surrogates([getattr(doc, part)], f"document {position}: its {part}")
     except CorpusError as exc:
         raise InvalidWriteError(str(exc)) from exc
-    try:  # UTF-8 as stored: a lone surrogate is a ValueError too
-        json.dumps(doc.metadata, ensure_ascii=False).encode("utf-8")
+    named = next((name for name in doc.metadata if not isinstance(name, str)), None)
+    if named is not None:  # as a build refuses it: 1 and "1" would be one field once logged
+        raise InvalidWriteError(f"document {doc.id!r}: metadata field name {named!r} is a "
+                                f"{type(named).__name__}; name every field with a string")
+    try:  # UTF-8 and keys sorted, as logged: a lone surrogate is a ValueError too, and
+        # nested keys of mixed types (1 and "a") a TypeError
+        json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidWriteError(f"document {doc.id!r}: metadata is not JSON ({exc}); use "
                                 "strings, numbers, booleans, lists and objects") from exc
@@ -157,6 +186,9 @@ def check_convertible(doc_id: str, name: str, value: Any, kind: str | None) -> s
 
 
 def check_ids(ids: Iterable[str]) -> list[str]:
+    if isinstance(ids, str | bytes):  # listed, "doc-1" would delete d, o, c, - and 1
+        raise InvalidWriteError(f"ids is one string ({ids!r}): give a list of ids "
+                                "(``[doc_id]`` for one)")
     checked = list(ids)
     if not checked:
         raise InvalidWriteError("no ids to delete: give at least one")

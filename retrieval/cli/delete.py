@@ -28,10 +28,12 @@ ABSENT = " (ids the index lacks are no-ops)"
 
 def run_delete(args: argparse.Namespace) -> int:
     try:
-        lines = Path(args.ids).read_text(encoding="utf-8").splitlines()
+        lines = Path(args.ids).read_text(encoding="utf-8").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
-    ids = [line.strip() for line in lines if line.strip()]
+    # Each line's id as written (an id may hold spaces, tabs and other line breaks than
+    # "\n", as upserts keep them), less a Windows line end; blank lines skipped.
+    ids = [line.removesuffix("\r") for line in lines if line.strip()]
     if not ids:  # as the writer refuses it: a remote delete of nothing exited 0 in silence
         raise CorpusError(f"{args.ids} holds no ids to delete: give one document id per line")
     if sum(i.startswith("{") for i in ids) * 2 > len(ids):

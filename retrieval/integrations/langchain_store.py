@@ -159,7 +159,7 @@ class RetrievalVectorStore(VectorStore):
         with self._lock:
             if self._writer is None:
                 return False
-            seq = self._writer.delete(list(ids))
+            seq = self._writer.delete(ids)  # a string is refused, not read as its characters
             retriever = self._retriever
         assert retriever is not None
         retriever.wait_for_seq(seq)
