@@ -515,6 +515,37 @@ def test_a_write_for_a_new_model_waits_for_its_build_to_load(tmp_path, docs):
         assert serving.log_failure is None
 
 
+def test_writes_read_before_one_for_the_loading_build_are_served_at_once(tmp_path, docs):
+    """One poll read a write the served build can take and, after it, one logged for the
+    build loading beside (a field it retyped): the whole poll waited for the load, and a
+    min_seq for the first write with it."""
+    base = [Document(d.id, d.text, metadata={"x": "low"}) for d in docs[:20]]
+    retyped = [Document(d.id, d.text, metadata={"x": 1}) for d in docs[:20]]
+    build_small(tmp_path, base)
+    with Retriever.load(tmp_path, {**LIVE, "live_lag_seconds": 0.05}) as serving:
+        slow = SlowLoads(serving)
+        build_index(retyped, tmp_path, vectors=unit_vectors(20, 1), encoder_info=INFO,
+                    progress=False, dense="exact")
+        assert slow.started.wait(30)
+        try:
+            with serving._log._lock, IndexWriter(tmp_path) as writer:  # read in one poll
+                first = writer.upsert([Document("fits", "no retyped field")],
+                                      vectors=unit_vectors(1, 4))
+                writer.upsert([Document("retyped", "a number", metadata={"x": 2})],
+                              vectors=unit_vectors(1, 5))
+            until = time.monotonic() + 30
+            while serving.applied_seq < first:
+                assert time.monotonic() < until, "the first write waited for the load"
+                time.sleep(0.02)
+            assert serving.get_documents(["fits", "retyped"])[1] is None
+            assert serving.loading() and serving.log_failure is None
+        finally:
+            slow.release.set()
+        serving.refresh()
+        assert [d is not None for d in serving.get_documents(["fits", "retyped"])] == \
+            [True, True]
+
+
 def test_a_load_that_fails_for_no_fault_of_the_build_is_tried_again_later(tmp_path, docs):
     """The log thread's load runs in a thread of its own: an error there (out of file
     handles, say) ended that thread with nothing logged or counted, and the next poll

@@ -189,15 +189,33 @@ class LogFollower:
                 return False
             try:
                 check_new_fit(self.base, fresh)
+            except InvalidWriteError:
+                self._position = position  # read again at the next poll, past what applies
+                self._apply_fitting(fresh)
+                raise
+            try:
                 self._publish(fresh[-1].seq, self.records + fresh)
             except BaseException:
                 self._position = position  # read again at the next poll, which fails again
                 raise
-            self.records.extend(fresh)
-            # Only once the snapshot holding them serves: a reader that sees this seq
-            # (read-your-writes, ``Retriever.wait_for_seq``) must find the writes served.
-            self.applied_seq = fresh[-1].seq
+            self._applied(fresh)
             return True
+
+    def _applied(self, records: list[Record]) -> None:
+        self.records.extend(records)
+        # Only once the snapshot holding them serves: a reader that sees this seq
+        # (read-your-writes, ``Retriever.wait_for_seq``) must find the writes served.
+        self.applied_seq = records[-1].seq
+
+    def _apply_fitting(self, fresh: list[Record]) -> None:
+        """Apply the records before the first one the base cannot take (logged for a build
+        loading beside): the writes before it serve now, not once that build has loaded."""
+        first = next((i for i, record in enumerate(fresh) if not fits(self.base, [record])),
+                     len(fresh))
+        prefix = fresh[:first]
+        if prefix and fits(self.base, prefix):  # each fits, and together (field kinds)
+            self._publish(prefix[-1].seq, self.records + prefix)
+            self._applied(prefix)
 
     def _gap(self, after: int) -> LogCorruptionError:
         """The log does not go on from the served build, even after a reload: records were
@@ -315,6 +333,15 @@ class LogFollower:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+def fits(base: LoadedBuild, records: list[Record]) -> bool:
+    """Whether ``check_new_fit`` takes ``records``."""
+    try:
+        check_new_fit(base, records)
+    except InvalidWriteError:
+        return False
+    return True
 
 
 def check_new_fit(base: LoadedBuild, fresh: list[Record]) -> None:
