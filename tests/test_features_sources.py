@@ -157,6 +157,53 @@ def test_iso_timestamps_and_integer_ids(writer: Callable[[Rows, Path], Any], tmp
     assert batch.status.tolist() == [FeatureStatus.PRESENT, FeatureStatus.STALE]
 
 
+def test_nanosecond_and_fractional_timestamps_are_read(tmp_path: Path) -> None:
+    """Nanoseconds since 1970 pass 2**53, and a safe cast to float refused them: every
+    Parquet file pandas writes (timestamp[ns]) and CSV times with fractions of a second."""
+    stamps = pa.array([1704067200_000_000_000, 1704153600_500_000_000], pa.timestamp("ns"))
+    table = pa.table({"doc_id": ["a", "b"], "quality": [1.0, 2.0], "clicks": [1, 2],
+                      "authority": [0.1, 0.2], "spam": [False, True], "event_time": stamps})
+    pq.write_table(table, tmp_path / "ns.parquet")
+    store = LocalStore(tmp_path / "fs")
+    materialize(quality_view(), tmp_path / "ns.parquet", store, progress=False)
+    assert store.read("quality", ["a", "b"], now=1.8e9).event_time.tolist() == \
+        [1704067200.0, 1704153600.5]
+    rows = [{"doc_id": "c", "quality": 1, "clicks": 1, "authority": 0.1, "spam": False,
+             "event_time": "2024-01-01T00:00:00.123456789Z"}]
+    materialize(quality_view(), write_csv(rows, tmp_path / "frac"), store, progress=False)
+    assert store.read("quality", ["c"], now=1.8e9).event_time[0] == pytest.approx(1704067200.123)
+
+
+def test_csv_nulls_are_empty_fields_only_and_a_bom_is_read(tmp_path: Path) -> None:
+    """pyarrow's other null spellings gave NaN (which the store refuses) its default, and
+    made an id "NA" no id at all; Excel's UTF-8 BOM hid the header's first column."""
+    source = tmp_path / "bom.csv"
+    source.write_text("\ufeffdoc_id,quality,clicks,authority,spam\nNA,1.5,,0.2,false\n",
+                      encoding="utf-8")
+    store = LocalStore(tmp_path / "fs")
+    materialize(quality_view(), source, store, progress=False)
+    batch = store.read("quality", ["NA"], now=1.8e9)
+    assert batch.values["quality"].tolist() == [1.5] and batch.values["clicks"].tolist() == [0]
+    source.write_text("doc_id,quality,clicks,authority,spam\na,NaN,1,0.2,false\n")
+    with pytest.raises(FeatureSchemaError, match="'quality'.*not finite"):
+        materialize(quality_view(), source, store, progress=False)
+
+
+@pytest.mark.parametrize("writer", [write_jsonl, callable_rows])
+def test_a_column_left_out_of_the_first_rows_is_not_missing(
+        writer: Callable[[Rows, Path], Any], tmp_path: Path) -> None:
+    """A writer that drops null fields (Spark's JSON) left a feature out of the first row:
+    the file was refused as lacking the column that later rows hold (and a callable's
+    later chunk without it was refused too)."""
+    rows = quality_rows(6)
+    del rows[0]["clicks"], rows[4]["clicks"], rows[5]["clicks"]
+    store = LocalStore(tmp_path / "fs")
+    materialize(quality_view(), writer(rows, tmp_path / "src"), store, progress=False,
+                batch_rows=4)
+    batch = store.read("quality", ["doc-0", "doc-1", "doc-5"], now=1.8e9)
+    assert batch.values["clicks"].tolist() == [0, 10, 0]
+
+
 def test_source_errors(tmp_path: Path) -> None:
     with pytest.raises(FeatureSourceError, match="suffix"):
         open_source(tmp_path / "features.xlsx")

@@ -190,7 +190,8 @@ def event_times(column: pa.ChunkedArray, name: str, source: str) -> np.ndarray:
             kind = column.type
         if pa.types.is_timestamp(kind):
             scale = _UNIT_SECONDS[kind.unit]
-            seconds = column.cast(pa.int64()).cast(pa.float64())
+            # Unsafe: nanoseconds since 1970 pass 2**53, and a float64 keeps them to 256 ns.
+            seconds = column.cast(pa.int64()).cast(pa.float64(), safe=False)
             return np.asarray(seconds.to_numpy(zero_copy_only=False), dtype=np.float64) * scale
         if pa.types.is_date(kind):
             days = column.cast(pa.date32()).cast(pa.int32()).cast(pa.float64())

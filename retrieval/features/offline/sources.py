@@ -26,6 +26,8 @@ from retrieval.features.errors import FeatureSchemaError, FeatureSourceError
 from retrieval.features.offline.convert import ARROW_TYPES, EXPECTED, check_schema
 from retrieval.features.view import FeatureView
 
+# Rows of a JSONL file whose keys together name its columns (a file is not read twice whole).
+SURVEYED_ROWS = 1000
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")
 _JSON_COLUMN = re.compile(r"Column\(/([^)]*)\)")
 
@@ -101,7 +103,7 @@ class CsvSource(FeatureSource):
     def _header(self) -> list[str]:
         if not self.path.is_file():
             raise _missing_file(self.path)
-        with self.path.open(newline="", encoding="utf-8") as handle:
+        with self.path.open(newline="", encoding="utf-8-sig") as handle:  # Excel's BOM too
             header = next(csv.reader(handle, delimiter=self.delimiter), None)
         if not header:
             raise FeatureSourceError(f"CSV file {self.name} is empty (no header row)")
@@ -114,7 +116,10 @@ class CsvSource(FeatureSource):
         # whole numbers in its first block, and ids like "00123" must stay text.
         types = {view.entity_key: pa.string()}
         types.update({f.name: ARROW_TYPES[f.dtype] for f in view.features})
-        convert = pa_csv.ConvertOptions(column_types=types, include_columns=columns)
+        # Only an empty field is null (its default): pyarrow's other null spellings made "NaN"
+        # a default instead of the refused NaN it is, and an id "NA" or "null" no id at all.
+        convert = pa_csv.ConvertOptions(column_types=types, include_columns=columns,
+                                        null_values=[""])
         parse = pa_csv.ParseOptions(delimiter=self.delimiter)
         try:
             reader = pa_csv.open_csv(self.path, parse_options=parse, convert_options=convert)
@@ -130,20 +135,30 @@ class JsonlSource(FeatureSource):
         self.path = Path(path)
         self.name = f"{str(self.path)!r}"
 
-    def _first_keys(self) -> list[str]:
+    def _first_keys(self) -> set[str]:
+        """The keys of the first ``SURVEYED_ROWS`` rows together: a writer that leaves null
+        fields out (Spark's does) drops a column from some rows, the first among them."""
         if not self.path.is_file():
             raise _missing_file(self.path)
+        keys: set[str] = set()
+        rows = 0
         with self.path.open(encoding="utf-8") as handle:
             for line in handle:
-                if line.strip():
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise FeatureSourceError(f"JSONL file {self.name}: {exc}") from exc
-                    if not isinstance(row, dict):
-                        raise FeatureSourceError(f"JSONL file {self.name}: rows must be objects")
-                    return list(row)
-        raise FeatureSourceError(f"JSONL file {self.name} has no rows")
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise FeatureSourceError(f"JSONL file {self.name}: {exc}") from exc
+                if not isinstance(row, dict):
+                    raise FeatureSourceError(f"JSONL file {self.name}: rows must be objects")
+                keys.update(row)
+                rows += 1
+                if rows == SURVEYED_ROWS:
+                    break
+        if not rows:
+            raise FeatureSourceError(f"JSONL file {self.name} has no rows")
+        return keys
 
     def tables(self, view: FeatureView, batch_rows: int) -> Iterator[pa.Table]:
         _columns(view, self._first_keys(), self.name)
@@ -195,19 +210,19 @@ class CallableSource(FeatureSource):
     def _from_rows(self, view: FeatureView, rows: Iterator[Any], batch_rows: int
                    ) -> Iterator[pa.Table]:
         first_row = 0
-        while chunk := list(islice(rows, batch_rows)):
+        wanted: list[str] | None = None  # the first chunk's columns: a later chunk lacking
+        while chunk := list(islice(rows, batch_rows)):  # one has nulls there (defaults)
             for offset, row in enumerate(chunk):
                 if not isinstance(row, Mapping):
                     raise FeatureSourceError(
                         f"{self.name}: row {first_row + offset} is {type(row).__name__}, "
                         "expected a mapping of column name to value"
                     )
-            present: set[str] = set()
-            for row in chunk:
-                present.update(row.keys())
+            if wanted is None:
+                wanted = _columns(view, {key for row in chunk for key in row}, self.name)
             arrays = {
                 name: _to_array([row.get(name) for row in chunk], name, self.name, view, first_row)
-                for name in _columns(view, present, self.name)
+                for name in wanted
             }
             yield pa.table(arrays)
             first_row += len(chunk)
