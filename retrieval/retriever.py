@@ -74,6 +74,12 @@ class Retriever:
             raise ConfigError("features weights feature views, but no feature store is "
                               "configured: set feature_store (a directory or redis:// URL) "
                               "or pass feature_store= to the retriever", "features")
+        limit = getattr(feature_store, "max_entities_per_read", None)
+        if config.features and limit is not None and config.feature_candidates > limit:
+            raise ConfigError(f"feature_candidates is {config.feature_candidates}, and the "
+                              f"feature store reads at most {limit} entities at once "
+                              "(max_entities_per_read): every search would fail; lower one or "
+                              "raise the other", "feature_candidates")
         self.config = config
         self.encoder = encoder
         self.root = root

@@ -125,6 +125,15 @@ def test_unknown_view_and_empty_reads(store: OnlineStore) -> None:
         store.read("bad/name", ["a"])
 
 
+def test_an_id_ending_in_nul_is_not_the_id_without_it(store: OnlineStore) -> None:
+    """numpy's fixed-width bytes drop trailing NULs: the local store read "doc-1\\x00" as
+    doc-1 (its features, "present"), where Redis found no such entity."""
+    materialize(quality_view(), lambda: quality_rows(3), store, progress=False)
+    batch = store.read("quality", ["doc-1\x00", "doc-1"])
+    assert batch.status.tolist() == [MISSING, PRESENT]
+    assert batch.values["quality"].tolist() == [-1, 1]
+
+
 def test_duplicate_entity_fails_and_keeps_previous(store: OnlineStore) -> None:
     view = quality_view()
     live = materialize(view, lambda: quality_rows(10), store, progress=False).snapshot_id

@@ -130,6 +130,19 @@ def test_feature_weights_without_a_feature_store_are_refused_at_load(index, enco
     assert caught.value.key == "features"
 
 
+def test_a_view_name_no_store_holds_and_more_candidates_than_a_read_are_refused_at_load(
+        index, encoder, tmp_path):
+    """Both loaded, then failed every search as the caller's bad request (a 400 over HTTP)."""
+    with pytest.raises(ConfigError, match="features.0.view") as caught:
+        RetrieverConfig(**_config(0.5) | {"features": [
+            {"view": "pop.v2/beta", "weights": {"clicks": 0.5}}]})
+    assert caught.value.key == "features.0.view"
+    store = LocalStore(tmp_path / "fs", max_entities_per_read=50)
+    with pytest.raises(ConfigError, match="feature_candidates is 100.*at most 50") as caught:
+        Retriever.load(index, _config(0.5), encoder=encoder, feature_store=store)
+    assert caught.value.key == "feature_candidates"
+
+
 def test_a_feature_store_namespace_is_checked_with_the_config():
     """Checked as the cache's namespace is, at config time with its key (it failed at load as
     a cache error naming no setting)."""

@@ -125,6 +125,8 @@ class LoadedSnapshot:
         # the stored width simply does not match.
         pos = np.minimum(np.searchsorted(self.ids, wanted), n - 1)
         found = np.asarray(self.ids[pos] == wanted)
+        if "\x00" in "".join(ids):  # numpy's bytes drop trailing NULs: "a\x00" read as "a"
+            found &= np.array([not value.endswith("\x00") for value in ids])
         return pos, found
 
     def read(self, ids: tuple[str, ...], now: float) -> FeatureBatch:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from retrieval.features.errors import FeatureConfigError
 from retrieval.features.reads import FeatureBatch, FeatureStatus
+from retrieval.features.view import VIEW_NAME
 from retrieval.request_path.fusion import minmax
 
 Normalization = Literal["minmax", "none", "log1p+minmax"]
@@ -29,7 +30,8 @@ class FeatureWeights(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    view: str = Field(min_length=1)
+    view: str = Field(pattern=VIEW_NAME.pattern, description="a feature view's name (letters, "
+                      "digits, '_', '.', '-'): a name no store could hold failed every search")
     weights: dict[str, float] = Field(min_length=1, description="feature name -> weight")
     normalization: Normalization = Field(
         "minmax",
