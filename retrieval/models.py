@@ -53,7 +53,10 @@ class Hit(BaseModel):
     """One retrieved passage with the score of every stage that ranked it.
 
     Immutable: a hit is shared between the result that computed it and the cache's decoded
-    results, so later hits of the same entry cost no JSON parsing.
+    results, so later hits of the same entry cost no JSON parsing. Its dicts (``metadata``,
+    ``features``) are shared too and are not copied per caller (copying 10 hits' dicts took
+    19 us against a whole 44 us SciFact cache hit): change a ``model_copy(deep=True)``,
+    never the hit itself.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

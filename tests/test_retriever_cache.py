@@ -244,3 +244,15 @@ def test_hits_of_results_computed_here_skip_parsing(root, encoder, redis_server)
     finally:
         writer.close()
         reader.close()
+
+
+def test_results_kept_decoded_stay_within_the_caches_bytes(root, encoder):
+    """The decoded results were bounded by count alone: with a 64 KiB cache, 40 searches at
+    k=20 kept every result decoded (over a MB of JSON), though the cache held two or so."""
+    bound = 64 * 1024
+    with Retriever.load(root, {"cache": {"backend": "memory", "max_bytes": bound}},
+                        encoder=encoder) as cached:
+        for i, query in enumerate(itertools.islice(itertools.cycle(QUERIES), 40)):
+            cached.search(f"{query} {i}", k=20)
+        decoded = cached.stats()["cache"]["decoded"]
+    assert 0 < decoded["json_bytes"] <= bound and decoded["results"] < 40

@@ -52,7 +52,10 @@ class RequestCache:
              "results_parsed"))
         # Decoded results by key, reused only when the cached bytes are identical: parsing a
         # 10-hit JSON result is most of the cost of a hit, and equal bytes parse equally.
-        self._decoded: LRU[str, tuple[bytes, SearchResult]] = LRU(config.decoded_results)
+        # Bounded by their JSON's bytes too, as the cache is: by count alone, 4,096 results
+        # of k=1000 held gigabytes, most of them results the cache had already dropped.
+        self._decoded: LRU[str, tuple[bytes, SearchResult]] = LRU(
+            config.decoded_results, config.max_bytes, lambda key, memo: len(memo[0]))
         self._decoded_lock = threading.Lock()
 
     def keys(
@@ -135,5 +138,7 @@ class RequestCache:
         return self.flights.do(key, compute, timeout)
 
     def stats(self) -> dict[str, object]:
+        with self._decoded_lock:
+            decoded = {"results": len(self._decoded), "json_bytes": self._decoded.weight}
         return {**self.counters.snapshot(), "backend": self.cache.stats(),
-                "single_flight": self.flights.stats()}
+                "single_flight": self.flights.stats(), "decoded": decoded}
