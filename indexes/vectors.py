@@ -61,6 +61,9 @@ def content_hashes(texts: Sequence[str]) -> np.ndarray:
     return np.array(digests, dtype="S16")
 
 
+# A given query vector this close to unit length is taken as it is (a float32 encoder's
+# output is within ~1e-7): dividing by its norm would move its scores in the last bits.
+UNIT_TOLERANCE = 1e-4
 Bounds = tuple[np.ndarray, np.ndarray]  # per-dimension (low, high), float32 (d,) each
 
 
@@ -169,14 +172,20 @@ class VectorStore:
         return cls(data, meta["dtype"])
 
     def given_query(self, query: Any) -> np.ndarray:
-        """A caller's query vector, checked (``check_query``) and of finite numbers: a NaN
-        scored every hit the same. Once at the door: the stages after it take the float32
-        vector this returns (``check_query`` again, 2 us less without the scan)."""
+        """A caller's query vector, checked (``check_query``), of finite numbers (a NaN
+        scored every hit the same) and of unit length: the documents' are, and a hit's
+        vector score is their cosine (a vector 3x as long tripled it, and the relevance
+        estimate and min_score with it). Once at the door: the stages after it take the
+        float32 vector this returns (``check_query`` again, 2 us less without the scan)."""
         query = self.check_query(query)
         if not np.isfinite(query).all():
             raise InvalidQueryError("query vector holds NaN or infinity; give finite numbers "
                                     "(the encoder's output)")
-        return query
+        norm = float(np.linalg.norm(query))
+        if norm == 0.0:
+            raise InvalidQueryError("query vector is all zeros: it has no direction to rank "
+                                    "by; give the encoder's output")
+        return query if abs(norm - 1.0) < UNIT_TOLERANCE else query / np.float32(norm)
 
     def check_query(self, query: np.ndarray) -> np.ndarray:
         """``query`` as float32 (d,): one vector ((d,), (1, d) or (d, 1)) of real numbers;

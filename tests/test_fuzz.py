@@ -114,7 +114,7 @@ def _vector(retriever: Retriever) -> np.ndarray:
     return retriever.snapshot.vectors.reconstruct_rows(np.array([0]))[0]
 
 
-@pytest.mark.parametrize("bad", ["nan", "inf", "2-D", "complex", "strings", "short"])
+@pytest.mark.parametrize("bad", ["nan", "inf", "2-D", "complex", "strings", "short", "zeros"])
 def test_a_query_vector_that_is_not_one_vector_of_finite_numbers_is_refused(retriever, bad):
     good = _vector(retriever)
     vector = {"nan": np.where(np.arange(good.size) == 3, np.nan, good),
@@ -122,15 +122,28 @@ def test_a_query_vector_that_is_not_one_vector_of_finite_numbers_is_refused(retr
               "2-D": good.reshape(2, -1),
               "complex": good.astype(np.complex64),
               "strings": ["x"] * good.size,
-              "short": good[:-1]}[bad]
+              "short": good[:-1],
+              "zeros": np.zeros_like(good)}[bad]
     error = EncoderMismatchError if bad == "short" else InvalidQueryError
     with pytest.raises(error):
         retriever.search("cell", k=3, query_vector=vector)
-    with pytest.raises(error):
+    with pytest.raises(error, match="" if bad == "short" else "query 1 of the batch"):
         retriever.search_batch(["cell", "gene"], k=3, query_vectors=[good, vector])
     # One vector as a row or a column is still one vector.
     assert retriever.search("cell", k=3, query_vector=good.reshape(1, -1)).hits
     assert retriever.search("cell", k=3, query_vector=good.reshape(-1, 1)).hits
+
+
+def test_a_query_vectors_length_does_not_change_its_scores(retriever):
+    """Hits' vector scores are cosines: a vector 3x as long tripled them, and with them the
+    relevance estimate and what min_score keeps."""
+    good = _vector(retriever)
+    good = good / np.linalg.norm(good)
+    unit, longer = (retriever.search("cell", k=5, query_vector=v) for v in (good, 3 * good))
+    assert [h.doc_id for h in longer.hits] == [h.doc_id for h in unit.hits]
+    for scores in (lambda h: h.vector_score, lambda h: h.relevance):
+        assert list(map(scores, longer.hits)) == pytest.approx(list(map(scores, unit.hits)))
+    assert max(h.vector_score for h in longer.hits) <= 1.0 + 1e-6
 
 
 def test_a_batch_is_a_list_with_one_vector_per_query(retriever):

@@ -27,6 +27,7 @@ from retrieval.errors import (
     InvalidQueryError,
     LimitExceededError,
     OverloadedError,
+    RetrievalError,
 )
 from retrieval.features import CallableSource, Feature, FeatureView, LocalStore, materialize
 
@@ -230,6 +231,28 @@ def test_an_encoder_timing_out_fails_the_search_within_its_deadline(index, query
                 retriever.search_batch(QUERIES[:3], k=5, deadline_ms=deadline_ms)
             with pytest.raises(TimeoutError, match="did not answer"):
                 retriever.search(QUERIES[3], k=5, deadline_ms=deadline_ms)
+
+
+class NanEncoder(TimingOutEncoder):
+    """A broken model: NaN for every query once the retriever has loaded."""
+
+    def encode(self, texts, *, batch_size: int = 64, progress: bool = False):
+        vectors = self.inner.encode(texts, batch_size=batch_size, progress=progress)
+        return vectors if self.answers else np.full_like(vectors, np.nan)
+
+
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_an_encoder_giving_nan_fails_the_search_naming_it(index, query_encoder, cache):
+    """NaN scored every document alike: no hits and no word uncached, and the cache's write
+    of the embedding raised its own CacheValueError."""
+    broken = NanEncoder(query_encoder)
+    with Retriever.load(index, {"cache": {"backend": cache}}, encoder=broken) as retriever:
+        broken.answers = False
+        for deadline_ms in (None, 60_000):
+            with pytest.raises(RetrievalError, match="gave NaN or infinity"):
+                retriever.search(QUERIES[3], k=5, deadline_ms=deadline_ms)
+            with pytest.raises(RetrievalError, match="gave NaN or infinity"):
+                retriever.search_batch(QUERIES[:3], k=5, deadline_ms=deadline_ms)
 
 
 @pytest.mark.parametrize("cache", ["memory", "none"])

@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
-from indexes.errors import InvalidQueryError
+from indexes.errors import InvalidQueryError, RetrievalError
 from indexes.fan_out import search_alone
 from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
@@ -61,6 +61,7 @@ from retrieval.request_path.validate import (
     check_batch_work,
     check_deadline,
     check_query_text,
+    in_batch,
     validate,
     validate_options,
 )
@@ -86,7 +87,6 @@ class Begun:
     deadline: Deadline
 
 
-T = TypeVar("T")
 
 
 UNTRACED = nullcontext()  # reusable: it keeps no state
@@ -383,8 +383,13 @@ class RequestPath:
                 "query_vector=... or load the retriever with encoder=..."
             )
         if self._hint_threads and self.in_flight.count > 1:
-            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
-        return self.encoder.encode(texts)
+            vectors = self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
+        else:
+            vectors = self.encoder.encode(texts)
+        if not np.isfinite(vectors).all():  # NaN scored every document alike: no hits at all
+            raise RetrievalError(f"the query encoder {self.encoder.encoder_id!r} gave NaN or "
+                                 "infinity for these queries; it is broken, not the query")
+        return vectors
 
     def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: LoadedBuild,
                    deadline: Deadline = NO_DEADLINE) -> PendingVector:
@@ -490,11 +495,3 @@ def timed_encode_all(encode: Callable[[list[str]], np.ndarray], texts: list[str]
     vectors = encode(texts)
     return vectors, (time.perf_counter() - started) * 1e3
 
-
-def in_batch(position: int, step: Callable[[], T]) -> T:
-    """``step()`` for the query at ``position`` of a batch (its validation, its search); its
-    error names the position."""
-    try:
-        return step()
-    except InvalidQueryError as exc:
-        raise type(exc)(f"query {position} of the batch: {exc}") from exc

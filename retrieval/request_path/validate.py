@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,6 +26,8 @@ from retrieval.filters.named import (
 )
 from retrieval.filters.spec_key import spec_key
 from retrieval.request_path.grouping import check_grouping
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,17 @@ def batch_vectors(query_vectors: Any, queries: int,
     if len(rows) != queries:
         raise InvalidQueryError(f"query_vectors has {len(rows)} rows for {queries} queries; "
                                 "give one row per query")
-    return [check(row) for row in rows]
+    return [in_batch(position, functools.partial(check, row))
+            for position, row in enumerate(rows)]
+
+
+def in_batch(position: int, step: Callable[[], T]) -> T:
+    """``step()`` for the query at ``position`` of a batch (its validation, its vector, its
+    search); its error names the position."""
+    try:
+        return step()
+    except InvalidQueryError as exc:
+        raise type(exc)(f"query {position} of the batch: {exc}") from exc
 
 
 def check_batch_work(queries: int, k: Any, candidates: Any, config: RetrieverConfig,
