@@ -143,8 +143,9 @@ class WideningDense(ExactDense):
     def search(self, query: np.ndarray, k: int, mask: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         query = self.vectors.check_query(query)
+        k = min(k, self.vectors.n_docs)  # faiss allocates its result arrays for k
         if mask is None:
-            return self._probe(query, k, None, min(k, self.vectors.n_docs))
+            return self._probe(query, k, None, k)
         allowed = int(np.count_nonzero(mask))
         if allowed <= max(EXACT_ALLOWED_BELOW, 4 * k):
             return exact_top(self.vectors, query, k, np.flatnonzero(mask))
