@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from live_index import build_small
 
+from indexes import Document
 from retrieval.cli import main as cli_main
 from retrieval.errors import InvalidQueryError, LimitExceededError, UnknownFieldError
 from retrieval.service import ServiceConfigError, load_serve_config
@@ -20,7 +22,7 @@ from retrieval.service.errors import (
     ServiceUnavailableError,
     status_for,
 )
-from retrieval.service.settings import ServerSettings
+from retrieval.service.settings import ServeConfig, ServerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,3 +169,58 @@ def test_a_named_filter_no_build_can_serve_stops_start_up(tmp_path: Path,
     assert "named_filters (the config file): named filter 'tenant': " in err and says in err
     path.write_text("[named_filters]\ntenant = 'no_such_field >= 2010'\n")
     assert load_serve_config(path, {}).named_filters == {"tenant": "no_such_field >= 2010"}
+
+
+def test_a_tls_file_that_does_not_load_stops_start_up_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked only in the workers: with 2 of them each failed as it started and was
+    replaced, for ever, and the service never exited."""
+    build_small(tmp_path / "index", [Document(f"d{i}", f"text {i}") for i in range(4)])
+    path = tmp_path / "serve.toml"
+    path.write_text(f"[server]\nworkers = 2\nssl_certfile = '{tmp_path / 'missing.pem'}'\n"
+                    f"ssl_keyfile = '{tmp_path / 'missing-key.pem'}'\n")
+    assert cli_main(["serve", str(tmp_path / "index"), "--config", str(path)]) == 2
+    assert "server.ssl_certfile (or its key file) cannot be loaded" in capsys.readouterr().err
+
+
+WORKERS_THAT_FAIL = """
+import sys, uvicorn
+from pathlib import Path
+from retrieval.service.workers import run_forked_workers
+
+def broken():
+    raise RuntimeError("no app for this worker")
+
+config = uvicorn.Config(broken, factory=True, host="127.0.0.1", port=0, log_level="critical")
+sys.exit(run_forked_workers(config, 2, Path(sys.argv[1])))
+"""
+
+
+def test_workers_failing_as_they_start_stop_the_service(tmp_path: Path) -> None:
+    """A worker that died was replaced whatever killed it: a fault every worker meets as it
+    starts restarted them for ever, and the parent never exited."""
+    build_small(tmp_path / "index", [Document(f"d{i}", f"text {i}") for i in range(4)])
+    done = subprocess.run([sys.executable, "-c", WORKERS_THAT_FAIL, str(tmp_path / "index")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "3 workers in a row failed as they started" in done.stderr
+
+
+def test_serve_starts_on_the_last_good_build_when_the_live_one_does_not_read(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The workers serve the build live before a failing one, but the start-up check read
+    only the live manifest: a restart exited 2 instead of degrading."""
+    from indexes.errors import ArtifactError
+    from indexes.manifest import resolve_build_dir
+    from retrieval.cli.serve import check_before_start
+
+    docs = [Document(f"d{i}", f"text {i}") for i in range(4)]
+    build_small(tmp_path, docs)
+    good = resolve_build_dir(tmp_path).name
+    build_small(tmp_path, docs[:3])
+    (resolve_build_dir(tmp_path) / "manifest.json").write_text("{not json")
+    check_before_start(tmp_path, ServeConfig())
+    assert f"serving the last good build {good}" in caplog.text
+    (tmp_path / "builds" / good / "manifest.json").write_text("{not json")
+    with pytest.raises(ArtifactError, match="manifest.json"):
+        check_before_start(tmp_path, ServeConfig())

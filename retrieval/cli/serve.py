@@ -19,10 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from indexes.errors import ArtifactError
+from indexes.history import rollback_target
 from indexes.manifest import read_manifest, resolve_build_dir
+from retrieval.errors import ConfigError
 from retrieval.quiet import quiet_third_party
 from retrieval.service.auth import load_api_keys
-from retrieval.service.settings import SPEC_ENV, ServeConfig, load_serve_config
+from retrieval.service.settings import SPEC_ENV, ServeConfig, ServerSettings, load_serve_config
 
 METRICS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 APP = "retrieval.service.app:app_from_env"
@@ -94,12 +97,47 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 def check_before_start(index: Path, config: ServeConfig) -> None:
     """Fail before forking workers: the index root has a readable build, keys are readable;
     warn when a service without API keys listens beyond this machine."""
-    read_manifest(resolve_build_dir(index))
+    check_some_build_serves(index)
+    check_tls_files(config.server)
     keys = load_api_keys(config.server)
     if not keys.enabled and config.server.host not in LOOPBACK:
         log.warning("serving %s on %s without API keys: anyone who can reach it can search "
                     "it; set server.api_keys_file or server.api_keys_env", index,
                     config.server.host)
+
+
+def check_some_build_serves(index: Path) -> None:
+    """The live build's manifest reads, or the build live before it (which the workers
+    serve while the live one fails to load: ``ServiceState``); else the live one's error."""
+    try:
+        read_manifest(resolve_build_dir(index))
+    except ArtifactError as exc:
+        previous = rollback_target(index) if index.is_dir() else None
+        if previous is None:
+            raise
+        try:
+            read_manifest(index / "builds" / previous)
+        except ArtifactError:
+            raise exc from None
+        log.warning("the live build of %s does not load (%s): serving the last good build %s "
+                    "until it does", index, exc, previous)
+
+
+def check_tls_files(server: ServerSettings) -> None:
+    """Load the TLS files as the workers will: a missing or bad one is a ``ConfigError``
+    naming its setting here, not a failure in every worker as it starts."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    key = "server.ssl_certfile"
+    try:
+        if server.ssl_certfile:
+            context.load_cert_chain(server.ssl_certfile, server.ssl_keyfile,
+                                    server.ssl_keyfile_password)
+        key = "server.ssl_ca_certs"
+        if server.ssl_ca_certs:
+            context.load_verify_locations(server.ssl_ca_certs)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"{key} (or its key file) cannot be loaded: {exc}; give readable "
+                          "PEM files", key) from exc
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -123,6 +161,6 @@ def run_serve(args: argparse.Namespace) -> int:
         else:
             from retrieval.service.workers import run_forked_workers
 
-            run_forked_workers(uvicorn.Config(APP, factory=True, **options),
-                               config.server.workers, index)
+            return run_forked_workers(uvicorn.Config(APP, factory=True, **options),
+                                      config.server.workers, index)
     return 0

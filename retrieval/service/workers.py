@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -28,6 +29,10 @@ from indexes.cpu import share_cores
 
 log = logging.getLogger("retrieval.service")
 RESTART_PAUSE_SECONDS = 1.0
+# A worker that fails this soon after its start never served: so many in a row (a TLS file
+# or a build every worker fails on) stop the service instead of restarting them forever.
+FAILED_START_SECONDS = 10.0
+FAILED_STARTS = 3
 
 
 def preload(index_root: Path) -> None:
@@ -53,19 +58,22 @@ def preload(index_root: Path) -> None:
         log.warning("threads running before fork: %s", threading.enumerate())
 
 
-def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
-    """Serve ``config`` (a ``uvicorn.Config``) with ``workers`` forked processes.
+def run_forked_workers(config: Any, workers: int, index_root: Path) -> int:
+    """Serve ``config`` (a ``uvicorn.Config``) with ``workers`` forked processes; the exit
+    code (0, or 3 when workers kept failing as they started).
 
     SIGTERM / SIGINT are forwarded to every worker (each drains, see ``state``); the parent
-    returns once all have exited. A worker that dies unexpectedly is replaced.
+    returns once all have exited. A worker that dies unexpectedly is replaced, unless
+    ``FAILED_STARTS`` in a row died within ``FAILED_START_SECONDS`` of their start.
     """
     import uvicorn
 
     gc.disable()  # no collections while importing: freed holes would sit in shared pages
     preload(index_root)
     sock = config.bind_socket()
-    children: set[int] = set()
+    children: dict[int, float] = {}  # pid -> when it started
     stopping = threading.Event()
+    failed_starts = 0
 
     def spawn() -> None:
         gc.freeze()
@@ -84,7 +92,7 @@ def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
                 log.exception("worker failed")
                 code = 3
             os._exit(code)
-        children.add(pid)
+        children[pid] = time.monotonic()
 
     def forward(signum: int, frame: FrameType | None) -> None:
         stopping.set()
@@ -96,6 +104,7 @@ def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    code = 0
     for _ in range(workers):
         spawn()
     log.info("serving with %d forked workers: %s", workers, sorted(children))
@@ -104,10 +113,20 @@ def run_forked_workers(config: Any, workers: int, index_root: Path) -> None:
             pid, status = os.wait()
         except ChildProcessError:
             break
-        children.discard(pid)
-        if not stopping.is_set():
-            log.error("worker %d exited (status %d); starting a replacement", pid, status)
-            # A stop during the pause: no replacement (the stop was sent to the others only).
-            if not stopping.wait(RESTART_PAUSE_SECONDS):
-                spawn()
+        started = children.pop(pid, 0.0)
+        if stopping.is_set():
+            continue
+        early = status != 0 and time.monotonic() - started < FAILED_START_SECONDS
+        failed_starts = failed_starts + 1 if early else 0
+        if failed_starts >= FAILED_STARTS:
+            log.error("%d workers in a row failed as they started (see their errors above): "
+                      "stopping the service", failed_starts)
+            forward(signal.SIGTERM, None)
+            code = 3
+            continue
+        log.error("worker %d exited (status %d); starting a replacement", pid, status)
+        # A stop during the pause: no replacement (the stop was sent to the others only).
+        if not stopping.wait(RESTART_PAUSE_SECONDS):
+            spawn()
     sock.close()
+    return code
