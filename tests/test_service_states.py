@@ -133,6 +133,15 @@ def test_readyz_says_when_the_write_ahead_log_is_damaged(tmp_path: Path, dataset
         assert refused.status_code == 503
         assert "write-ahead log" in refused.json()["error"]["message"]
         assert client.get("/healthz").status_code == 200  # alive: the last good state serves
+        # The gauge says what /readyz says (it said ready: alerts on it missed the damage).
+        ready = ("retrieval_ready_workers", ())
+        while samples(client).get(ready) != 0.0:
+            assert time.monotonic() < deadline, samples(client).get(ready)
+            time.sleep(0.05)
+        # An error body names files under the root as INDEX_ROOT, not where they lie.
+        past = client.post("/v1/search", json={"query": "first live text", "min_seq": seq + 2})
+        assert past.status_code == 503 and "INDEX_ROOT" in past.text
+        assert str(tmp_path) not in past.text
     with TestClient(create_app(tmp_path, config)) as restarted:
         deadline = time.monotonic() + LOAD_TIMEOUT
         while "LogCorruptionError" not in restarted.get("/readyz").text:

@@ -220,7 +220,8 @@ def _operator_routes(state: ServiceState, metrics: ServiceMetrics) -> list[Route
 
 
 def _sync_once(state: ServiceState, metrics: ServiceMetrics) -> None:
-    metrics.ready_workers.set(1.0 if state.ready else 0.0)
+    # /readyz's answer (a log that cannot be applied is unready too), not only "loaded"
+    metrics.ready_workers.set(1.0 if state.readiness()[0] else 0.0)
     if state.ready or state.draining.is_set():
         with suppress(ServiceUnavailableError):
             retriever = state.retriever()
@@ -240,11 +241,18 @@ async def _sync_metrics(state: ServiceState, metrics: ServiceMetrics) -> None:
 RETRY_AFTER_SECONDS = "1"  # loading, draining, shedding: worth asking again soon
 
 
-async def _retrieval_error(_: Request, exc: Exception) -> Response:
+async def _retrieval_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RetrievalError)
     status = status_for(exc)
     headers = {"Retry-After": RETRY_AFTER_SECONDS} if status == 503 else None
-    return JSONResponse(error_body(exc), status_code=status, headers=headers)
+    body = error_body(exc)
+    hide = request.app.state.service.hide_root
+    error = body["error"]
+    error["message"] = hide(error["message"])
+    for name, value in error.get("details", {}).items():
+        if isinstance(value, str):
+            error["details"][name] = hide(value)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

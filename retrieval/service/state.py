@@ -125,9 +125,15 @@ class ServiceState:
         """(ready, reason) for ``/readyz``, an open route: the index root's absolute path is
         written ``INDEX_ROOT`` (the server's filesystem is not the caller's business)."""
         ready, reason = self._readiness()
-        for root in {str(self.index_root.resolve()), str(self.index_root)}:
-            reason = reason.replace(root, "INDEX_ROOT")
-        return ready, reason
+        return ready, self.hide_root(reason)
+
+    def hide_root(self, text: str) -> str:
+        """``text`` with the index root's absolute path written ``INDEX_ROOT``: error bodies
+        and ``/readyz`` name files under it so, not where they lie on the server."""
+        for root in sorted({str(self.index_root.resolve()), str(self.index_root)}, key=len,
+                           reverse=True):
+            text = text.replace(root, "INDEX_ROOT")
+        return text
 
     def _readiness(self) -> tuple[bool, str]:
         if self.draining.is_set():
