@@ -108,7 +108,9 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
         raise PublishError(f"build {target!r} was never live under {root}, so there is nothing "
                            f"to roll back to: publish it (`retrieval publish {root} {target}`, "
                            "through the gate) instead")
-    return publish_build(root, target, "rollback", note=f"from {live}")
+    # From the build it was chosen against: a build published while the target's checksums
+    # were read (seconds at scale) was silently undone, to a target it never had.
+    return publish_build(root, target, "rollback", note=f"from {live}", replaces=live)
 
 
 def check_root(root: Path) -> Path:

@@ -13,6 +13,7 @@ import pytest
 
 from indexes.build import build_index
 from indexes.docstore import Document
+from indexes.errors import LiveBuildChangedError
 from indexes.history import HISTORY, read_history, rollback_target
 from indexes.manifest import CURRENT, EncoderInfo, collect_garbage
 from indexes.publish import (
@@ -59,6 +60,27 @@ def test_rollback_returns_to_the_previously_live_build_not_the_previously_built(
     assert (tmp_path / CURRENT).read_text().strip() == first
     assert rollback_target(tmp_path) == second
     assert rollback(tmp_path).build_id == second  # a second rollback undoes the first
+
+
+def test_a_rollback_does_not_undo_a_build_published_while_it_verified(tmp_path, monkeypatch):
+    """A rollback chose its target, then read its checksums (seconds at scale) and flipped:
+    a build the nightly job published meanwhile was undone, to a target it never had."""
+    import indexes.publish
+
+    first = _build(tmp_path)
+    _build(tmp_path, revision=1)
+    nightly = _build(tmp_path, revision=2, publish=False)
+    verify = indexes.publish.verify_build
+
+    def verify_while_the_nightly_publishes(directory, manifest):
+        verify(directory, manifest)
+        if directory.name == first:  # the rollback's target
+            publish_build(tmp_path, nightly)
+
+    monkeypatch.setattr(indexes.publish, "verify_build", verify_while_the_nightly_publishes)
+    with pytest.raises(LiveBuildChangedError, match=nightly):
+        rollback(tmp_path)
+    assert (tmp_path / CURRENT).read_text().strip() == nightly
 
 
 def test_publish_and_rollback_errors_are_typed(tmp_path):
