@@ -7,8 +7,6 @@ import threading
 import weakref
 from typing import Protocol
 
-from indexes.errors import RetrievalError
-
 log = logging.getLogger(__name__)
 
 
@@ -36,7 +34,8 @@ class Reloader:
                 return
             try:
                 target.reload()
-            except (RetrievalError, OSError) as exc:  # e.g. CURRENT names a vanished build
+            except Exception as exc:  # noqa: BLE001 (e.g. CURRENT names a vanished build;
+                # any failure: a dead thread would stop following CURRENT without a word)
                 log.error("index reload check failed: %s", exc)
             del target  # not held while waiting
 

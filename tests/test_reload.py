@@ -157,3 +157,26 @@ def test_a_retriever_dropped_without_close_is_collected(docs, encoder, tmp_path,
     assert dropped() is None
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_the_reload_thread_outlives_an_unexpected_error(docs, encoder, tmp_path, build_subset):
+    """It caught RetrievalError and OSError only: anything else ended it, and the process
+    served its build until restarted, whatever was published."""
+    build_subset(docs[:50], tmp_path)
+    with Retriever.load(tmp_path, {"reload_interval_seconds": 0.02, "live_lag_seconds": None,
+                                   "cache": {"backend": "none"}}, encoder=encoder) as retriever:
+        reload, failed = retriever.reload, threading.Event()
+
+        def fails_once(*args, **kwargs):
+            if not failed.is_set():
+                failed.set()
+                raise ValueError("a bug in one check")
+            return reload(*args, **kwargs)
+
+        retriever.reload = fails_once  # type: ignore[method-assign]
+        assert failed.wait(10)
+        new = build_subset(docs[:40], tmp_path)
+        deadline = time.monotonic() + 30
+        while retriever.build_id != new.build_id:
+            assert time.monotonic() < deadline, "the reload thread stopped following CURRENT"
+            time.sleep(0.02)
