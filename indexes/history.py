@@ -52,9 +52,22 @@ class FlipRecord(BaseModel):
 def live_build_id(root: Path) -> str | None:
     """The build ``CURRENT`` names, or None before the first publish."""
     try:
-        return (Path(root) / CURRENT_FILE).read_text(encoding="utf-8").strip() or None
+        return read_current(Path(root)) or None
     except FileNotFoundError:
         return None
+
+
+def read_current(root: Path) -> str:
+    """What ``CURRENT`` under ``root`` says (FileNotFoundError when absent);
+    ``CorruptArtifactError`` when it is no text (a file copied over it)."""
+    current = root / CURRENT_FILE
+    try:
+        return current.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise CorruptArtifactError(
+            f"{current} is not the name of a build ({exc}): something else was written over "
+            "it; roll back (`retrieval rollback ROOT --to BUILD_ID`, `retrieval builds ROOT` "
+            "lists them)", current) from exc
 
 
 def read_history(root: Path) -> list[FlipRecord]:

@@ -34,7 +34,7 @@ from indexes.errors import (
     MissingArtifactError,
     PublishError,
 )
-from indexes.history import check_history, flipping, rollback_target
+from indexes.history import check_history, flipping, read_current, rollback_target
 from indexes.long_documents import WindowReport
 from indexes.passages import PassageInfo
 from indexes.storage import fsync_path, mint_id, read_json, sync_tree, write_json
@@ -215,7 +215,7 @@ def resolve_build_dir(path: Path) -> Path:
         return path
     current = path / CURRENT
     if current.is_file():
-        name = current.read_text(encoding="utf-8").strip()
+        name = read_current(path)
         if not name or name != Path(name).name or name.startswith("."):  # "../x", "/x", ".tmp-"
             raise CorruptArtifactError(
                 f"{current} names {name!r}, which is not a build id of this root (a name under "

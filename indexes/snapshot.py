@@ -161,6 +161,7 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
     if file.is_dir():
         raise ArtifactError(f"{file} is a directory: name the snapshot file to write, "
                             f"e.g. {file / 'snapshot.tar'}", file)
+    check_snapshot_file(root, file)
     for attempt in range(1, ATTEMPTS + 1):
         with ExitStack() as stack:
             try:
@@ -175,6 +176,28 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
         f"{root} changed under each of {ATTEMPTS} snapshot attempts (a publish or compaction "
         "retired what was being read each time); retry when it is quieter, e.g. not during "
         "`retrieval compact`", root)
+
+
+def check_snapshot_file(root: Path, file: Path) -> None:
+    """Refuse a snapshot file inside the root (written over ``CURRENT`` it left the root
+    unloadable; elsewhere there each snapshot held the ones before) and one that would
+    replace a file that is not a snapshot (run as root, ``/etc/passwd`` was replaced)."""
+    if file.resolve().is_relative_to(root.resolve()):
+        raise ArtifactError(f"{file} is inside the index root {root}: write the snapshot "
+                            "elsewhere (a snapshot holds the whole root)", file)
+    if file.exists() and not _is_snapshot(file):
+        raise ArtifactError(f"{file} exists and is not a snapshot: it is not replaced; remove "
+                            "it or name another file", file)
+
+
+def _is_snapshot(file: Path) -> bool:
+    """Whether ``file`` is a tar whose first member is ``SNAPSHOT.json`` (as written here)."""
+    try:
+        with tarfile.open(file, mode="r:") as tar:
+            first = tar.next()
+    except (OSError, tarfile.TarError):
+        return False
+    return first is not None and first.name == SNAPSHOT_JSON
 
 
 def _capture(root: Path, stack: ExitStack) -> _View:

@@ -352,7 +352,7 @@ class Retriever:
         try:
             current = self.root / CURRENT
             return current.read_text(encoding="utf-8"), current.stat().st_mtime_ns
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             return ("", 0)  # unreadable: refused once, checked again once it is back
 
     def _serve(self, snapshot: LoadedBuild) -> None:

@@ -16,6 +16,7 @@ import pytest
 from live_index import build_small, scifact_docs, unit_vectors
 
 from indexes import Document
+from indexes.errors import ArtifactError, CorruptArtifactError
 from indexes.manifest import read_manifest, resolve_build_dir
 from indexes.restore import restore_snapshot
 from indexes.snapshot import (
@@ -264,6 +265,25 @@ def test_restore_refuses_a_root_that_is_not_empty(root, tmp_path):
     assert [p.name for p in target.iterdir()] == ["notes.txt"]
     (tmp_path / "empty").mkdir()  # an empty directory is a fine target
     assert restore_snapshot(tmp_path / "snap.tar", tmp_path / "empty").last_seq == 4
+
+
+def test_a_snapshot_is_not_written_inside_the_root_or_over_another_file(root, tmp_path):
+    """Written over CURRENT it left the root unloadable (every command a UnicodeDecodeError
+    traceback); elsewhere in the root each snapshot held the ones before; and any file was
+    replaced (run as root, /etc/passwd was)."""
+    for inside in (root / "CURRENT", root / "snap.tar"):
+        with pytest.raises(ArtifactError, match="inside the index root"):
+            take_snapshot(root, inside)
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me")
+    with pytest.raises(ArtifactError, match="exists and is not a snapshot"):
+        take_snapshot(root, other)
+    assert other.read_text() == "keep me"
+    take_snapshot(root, tmp_path / "snap.tar")
+    assert take_snapshot(root, tmp_path / "snap.tar").last_seq == 4  # a snapshot is replaced
+    (root / "CURRENT").write_bytes(b"\xff\xfe not a build id")
+    with pytest.raises(CorruptArtifactError, match="not the name of a build"):
+        resolve_build_dir(root)
 
 
 def evil_tar(source: Path, target: Path, member: tarfile.TarInfo, data: bytes) -> Path:
