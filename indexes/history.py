@@ -170,9 +170,21 @@ def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
     return record
 
 
+def flips(root: Path) -> list[FlipRecord]:
+    """The records of flips that happened, oldest first: a record is appended before
+    ``CURRENT`` is replaced, so one whose process was killed in between names a build that
+    never served. A record flipped if the next one replaced its build, or, the last one, if
+    ``CURRENT`` names it; taken for a flip, such a record listed a build as once live, made
+    it a target rollback takes without the gate, and skipped the older-export check."""
+    records = read_history(root)
+    replaced = [after.previous for after in records[1:]] + [live_build_id(root)]
+    return [record for record, then in zip(records, replaced, strict=False)
+            if then == record.build_id]
+
+
 def latest_flip_to(root: Path, build_id: str) -> FlipRecord | None:
     """The newest record that made ``build_id`` live (who published it, and when)."""
-    for record in reversed(read_history(root)):
+    for record in reversed(flips(root)):
         if record.build_id == build_id:
             return record
     return None
@@ -198,7 +210,7 @@ def rollback_target(root: Path) -> str | None:
     live = live_build_id(root)
     if live is None:
         return None
-    for record in reversed(read_history(root)):  # a flip onto itself names no other build
+    for record in reversed(flips(root)):  # a flip onto itself names no other build
         if record.build_id == live and record.previous not in (None, live):
             return record.previous
     return None
@@ -206,4 +218,4 @@ def rollback_target(root: Path) -> str | None:
 
 def ever_live(root: Path) -> set[str]:
     """Ids of every build that was made live at some point."""
-    return {record.build_id for record in read_history(root)}
+    return {record.build_id for record in flips(root)}

@@ -21,8 +21,8 @@ from indexes.history import (
     How,
     check_history,
     ever_live,
+    flips,
     live_build_id,
-    read_history,
     rollback_target,
 )
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
@@ -148,8 +148,9 @@ def _status(build_id: str, live: str | None, target: str | None, was_live: set[s
 
 
 def history(root: Path) -> list[FlipRecord]:
-    """Every flip of ``CURRENT`` under ``root``, oldest first."""
-    return read_history(Path(root))
+    """Every flip of ``CURRENT`` under ``root``, oldest first (``indexes.history.flips``:
+    not a record whose process was killed before it replaced ``CURRENT``)."""
+    return flips(Path(root))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from indexes.publish import (
     NoRollbackTargetError,
     PublishError,
     UnknownBuildError,
+    history,
     list_builds,
     publish_build,
     rollback,
@@ -81,6 +82,24 @@ def test_a_rollback_does_not_undo_a_build_published_while_it_verified(tmp_path, 
     with pytest.raises(LiveBuildChangedError, match=nightly):
         rollback(tmp_path)
     assert (tmp_path / CURRENT).read_text().strip() == nightly
+
+
+def test_a_flip_killed_before_current_was_replaced_is_no_flip(tmp_path):
+    """A flip appends its record, then replaces CURRENT: killed in between, the record named
+    a build that never served as once live, and rollback took it without the gate."""
+    from indexes.history import FlipRecord, append_record, ever_live
+
+    first = _build(tmp_path)
+    second = _build(tmp_path, revision=1)
+    never = _build(tmp_path, revision=2, publish=False)
+    append_record(tmp_path, FlipRecord(build_id=never, at="2026-12-07T00:00:00+00:00",
+                                       how="forced", previous=second))  # then killed
+    assert ever_live(tmp_path) == {first, second} and rollback_target(tmp_path) == first
+    assert {b.build_id: b.status for b in list_builds(tmp_path)}[never] == "staged"
+    with pytest.raises(PublishError, match="never live"):
+        rollback(tmp_path, to=never)
+    third = _build(tmp_path, revision=3)
+    assert [r.build_id for r in history(tmp_path)] == [first, second, third]
 
 
 def test_publish_and_rollback_errors_are_typed(tmp_path):
