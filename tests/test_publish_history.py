@@ -102,6 +102,40 @@ def test_a_flip_killed_before_current_was_replaced_is_no_flip(tmp_path):
     assert [r.build_id for r in history(tmp_path)] == [first, second, third]
 
 
+def test_the_gate_counts_a_passage_builds_documents_not_its_passages(tmp_path, encoder):
+    """It compared rows: half the documents cut into smaller passages counted as +75% and
+    passed the default 10% drop limit."""
+    from indexes import BuildConfig, PassageConfig
+    from retrieval.publishing import publish
+
+    para = " ".join(f"word{j} sentence about cells and proteins number {j}." for j in range(40))
+    docs = [Document(f"d{i}", f"{para}\n\n{para} doc {i}") for i in range(20)]
+
+    def passage_build(docs: list[Document], max_tokens: int, publish: bool) -> str:
+        config = BuildConfig(passages=PassageConfig(max_tokens=max_tokens, overlap_tokens=0))
+        return build_index(docs, tmp_path, encoder=encoder, config=config, progress=False,
+                           publish=publish).build_id
+
+    passage_build(docs, 256, True)
+    halved = passage_build(docs[:10], 64, False)
+    outcome = publish(tmp_path, halved)
+    count = next(c for c in outcome.report.checks if c.name == "document count")
+    assert not outcome.published and count.outcome == "refused"
+    assert count.figures["live_docs"] == 20 and count.figures["candidate_docs"] == 10
+
+
+def test_a_gate_given_as_a_mapping_is_its_settings(tmp_path):
+    """publish(root, build, {"max_doc_drop": 0.5}) was a bare TypeError from deep inside."""
+    from retrieval.publishing import publish
+
+    _build(tmp_path, n=20)
+    smaller = _build(tmp_path, n=14, revision=1, publish=False)  # a 30% drop
+    assert not publish(tmp_path, smaller, {"max_doc_drop": 0.1}).published
+    assert publish(tmp_path, smaller, {"max_doc_drop": 0.5}).published
+    with pytest.raises(GateConfigError, match="max_doc_drp"):
+        publish(tmp_path, smaller, {"max_doc_drp": 0.5})
+
+
 def test_publish_and_rollback_errors_are_typed(tmp_path):
     only = _build(tmp_path)
     with pytest.raises(NoRollbackTargetError, match="--to"):

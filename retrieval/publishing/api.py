@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from indexes.encoders import Encoder
 from indexes.history import FlipRecord, How, live_build_id
 from indexes.publish import BuildInfo, build_dir, list_builds, publish_build
 from indexes.publish import rollback as rollback_flip
 from retrieval.config import RetrieverConfig
-from retrieval.publishing.config import GateConfig, load_gate
+from retrieval.publishing.config import GateConfig, GateConfigError, load_gate
 from retrieval.publishing.gate import compare_builds
 from retrieval.publishing.report import GateReport
 
-GateLike = GateConfig | str | Path | None
+GateLike = GateConfig | Mapping[str, Any] | str | Path | None
 
 
 @dataclass(frozen=True)
@@ -34,8 +37,13 @@ class PublishOutcome:
 
 def resolve_gate(gate: GateLike, *, allow_encoder_change: bool = False,
                  allow_analyzer_change: bool = False) -> GateConfig:
-    """A ``GateConfig`` from a file path or an object (defaults when None), with the
-    command-line permissions added (they only ever allow more, never less)."""
+    """A ``GateConfig`` from a file path, a mapping of its settings or an object (defaults
+    when None), with the command-line permissions added (they only ever allow more)."""
+    if isinstance(gate, Mapping):  # a dict was a TypeError from deep inside
+        try:
+            gate = GateConfig.model_validate(dict(gate))
+        except ValidationError as exc:
+            raise GateConfigError(f"gate settings are invalid: {exc}") from exc
     config = gate if isinstance(gate, GateConfig) else (
         load_gate(gate) if gate is not None else GateConfig())
     updates = {name: True for name, flag in (("allow_encoder_change", allow_encoder_change),
