@@ -66,3 +66,6 @@ def test_a_service_without_keys_refuses_writes_unless_open_writes(tmp_path, docs
     with TestClient(create_app(tmp_path, config)) as client:
         assert client.post("/v1/documents/delete", json=body).json() == \
             {"seq": 1, "replayed": False}
+        # Writes only: anyone could download the whole root as a snapshot.
+        snapshot = client.post("/v1/snapshot")
+        assert snapshot.status_code == 403 and "open_writes" not in snapshot.text

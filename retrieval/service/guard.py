@@ -136,12 +136,15 @@ class Guard:
                     "API keys)")
                 await send_json(send, 403, error_body(denied))
                 return False
-            if needed == "read" or self.open_writes or (self.console and route in CONSOLE_API):
+            # open_writes opens writes, not admin routes (a snapshot is the whole root)
+            if needed == "read" or (self.open_writes and needed == "write") or (
+                    self.console and route in CONSOLE_API):
                 return True
+            hint = " (or set server.open_writes on a trusted network)" \
+                if needed == "write" else ""
             denied = ForbiddenError(
                 f"{route} needs an API key of {needed} scope and this server has no keys: "
-                f"add 'TOKEN {needed}' to server.api_keys_file (or set server.open_writes on "
-                "a trusted network)")
+                f"add 'TOKEN {needed}' to server.api_keys_file{hint}")
             await send_json(send, 403, error_body(denied))
             return False
         granted = self.keys.scope_of(_header(scope, b"authorization"))
