@@ -137,13 +137,11 @@ class RetrieverConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _candidates_within_limits(self) -> RetrieverConfig:
-        # dense_candidates too: a console side asking for 10**9 had the dense leg allocate
-        # 7 GB for its result array, and a larger one killed the server
-        for name in ("candidates", "dense_candidates", "feature_candidates"):
-            if getattr(self, name) > self.limits.max_candidates:
-                raise ValueError(
-                    f"{name}={getattr(self, name)} exceeds limits.max_candidates="
-                    f"{self.limits.max_candidates}; lower {name} or raise the limit")
+        if self.candidates > self.limits.max_candidates:
+            raise ValueError(
+                f"candidates={self.candidates} exceeds limits.max_candidates="
+                f"{self.limits.max_candidates}; lower candidates or raise the limit"
+            )
         return self
 
     def fingerprint(self) -> str:

@@ -25,7 +25,6 @@ from indexes.ann_exact import exact_top, exact_top_masked
 from indexes.ann_hnsw import EF_LADDER, MAX_EF, HnswDense, calibrated_ef, hnsw_params
 from indexes.manifest import MANIFEST, resolve_build_dir
 from retrieval import Retriever, RetrieverConfig
-from retrieval.errors import ConfigError
 from retrieval.loaded_build import LoadedBuild
 
 # (filter, naive predicate over a document's metadata): wide ones take the IVF + ID selector
@@ -68,14 +67,11 @@ def test_ann_recall_at_100_per_setting(scifact):
 
 def test_asking_the_dense_leg_for_more_rows_than_the_build_holds_gives_them_all(scifact):
     """faiss allocates its result arrays for k: a console side asking for 10**9 dense
-    candidates took 7.45 GB for them, and a larger one killed the server. The config now
-    bounds dense_candidates too."""
+    candidates took 7.45 GB for them, and a larger one killed the server."""
     root, _, _, vectors = scifact
     snapshot = LoadedBuild.load(root)
     rows, scores = snapshot.dense.search(vectors[0], 10**12)
     assert len(rows) == len(scores) == snapshot.vectors.n_docs
-    with pytest.raises(ConfigError, match="dense_candidates=20000 exceeds"):
-        RetrieverConfig(dense_candidates=20_000)
 
 
 @pytest.mark.parametrize("case", range(len(FILTERS)))
