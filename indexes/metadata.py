@@ -14,6 +14,7 @@ store but not indexed for filtering, in a field of any kind (NaN in a column).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -65,7 +66,10 @@ EXACT_INTEGERS = 2 ** 53  # float64 holds every integer up to this exactly, not 
 
 def inexact_number(value: Any) -> str | None:
     """Why a number field cannot hold ``value`` exactly (an integer float64 rounds, so a
-    filter on it would match its neighbours), or None."""
+    filter on it would match its neighbours; an infinity no filter can name), or None."""
+    if isinstance(value, float) and math.isinf(value):
+        return (f"{value} is no number a filter can compare (filters take finite numbers, "
+                "and a range would match it); give a finite number or leave the field out")
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or \
             -EXACT_INTEGERS <= value <= EXACT_INTEGERS:
         return None

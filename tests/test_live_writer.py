@@ -68,6 +68,8 @@ BAD_UPSERTS = [
     # Values a build refuses: logged, each would stop every later compaction.
     ("number past float", [{"id": "x1", "text": "a", "metadata": {"year": 10**400}}], None,
      "'year' holds .* which is no number"),
+    ("infinite number", [{"id": "x1", "text": "a", "metadata": {"year": float("-inf")}}],
+     None, "-inf is no number a filter can compare"),
     ("id field", [{"id": "x1", "text": "a", "metadata": {"id": "custom-7"}}], None,
      "'id' is reserved"),
     # A field named 1 and one named "1" were two fields to the writer and one once logged:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import enum
+import math
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -169,6 +170,14 @@ def test_subclasses_of_json_types_are_their_base():
                            "shade": "keyword"}
     assert index.keyword_values("shade") == ["dark", "light"]
     np.testing.assert_array_equal(index.numeric_column("level"), [2.0, 1.0])
+
+
+def test_an_infinite_number_names_its_row_and_nan_is_no_value():
+    """Infinity was stored: no filter can name it (they take finite numbers), and every
+    range matched it."""
+    with pytest.raises(CorpusError, match=r"document row 1: field 'n': inf is no number"):
+        MetadataIndex.build([{"n": 1.0}, {"n": math.inf}])
+    assert np.isnan(MetadataIndex.build([{"n": 1.0}, {"n": math.nan}]).numeric_column("n")[1])
 
 
 def test_a_number_past_a_float_names_its_row_and_field():
