@@ -136,6 +136,37 @@ def test_a_gate_given_as_a_mapping_is_its_settings(tmp_path):
         publish(tmp_path, smaller, {"max_doc_drp": 0.5})
 
 
+def test_the_gate_compares_what_is_served_not_the_two_builds(tmp_path):
+    """A nightly build whose export lacks 10 live writes supersedes them: 30 documents served
+    become 20, yet build to build the gate saw 20 -> 20. A field a write adds after the
+    candidate sealed the log is served on it too, yet it counted as lost."""
+    from indexes import BuildConfig
+    from indexes.writer import IndexWriter
+    from retrieval.publishing import publish
+
+    def build(n: int, revision: int, publish: bool) -> str:
+        vectors = np.random.default_rng(revision).normal(size=(n, 8)).astype(np.float32)
+        return build_index(_docs(n, revision), tmp_path, vectors=vectors, encoder_info=INFO,
+                           progress=False, publish=publish,
+                           config=BuildConfig(allow_new_fields=True)).build_id
+
+    build(20, 0, True)
+    live_vectors = np.random.default_rng(9).normal(size=(10, 8)).astype(np.float32)
+    with IndexWriter(tmp_path) as writer:
+        writer.upsert([Document(f"live{i}", f"live text {i}") for i in range(10)], live_vectors)
+    nightly = build(20, 1, False)  # its export lacks the live writes: they are superseded
+    outcome = publish(tmp_path, nightly)
+    count = next(c for c in outcome.report.checks if c.name == "document count")
+    assert not outcome.published
+    assert (count.figures["live_docs"], count.figures["candidate_docs"]) == (30, 20)
+    with IndexWriter(tmp_path) as writer:  # logged after the nightly sealed the log
+        writer.upsert([Document("team-doc", "a new field", metadata={"team": "search"})],
+                      live_vectors[:1])
+    fields = next(c for c in publish(tmp_path, nightly, {"max_doc_drop": 0.5}).report.checks
+                  if c.name == "metadata fields")
+    assert fields.outcome == "passed" and fields.figures["lost"] == []
+
+
 def test_publish_and_rollback_errors_are_typed(tmp_path):
     only = _build(tmp_path)
     with pytest.raises(NoRollbackTargetError, match="--to"):

@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from indexes.encoders import Encoder, compatible_query_encoder
-from indexes.manifest import Manifest, read_manifest
+from indexes.manifest import read_manifest
 from indexes.publish import BuildContents, read_contents
 from indexes.sharding import is_sharded, read_layout
 from indexes.wal.checks import merged_kinds
 from indexes.wal.log import read_all
+from indexes.wal.state import Changes
 from retrieval.config import RetrieverConfig
 from retrieval.publishing.config import (
     Canary,
@@ -38,7 +39,7 @@ from retrieval.publishing.quality import (
     within,
 )
 from retrieval.publishing.report import Check, GateReport
-from retrieval.publishing.structure import structural_checks
+from retrieval.publishing.structure import Served, structural_checks
 from retrieval.retriever import Retriever
 
 
@@ -82,7 +83,8 @@ def compare_builds(
         return GateReport(live_build=None, candidate_build=candidate.manifest.build_id,
                           checks=checks, seconds=time.perf_counter() - started)
     live = build_contents(live_dir)
-    checks = structural_checks(live, candidate, gate, live_schema(live_dir, live.manifest))
+    served = (served_view(live_dir, live), served_view(candidate_dir, candidate))
+    checks = structural_checks(live, candidate, gate, served)
     timings = {"diff": time.perf_counter() - started}
     checks += _search_checks(live_dir, candidate_dir, live, candidate, gate, inputs, checks,
                              encoder, config, timings)
@@ -92,11 +94,16 @@ def compare_builds(
                       timings={k: round(v, 4) for k, v in timings.items()})
 
 
-def live_schema(live_dir: Path, manifest: Manifest) -> dict[str, str]:
-    """The live build's fields plus those its root's pending log records added (live upserts
-    into a build that allows new fields): what filters may rely on now."""
-    root = live_dir.parent.parent  # <root>/builds/<build id>
-    return merged_kinds(manifest.metadata_fields, read_all(root, after=manifest.log_seq))
+def served_view(directory: Path, contents: BuildContents) -> Served:
+    """``contents`` with the root's log records after its ``log_seq`` applied: the live
+    build's pending writes (a candidate superseding 50 of them lost 50 documents served, and
+    compared build to build the gate saw none lost), or those a candidate would take once
+    live (a field a write adds after it was sealed is no field lost)."""
+    root = directory.parent.parent  # <root>/builds/<build id>
+    records = read_all(root, after=contents.manifest.log_seq)
+    changes = Changes.of(records)
+    served = (set(contents.doc_ids) - changes.replaced()) | set(changes.upserts)
+    return Served(len(served), merged_kinds(contents.manifest.metadata_fields, records))
 
 
 def build_contents(directory: Path) -> BuildContents:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from indexes.going_live import describe_export, older_export
@@ -12,11 +13,25 @@ from retrieval.publishing.report import Check
 SAMPLE = 5  # ids listed per kind of change; the counts are complete
 
 
+@dataclass(frozen=True)
+class Served:
+    """What serving a build means at this point of the root's log: its documents and fields
+    with the records after its ``log_seq`` applied (a live build's pending writes; the ones
+    a candidate would take once published)."""
+
+    docs: int
+    fields: dict[str, str]
+
+
 def structural_checks(live: BuildContents, candidate: BuildContents, gate: GateConfig,
-                      live_fields: dict[str, str] | None = None) -> list[Check]:
-    """``live_fields``: the live schema, when live upserts added fields to the live build's."""
-    return [doc_count_check(live, candidate, gate), content_check(live, candidate, gate),
-            metadata_check(live, candidate, gate, live_fields),
+                      served: tuple[Served, Served] | None = None) -> list[Check]:
+    """``served``: (live, candidate) as served; by default each build alone."""
+    live_served, candidate_served = served or (
+        Served(len(live.doc_ids), live.manifest.metadata_fields),
+        Served(len(candidate.doc_ids), candidate.manifest.metadata_fields))
+    return [doc_count_check(live_served.docs, candidate_served.docs, gate),
+            content_check(live, candidate, gate),
+            metadata_check(live_served.fields, candidate_served.fields, gate),
             encoder_check(live, candidate, gate), analyzer_check(live, candidate, gate),
             export_check(live, candidate)]
 
@@ -36,10 +51,9 @@ def export_check(live: BuildContents, candidate: BuildContents) -> Check:
                  summary=f"read {after} (the live build's: {before})")
 
 
-def doc_count_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
-    # Documents, not rows: a passage build's rows are passages, and half the corpus cut into
-    # smaller passages counted as growth.
-    before, after = len(live.doc_ids), len(candidate.doc_ids)
+def doc_count_check(before: int, after: int, gate: GateConfig) -> Check:
+    """Documents served before and after (not rows: a passage build's rows are passages,
+    and half the corpus cut into smaller passages counted as growth)."""
     change = (after - before) / before if before else 0.0
     figures = {"live_docs": before, "candidate_docs": after, "change": round(change, 6)}
     threshold = f"drop <= {gate.max_doc_drop:.1%}"
@@ -87,10 +101,8 @@ def content_check(live: BuildContents, candidate: BuildContents, gate: GateConfi
                  figures=figures)
 
 
-def metadata_check(live: BuildContents, candidate: BuildContents, gate: GateConfig,
-                   live_fields: dict[str, str] | None = None) -> Check:
-    old = live_fields if live_fields is not None else live.manifest.metadata_fields
-    new = candidate.manifest.metadata_fields
+def metadata_check(old: dict[str, str], new: dict[str, str], gate: GateConfig) -> Check:
+    """The fields served before and after."""
     added = sorted(set(new) - set(old))
     lost = sorted(set(old) - set(new))
     retyped = sorted(f for f in set(old) & set(new) if old[f] != new[f])
