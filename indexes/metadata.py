@@ -151,7 +151,9 @@ def infer_kinds(records: Sequence[Mapping[str, Any]],
                 ids: Sequence[str] | None = None) -> dict[str, FieldKind]:
     """One kind per field; a field holding two kinds is a CorpusError naming it and, when
     ``ids`` (one per record) are given, the first document of each kind."""
-    return kinds_of(field_columns(records), records, ids)
+    columns = field_columns(records)
+    kinds = kinds_of(columns, records, ids)
+    return {**kinds, **dict.fromkeys(listed_only(columns, kinds), "keyword")}
 
 
 def field_columns(records: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -193,8 +195,7 @@ def kinds_of(columns: Mapping[str, list[Any]], records: Sequence[Mapping[str, An
 def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
     """The kinds a field's values (of ``types``) imply: by type, except strings (dates if
     every distinct one matches the date pattern, else keywords: the match stops at the first
-    that does not) and lists (each one looked at; empty ones imply a keyword field only
-    where nothing else implies a kind)."""
+    that does not) and lists (each one looked at; an empty one implies none: ``listed_only``)."""
     kinds: set[FieldKind | None] = set()
     for value_type in types:
         if issubclass(value_type, str):
@@ -204,10 +205,14 @@ def column_kinds(column: list[Any], types: set[type]) -> set[FieldKind]:
             kinds.update(value_kind(v) for v in column if type(v) is value_type)
         else:
             kinds.add(type_kind(value_type))
-    found = {kind for kind in kinds if kind is not None}
-    if not found and any(map(empty_list, column)):
-        return {"keyword"}  # nothing but empty lists: a keyword field of tags yet to come
-    return found
+    return {kind for kind in kinds if kind is not None}
+
+
+def listed_only(columns: Mapping[str, list[Any]], kinds: Mapping[str, str]) -> list[str]:
+    """Fields of no kind that hold an empty list: keyword fields (of tags yet to come), once
+    nothing else gives them a kind (a kept kind, or in a streamed build another shard's)."""
+    return [field for field, column in columns.items()
+            if field not in kinds and any(map(empty_list, column))]
 
 
 def kept_kinds(inferred: Mapping[str, FieldKind], kept: Mapping[str, str]
@@ -306,12 +311,13 @@ class MetadataIndex:
         compaction keeps the schema it served), each one their kind merges into."""
         values = field_columns(records)
         kinds = kinds_of(values, records, ids)
-        if kept:
-            collection = CollectionFields(kept_kinds(kinds, kept), {})
-        if collection is not None:
-            kinds = dict(collection.kinds)
-            values = {f: values.get(f) or [None] * len(records) for f in kinds}
-        known = collection.values if collection is not None else {}
+        if collection is None:  # a streamed shard's fields are its collection's
+            kinds = kept_kinds(kinds, kept or {})
+            kinds.update(dict.fromkeys(listed_only(values, kinds), "keyword"))
+            collection = CollectionFields(kinds, {})
+        kinds = dict(collection.kinds)
+        values = {f: values.get(f) or [None] * len(records) for f in kinds}
+        known = collection.values
         keywords = {f: _keyword_postings(values[f], known.get(f))
                     for f, k in kinds.items() if k == "keyword"}
         for field, (distinct, _, _) in keywords.items():

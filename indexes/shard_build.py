@@ -60,6 +60,7 @@ from indexes.metadata import (
     field_columns,
     keyword_pairs,
     kinds_of,
+    listed_only,
     merge_kinds,
 )
 from indexes.sharding.layout import SHARDS_DIR, ShardEntry
@@ -121,6 +122,7 @@ class Survey:
     kinds: dict[str, FieldKind]
     values: dict[str, list[str]]  # sorted indexed values of the shard's keyword fields
     bounds: Bounds  # its vectors' per-dimension (min, max)
+    listed: list[str]  # fields of no kind holding an empty list here (``listed_only``)
 
 
 @dataclass
@@ -212,7 +214,8 @@ def survey_shard(job: SurveyJob) -> Survey:
               for f, k in kinds.items() if k == "keyword"}
     doc_freq = np.bincount(postings.post_terms, minlength=len(postings.terms)).astype(np.int64)
     return Survey(len(documents), int(postings.lengths.sum(dtype=np.int64)), postings.terms,
-                  doc_freq, postings.words, id_hashes(documents), kinds, values, bounds)
+                  doc_freq, postings.words, id_hashes(documents), kinds, values, bounds,
+                  listed_only(columns, kinds))
 
 
 def field_values(job: tuple[int, ShardSource, list[str]]) -> dict[str, list[str]]:
@@ -269,6 +272,8 @@ def collection_fields(surveys: Sequence[Survey]) -> CollectionFields:
             raise CorpusError(f"metadata field {field!r} holds {where}; give every document "
                               "the same type for this field (or leave it out)")
         kinds[field] = merged
+    for field in sorted(set().union(*(s.listed for s in surveys)) - set(kinds)):
+        kinds[field] = "keyword"  # as a whole build: no shard gave it another kind
     values = {f: sorted(set().union(*(s.values.get(f, ()) for s in surveys)))
               for f, k in kinds.items() if k == "keyword"}
     return CollectionFields(kinds, values)

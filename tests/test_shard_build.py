@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
 from indexes.errors import CorpusError
-from indexes.manifest import EncoderInfo, resolve_build_dir
+from indexes.manifest import EncoderInfo, read_manifest, resolve_build_dir
 from indexes.shard_build import GivenRows, build_streamed, run_here, run_in_processes
 from indexes.sharding import build_parts, read_layout, shard_ranges
 from indexes.vectors import VectorStore
@@ -91,21 +92,42 @@ def test_streamed_shards_equal_the_one_process_sharded_build(corpus, tmp_path):
                 assert hits[0] == hits[1], (query, filters)
 
 
+def streamed_as_whole(documents: list[Document], vectors: np.ndarray, tmp_path: Path) -> Any:
+    """The streamed build of ``documents`` in 2 shards, checked file for file against the
+    one-process sharded build's."""
+    whole = build_index(documents, tmp_path / "whole", vectors=vectors, encoder_info=INFO,
+                        shards=2, progress=False)
+    streamed = build_streamed(sources(documents, vectors, 2), tmp_path / "streamed",
+                              encoder_info=INFO)
+    assert shard_files(streamed.path) == shard_files(whole.path)
+    return streamed
+
+
 def test_a_field_of_dates_in_one_shard_and_words_in_another_is_a_keyword_field(corpus,
                                                                                 tmp_path):
     documents, vectors = corpus
     documents = [Document(d.id, d.text, d.title,
                           {**d.metadata, "when": "2020-01-02" if i < 200 else f"week {i % 7}"})
                  for i, d in enumerate(documents)]
-    whole = build_index(documents, tmp_path / "whole", vectors=vectors, encoder_info=INFO,
-                        shards=2, progress=False)
-    streamed = build_streamed(sources(documents, vectors, 2), tmp_path / "streamed",
-                              encoder_info=INFO)
-    assert shard_files(streamed.path) == shard_files(whole.path)
+    streamed_as_whole(documents, vectors, tmp_path)
     with Retriever.load(tmp_path / "streamed", CONFIG) as retriever:
         hits = retriever.search("flow", {"when": "2020-01-02"}, k=400,
                                 query_vector=vectors[0]).hits
         assert hits and {h.metadata["when"] for h in hits} == {"2020-01-02"}
+
+
+def test_a_shard_holding_only_empty_lists_takes_the_other_shards_kind(corpus, tmp_path):
+    """An empty list holds no value: a shard whose field held only [] made a number field
+    "mixed" and a date field a keyword field, where the one-process build kept their kinds
+    (and an only-[] field stays a keyword field, as there)."""
+    documents, vectors = corpus
+    values = [{"n": 5, "when": "2020-01-02", "tags": []}, {"n": [], "when": [], "tags": []}]
+    documents = [Document(d.id, d.text, d.title, {**d.metadata, **values[i >= 200]})
+                 for i, d in enumerate(documents)]
+    streamed = streamed_as_whole(documents, vectors, tmp_path)
+    kinds = read_manifest(streamed.path).metadata_fields
+    assert {f: kinds[f] for f in ("n", "when", "tags")} == \
+        {"n": "number", "when": "date", "tags": "keyword"}
 
 
 def test_int8_shards_hold_the_whole_builds_codes_and_cosines(corpus, tmp_path):
