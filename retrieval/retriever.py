@@ -75,11 +75,14 @@ class Retriever:
                               "configured: set feature_store (a directory or redis:// URL) "
                               "or pass feature_store= to the retriever", "features")
         limit = getattr(feature_store, "max_entities_per_read", None)
-        if config.features and limit is not None and config.feature_candidates > limit:
-            raise ConfigError(f"feature_candidates is {config.feature_candidates}, and the "
-                              f"feature store reads at most {limit} entities at once "
-                              "(max_entities_per_read): every search would fail; lower one or "
-                              "raise the other", "feature_candidates")
+        # A search reads the features of its top max(feature_candidates, k) candidates.
+        read = max(config.feature_candidates, config.limits.max_k)
+        if config.features and limit is not None and read > limit:
+            raise ConfigError(f"a search may read the features of {read} candidates "
+                              f"(feature_candidates {config.feature_candidates}, limits.max_k "
+                              f"{config.limits.max_k}), and the feature store reads at most "
+                              f"{limit} entities at once (max_entities_per_read): lower those "
+                              "or raise it", "feature_candidates")
         self.config = config
         self.encoder = encoder
         self.root = root

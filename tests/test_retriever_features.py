@@ -137,10 +137,16 @@ def test_a_view_name_no_store_holds_and_more_candidates_than_a_read_are_refused_
         RetrieverConfig(**_config(0.5) | {"features": [
             {"view": "pop.v2/beta", "weights": {"clicks": 0.5}}]})
     assert caught.value.key == "features.0.view"
-    store = LocalStore(tmp_path / "fs", max_entities_per_read=50)
-    with pytest.raises(ConfigError, match="feature_candidates is 100.*at most 50") as caught:
+    store = LocalStore(tmp_path / "fs", max_entities_per_read=150)
+    with pytest.raises(ConfigError, match="features of 1000 candidates.*at most 150") as caught:
         Retriever.load(index, _config(0.5), encoder=encoder, feature_store=store)
     assert caught.value.key == "feature_candidates"
+    # k=200 read 200 ids in one read as well: within limits.max_k, it is checked too.
+    with pytest.raises(ConfigError, match="features of 200 candidates"):
+        Retriever.load(index, _config(0.5, limits={"max_k": 200}), encoder=encoder,
+                       feature_store=store)
+    Retriever.load(index, _config(0.5, limits={"max_k": 150}), encoder=encoder,
+                   feature_store=store).close()
 
 
 def test_a_feature_store_namespace_is_checked_with_the_config():
