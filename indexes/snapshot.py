@@ -185,7 +185,7 @@ def check_snapshot_file(root: Path, file: Path) -> None:
     if file.resolve().is_relative_to(root.resolve()):
         raise ArtifactError(f"{file} is inside the index root {root}: write the snapshot "
                             "elsewhere (a snapshot holds the whole root)", file)
-    if file.exists() and not _is_snapshot(file):
+    if file.exists() and file.stat().st_size and not _is_snapshot(file):  # mktemp's: empty
         raise ArtifactError(f"{file} exists and is not a snapshot: it is not replaced; remove "
                             "it or name another file", file)
 

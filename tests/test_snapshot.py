@@ -281,6 +281,8 @@ def test_a_snapshot_is_not_written_inside_the_root_or_over_another_file(root, tm
     assert other.read_text() == "keep me"
     take_snapshot(root, tmp_path / "snap.tar")
     assert take_snapshot(root, tmp_path / "snap.tar").last_seq == 4  # a snapshot is replaced
+    (tmp_path / "made-by-mktemp").touch()  # an empty file, as a wrapper makes one: taken
+    assert take_snapshot(root, tmp_path / "made-by-mktemp").last_seq == 4
     (root / "CURRENT").write_bytes(b"\xff\xfe not a build id")
     with pytest.raises(CorruptArtifactError, match="not the name of a build"):
         resolve_build_dir(root)
