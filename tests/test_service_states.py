@@ -263,3 +263,14 @@ def test_searches_past_the_worker_s_in_flight_bound_are_shed_before_a_thread(
         first.join(30)
         assert held["response"].status_code == 200
         assert client.post("/v1/search", json={"query": "shock wave", "k": 3}).status_code == 200
+
+
+def test_only_an_absolute_index_root_is_written_index_root(tmp_path: Path, monkeypatch) -> None:
+    """A relative root ("index") was replaced as a bare word: "the index's field is number"
+    became "the INDEX_ROOT's field is number"."""
+    from retrieval.service.state import ServiceState
+
+    monkeypatch.chdir(tmp_path)
+    state = ServiceState(Path("index"), RetrieverConfig())
+    assert state.hide_root(f"{tmp_path}/index/wal: the index's field") == \
+        "INDEX_ROOT/wal: the index's field"

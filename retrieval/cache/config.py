@@ -32,7 +32,8 @@ class CacheConfig(StrictConfig):
     max_entries: int = Field(default=100_000, ge=1)
     max_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1024, description="the memory cache's bytes, and the "
-        "JSON bytes of the results this process keeps decoded (any backend)")
+        "JSON bytes of the results this process keeps decoded (any backend; decoded, they "
+        "take about twice their JSON)")
     result_ttl_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     embedding_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, allow_inf_nan=False)
     socket_timeout_ms: float = Field(

@@ -130,8 +130,10 @@ class ServiceState:
     def hide_root(self, text: str) -> str:
         """``text`` with the index root's absolute path written ``INDEX_ROOT``: error bodies
         and ``/readyz`` name files under it so, not where they lie on the server."""
-        for root in sorted({str(self.index_root.resolve()), str(self.index_root)}, key=len,
-                           reverse=True):
+        # Absolute paths only: a relative root ("index") is a word a message may hold too.
+        roots = {str(self.index_root.resolve())} | (
+            {str(self.index_root)} if self.index_root.is_absolute() else set())
+        for root in sorted(roots, key=len, reverse=True):
             text = text.replace(root, "INDEX_ROOT")
         return text
 
