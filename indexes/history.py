@@ -173,13 +173,14 @@ def flip(root: Path, build_id: str, how: How, note: str = "") -> FlipRecord:
 def flips(root: Path) -> list[FlipRecord]:
     """The records of flips that happened, oldest first: a record is appended before
     ``CURRENT`` is replaced, so one whose process was killed in between names a build that
-    never served. A record flipped if the next one replaced its build, or, the last one, if
-    ``CURRENT`` names it; taken for a flip, such a record listed a build as once live, made
-    it a target rollback takes without the gate, and skipped the older-export check."""
+    never served. A record did not flip when what was live after it (the next record's
+    ``previous``, or ``CURRENT`` after the last) is still what was live before it; taken
+    for a flip, it listed a build as once live, made it a target rollback takes without the
+    gate, and skipped the older-export check. (A damaged record in between proves nothing.)"""
     records = read_history(root)
-    replaced = [after.previous for after in records[1:]] + [live_build_id(root)]
-    return [record for record, then in zip(records, replaced, strict=False)
-            if then == record.build_id]
+    then = [after.previous for after in records[1:]] + [live_build_id(root)]
+    return [record for record, live in zip(records, then, strict=False)
+            if not live == record.previous != record.build_id]
 
 
 def latest_flip_to(root: Path, build_id: str) -> FlipRecord | None:

@@ -100,6 +100,11 @@ def test_a_flip_killed_before_current_was_replaced_is_no_flip(tmp_path):
         rollback(tmp_path, to=never)
     third = _build(tmp_path, revision=3)
     assert [r.build_id for r in history(tmp_path)] == [first, second, third]
+    # A damaged record proves nothing about the one before it.
+    lines = (tmp_path / HISTORY).read_text().splitlines()
+    lines[1] = lines[1][:20]  # second's record, damaged
+    (tmp_path / HISTORY).write_text("\n".join(lines) + "\n")
+    assert {first, third} <= ever_live(tmp_path)
 
 
 def test_the_gate_counts_a_passage_builds_documents_not_its_passages(tmp_path, encoder):
