@@ -17,7 +17,6 @@ from each passage's budget. Offsets never count the title.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -267,21 +266,6 @@ class PassageMap:
         while last < n - 1 and last - row < context and self.parent[last + 1] == parent:
             last += 1
         return first, last
-
-
-def per_document(ids: list[str], hashes: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """One id and one S16 content hash per document of a passage build (rows of one document
-    are consecutive and share its id): the hash of its passages' hashes, in order."""
-    out_ids: list[str] = []
-    digests: list[bytes] = []
-    start = 0
-    for row in range(1, len(ids) + 1):
-        if row == len(ids) or ids[row] != ids[start]:
-            joined = b"".join(bytes(h) for h in hashes[start:row])
-            digests.append(hashlib.sha256(joined).digest()[:16])
-            out_ids.append(ids[start])
-            start = row
-    return out_ids, np.array(digests, dtype="S16")
 
 
 class PassageInfo(BaseModel):

@@ -26,8 +26,10 @@ from indexes.history import (
     rollback_target,
 )
 from indexes.manifest import MANIFEST, Manifest, read_manifest, verify_build
-from indexes.passages import per_document
+from indexes.passages import PassageMap
 from indexes.storage import load_array, tree_size
+from indexes.vectors import content_hashes
+from indexes.wal.split import whole_documents
 
 
 class UnknownBuildError(PublishError):
@@ -163,14 +165,21 @@ class BuildContents:
 
 
 def read_contents(directory: Path) -> BuildContents:
-    """Manifest, ids and content hashes of a build (typed errors name a missing file)."""
+    """Manifest, ids and content hashes of a build (typed errors name a missing file); of a
+    passage build, its documents' (each reassembled and hashed as a build of whole documents
+    hashes it: a hash of its passages' hashes made a corpus cut into other passages, or built
+    whole, count as every document changed)."""
     manifest = read_manifest(directory)
     try:
-        ids = DocStore.load(directory / "docstore", mmap=True, prefault=False).all_ids()
+        store = DocStore.load(directory / "docstore", mmap=True, prefault=False)
+        if manifest.passages is not None:
+            documents = whole_documents(store, PassageMap.load(directory / "passages"),
+                                        range(len(store)))
+            return BuildContents(manifest, [d.id for d in documents],
+                                 content_hashes([d.content for d in documents]))
+        ids = store.all_ids()
     except (OSError, ValueError) as exc:
-        raise ArtifactError(f"cannot read the doc ids of {directory}: {exc}",
+        raise ArtifactError(f"cannot read the documents of {directory}: {exc}",
                             directory / "docstore") from exc
     hashes = np.asarray(load_array(directory / "vectors" / "content_hashes.npy"))
-    if manifest.passages is not None:  # compare documents, not their passages
-        ids, hashes = per_document(ids, hashes)
     return BuildContents(manifest, ids, hashes)

@@ -109,7 +109,7 @@ def test_a_flip_killed_before_current_was_replaced_is_no_flip(tmp_path):
 
 def test_the_gate_counts_a_passage_builds_documents_not_its_passages(tmp_path, encoder):
     """It compared rows: half the documents cut into smaller passages counted as +75% and
-    passed the default 10% drop limit."""
+    passed the default 10% drop limit. And documents are compared by their own text."""
     from indexes import BuildConfig, PassageConfig
     from retrieval.publishing import publish
 
@@ -127,6 +127,14 @@ def test_the_gate_counts_a_passage_builds_documents_not_its_passages(tmp_path, e
     count = next(c for c in outcome.report.checks if c.name == "document count")
     assert not outcome.published and count.outcome == "refused"
     assert count.figures["live_docs"] == 20 and count.figures["candidate_docs"] == 10
+    # The same documents cut into other passages, or built whole, are the same documents:
+    # hashed from their passages' hashes, every one counted as changed.
+    strict = {"max_changed": 0.05}
+    recut = publish(tmp_path, passage_build(docs, 64, False), strict)
+    changed = next(c for c in recut.report.checks if c.name == "documents changed")
+    assert recut.published and changed.figures["changed"] == 0
+    whole = build_index(docs, tmp_path, encoder=encoder, progress=False, publish=False)
+    assert publish(tmp_path, whole.build_id, strict).published
 
 
 def test_a_gate_given_as_a_mapping_is_its_settings(tmp_path):
