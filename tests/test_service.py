@@ -420,16 +420,22 @@ def test_metrics_parse_and_count_the_requests_sent(served: Server) -> None:
             assert client.post("/v1/search/batch", json=batch).status_code == 200
         for _ in range(2):
             assert client.post("/v1/search", json={"k": 1}).status_code == 422
-        late = {"query": "a search with no time to embed", "deadline_ms": 0.001}
-        assert client.post("/v1/search", json=late).json()["degraded"] == ["embed"]
+        # An encoder that finishes while BM25 runs gives its vector at no wait, deadline or
+        # not (seen once on a loaded host): of 5 searches, those past it count.
+        late = [client.post("/v1/search", json={"query": f"no time to embed {i}",
+                                                "deadline_ms": 0.001}).json()["degraded"]
+                for i in range(5)]
+        degraded = late.count(["embed"])
+        assert degraded >= 1 and late.count([]) == 5 - degraded, late
     after = served.metrics()
     assert after.get(("retrieval_search_degraded_total", (("reason", "embed"),)), 0.0) \
-        - before.get(("retrieval_search_degraded_total", (("reason", "embed"),)), 0.0) == 1
-    assert requests(after, "/v1/search", "200") - requests(before, "/v1/search", "200") == 8
+        - before.get(("retrieval_search_degraded_total", (("reason", "embed"),)), 0.0) \
+        == degraded
+    assert requests(after, "/v1/search", "200") - requests(before, "/v1/search", "200") == 12
     assert requests(after, "/v1/search", "422") - requests(before, "/v1/search", "422") == 2
     assert (requests(after, "/v1/search/batch", "200")
             - requests(before, "/v1/search/batch", "200")) == 3
-    assert lookups(after) - lookups(before) == 8 + 9
+    assert lookups(after) - lookups(before) == 12 + 9
     stages = {dict(labels)["stage"] for (name, labels) in after
               if name == "retrieval_search_stage_duration_seconds_count"}
     assert {"total", "bm25", "rerank", "hydrate"} <= stages
