@@ -240,15 +240,17 @@ def test_searches_past_the_worker_s_in_flight_bound_are_shed_before_a_thread(
         index: Path, query_encoder: Any) -> None:
     """With server.max_in_flight = 1 and one search held inside the encoder, the next search
     is a 503 OverloadedError with Retry-After at once (the retriever's own bound, counted in
-    the executor, never fired past the executor's 6 threads); once it ends, searches run."""
+    the executor, never fired past the executor's 6 threads); once it ends, searches run.
+    Document reads, writes and console searches take a thread too, and count the same
+    (they bypassed the bound)."""
     from test_request_guarantees import GatedEncoder
 
     gated = GatedEncoder(query_encoder)
-    config = ServeConfig.model_validate({"server": {"max_in_flight": 1},
+    config = ServeConfig.model_validate({"server": {"max_in_flight": 1, "open_writes": True},
                                          "retriever": {"cache": {"backend": "none"}}})
     app = create_app(index, config, loader=lambda: Retriever.load(
         index, RetrieverConfig(cache={"backend": "none"}), encoder=gated))
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:  # the console's host
         wait_ready(client)
         gated.close_gate()
         held: dict[str, Any] = {}
@@ -256,9 +258,13 @@ def test_searches_past_the_worker_s_in_flight_bound_are_shed_before_a_thread(
             "/v1/search", json={"query": "boundary layer transition", "k": 3})))
         first.start()
         assert gated.entered.acquire(timeout=30)  # the first search is inside the encoder
-        shed = client.post("/v1/search", json={"query": "shock wave", "k": 3})
-        assert shed.status_code == 503 and shed.headers["retry-after"] == "1"
-        assert shed.json()["error"]["type"] == "OverloadedError"
+        for path, body in [("/v1/search", {"query": "shock wave", "k": 3}),
+                           ("/v1/documents/get", {"ids": ["1"]}),
+                           ("/v1/documents/delete", {"ids": ["no-such-document"]}),
+                           ("/v1/console/search", {"query": "shock wave", "k": 3})]:
+            shed = client.post(path, json=body)
+            assert shed.status_code == 503 and shed.headers["retry-after"] == "1", path
+            assert shed.json()["error"]["type"] == "OverloadedError", path
         gated.gate.set()
         first.join(30)
         assert held["response"].status_code == 200

@@ -37,6 +37,7 @@ from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
 from retrieval.publishing.gate import SearchInputs, compare_builds
 from retrieval.result_json import result_json
 from retrieval.retriever import RANKING_SETTINGS, Retriever
+from retrieval.service.admission import Admission
 from retrieval.service.bodies import JSON, json_response, parse_body
 from retrieval.service.errors import NotFoundError, RequestFieldError
 from retrieval.service.schemas import SearchBody
@@ -50,7 +51,7 @@ PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' d
                 "x-content-type-options": "nosniff", "cache-control": "no-cache"}
 
 
-def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
+def console_routes(state: ServiceState, sides: Sides, admission: Admission) -> list[Route]:
     page = _asset("index.html")
 
     async def console(_: Request) -> Response:
@@ -67,19 +68,22 @@ def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
         return json_response(describe_console(state.retriever(), sides.root))
 
     async def side_search(request: Request) -> Response:
-        body = await parse_body(request, SideSearchBody)
-        serving = state.retriever()
-        await _wait_for_writes(serving, body.min_seq)
-        retriever = await asyncio.to_thread(sides.retriever, serving, body.side)
-        return Response(result_json(await _search(retriever, body)), media_type=JSON)
+        with admission.admit():
+            body = await parse_body(request, SideSearchBody)
+            serving = state.retriever()
+            await _wait_for_writes(serving, body.min_seq)
+            retriever = await asyncio.to_thread(sides.retriever, serving, body.side)
+            result = await _search(retriever, body)
+        return Response(result_json(result), media_type=JSON)
 
     async def compare(request: Request) -> Response:
-        body = await parse_body(request, CompareBody)
-        serving = state.retriever()
-        await _wait_for_writes(serving, body.min_seq)
-        left, right = [await asyncio.to_thread(sides.retriever, serving, side)
-                       for side in (body.left, body.right)]
-        results = await asyncio.gather(_search(left, body), _search(right, body))
+        with admission.admit():
+            body = await parse_body(request, CompareBody)
+            serving = state.retriever()
+            await _wait_for_writes(serving, body.min_seq)
+            left, right = [await asyncio.to_thread(sides.retriever, serving, side)
+                           for side in (body.left, body.right)]
+            results = await asyncio.gather(_search(left, body), _search(right, body))
         k = body.k or serving.config.default_k
         passages = any(r.hits and r.hits[0].passage is not None for r in results)
         by: Literal["document", "passage"] = (
@@ -88,12 +92,13 @@ def console_routes(state: ServiceState, sides: Sides) -> list[Route]:
                                            comparison=compare_results(*results, k, by)))
 
     async def gate(request: Request) -> Response:
-        body = await parse_body(request, GateBody)
-        gate, inputs = _gate_config(body), _gate_inputs(body)
-        serving = state.retriever()
-        report = await asyncio.to_thread(
-            compare_builds, sides.build_path(body.left), sides.build_path(body.right), gate,
-            encoder=serving.encoder, config=serving.config, inputs=inputs)
+        with admission.admit():
+            body = await parse_body(request, GateBody)
+            gate, inputs = _gate_config(body), _gate_inputs(body)
+            serving = state.retriever()
+            report = await asyncio.to_thread(
+                compare_builds, sides.build_path(body.left), sides.build_path(body.right),
+                gate, encoder=serving.encoder, config=serving.config, inputs=inputs)
         return Response(report.model_dump_json(), media_type=JSON)
 
     return [Route("/console", console), Route("/console/{name}", asset),

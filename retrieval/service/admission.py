@@ -1,4 +1,5 @@
-"""Admission control in front of the executor: a search past ``server.max_in_flight`` is shed
+"""Admission control in front of the executor: a request that takes a worker thread (a search,
+a document read or write, a console search or gate) past ``server.max_in_flight`` is shed
 at once (503 ``OverloadedError`` with ``Retry-After``) instead of queueing behind the worker
 threads, so the work a worker holds for clients that may have gone is bounded too.
 
@@ -36,7 +37,7 @@ class Admission:
     def admit(self) -> Iterator[None]:
         if self.active >= self.limit:
             self.shed += 1
-            raise OverloadedError(f"{self.active} searches in flight, the limit of this worker "
+            raise OverloadedError(f"{self.active} requests in flight, the limit of this worker "
                                   "(server.max_in_flight); retry shortly")
         self.active += 1
         try:

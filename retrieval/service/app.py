@@ -67,6 +67,9 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
     metrics = ServiceMetrics()
     writes = Writes(Path(index_root))
     sides = Sides(Path(index_root)) if settings.console_enabled else None
+    # One bound for every request that takes a worker thread: searches, document reads and
+    # writes, the console's searches and gate.
+    admission = Admission(settings.max_in_flight)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -85,9 +88,10 @@ def create_app(index_root: str | Path, config: ServeConfig, *, keys: ApiKeys | N
                 await asyncio.to_thread(sides.close)
             metrics.process_exited()
 
-    routes = (_search_routes(state, metrics, config) + _operator_routes(state, metrics)
-              + write_routes(state, writes, settings)
-              + (console_routes(state, sides) if sides is not None else []))
+    routes = (_search_routes(state, metrics, config, admission)
+              + _operator_routes(state, metrics)
+              + write_routes(state, writes, settings, admission)
+              + (console_routes(state, sides, admission) if sides is not None else []))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
         RetrievalError: _retrieval_error, HTTPException: _http_error, Exception: _unexpected})
     # An unknown path is a JSON 404 like any other, not a redirect to the path without its
@@ -139,10 +143,9 @@ def gone(request: Request) -> Callable[[], Awaitable[None]]:
     return disconnected
 
 
-def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig
-                   ) -> list[Route]:
+def _search_routes(state: ServiceState, metrics: ServiceMetrics, config: ServeConfig,
+                   admission: Admission) -> list[Route]:
     settings = config.server
-    admission = Admission(settings.max_in_flight)
 
     async def search(request: Request) -> Response:
         with admission.admit():  # before the body is parsed: a shed search costs least

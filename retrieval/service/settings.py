@@ -88,8 +88,9 @@ class ServerSettings(BaseModel):
                                       "(/v1/documents) get 413: a batch of documents with "
                                       "vectors is larger than any search")
     max_in_flight: int | None = Field(
-        None, ge=1, description="searches a worker admits at once; more are shed with 503 and "
-        "Retry-After before reaching a thread (None: 16 per usable core)")
+        None, ge=1, description="requests a worker admits at once (searches, document reads "
+        "and writes, console searches and gates); more are shed with 503 and Retry-After "
+        "before reaching a thread (None: 16 per usable core)")
     max_batch_hits: int = Field(10_000, ge=1, description="queries x k per batch: bounds its "
                                 "hydration and response (256 x k=1000 returned 111 MB per 64 "
                                 "queries before this bound); more gets 413")

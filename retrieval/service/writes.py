@@ -29,6 +29,7 @@ from starlette.routing import Route
 from indexes.errors import InvalidWriteError, LimitExceededError
 from indexes.snapshot import take_snapshot
 from indexes.writer import IndexWriter
+from retrieval.service.admission import Admission
 from retrieval.service.bodies import json_response, parse_body
 from retrieval.service.schemas import (
     DeleteBody,
@@ -64,31 +65,35 @@ class Writes:
                 self._writer = None
 
 
-def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings) -> list[Route]:
+def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings,
+                 admission: Admission) -> list[Route]:
     limit = settings.max_write_documents
 
     async def upsert(request: Request) -> Response:
-        body = await parse_body(request, UpsertBody)
-        check_count(len(body.documents), limit, "documents")
-        documents = [{"id": d.id, "text": d.text, "title": d.title, "metadata": d.metadata}
-                     for d in body.documents]
-        vectors = given_vectors(body.documents)
-        ack = await asyncio.to_thread(_upsert, writes, documents, vectors, body.request_id)
+        with admission.admit():  # before the body is parsed, as a search
+            body = await parse_body(request, UpsertBody)
+            check_count(len(body.documents), limit, "documents")
+            documents = [{"id": d.id, "text": d.text, "title": d.title, "metadata": d.metadata}
+                         for d in body.documents]
+            vectors = given_vectors(body.documents)
+            ack = await asyncio.to_thread(_upsert, writes, documents, vectors, body.request_id)
         return json_response(WriteAck(seq=ack.seq, replayed=ack.replayed))
 
     async def delete(request: Request) -> Response:
-        body = await parse_body(request, DeleteBody)
-        check_count(len(body.ids), limit, "ids")
-        ack = await asyncio.to_thread(
-            lambda: writes.writer().delete_acked(body.ids, request_id=body.request_id))
+        with admission.admit():
+            body = await parse_body(request, DeleteBody)
+            check_count(len(body.ids), limit, "ids")
+            ack = await asyncio.to_thread(
+                lambda: writes.writer().delete_acked(body.ids, request_id=body.request_id))
         return json_response(WriteAck(seq=ack.seq, replayed=ack.replayed))
 
     async def fetch(request: Request) -> Response:
-        body = await parse_body(request, FetchBody)
-        check_count(len(body.ids), limit, "ids")
-        retriever = state.retriever()
-        found = await asyncio.to_thread(retriever.get_documents, body.ids,
-                                        min_seq=body.min_seq)
+        with admission.admit():
+            body = await parse_body(request, FetchBody)
+            check_count(len(body.ids), limit, "ids")
+            retriever = state.retriever()
+            found = await asyncio.to_thread(retriever.get_documents, body.ids,
+                                            min_seq=body.min_seq)
         documents = [StoredDocument(id=d.id, text=d.text, title=d.title, metadata=d.metadata)
                      for d in found if d is not None]
         missing = [doc_id for doc_id, d in zip(body.ids, found, strict=True) if d is None]
@@ -100,8 +105,9 @@ def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings) 
         it with ``retrieval restore FILE ROOT`` where the new root is to be served."""
         directory = tempfile.mkdtemp(prefix="retrieval-snapshot-")
         try:
-            report = await asyncio.to_thread(take_snapshot, writes.root,
-                                             Path(directory) / "snapshot.tar")
+            with admission.admit():
+                report = await asyncio.to_thread(take_snapshot, writes.root,
+                                                 Path(directory) / "snapshot.tar")
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
