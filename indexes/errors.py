@@ -27,6 +27,8 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── InvalidQueryError             (also ValueError) bad search input
     │   ├── UnknownFieldError         filter names a field the index does not have
     │   ├── FilterTypeError           filter value has the wrong type for its field
+    │   ├── QueryDimensionError       a given query vector of another dimension than the
+    │   │                             index's (also an EncoderMismatchError)
     │   ├── MalformedFilterError      filter structure or syntax is wrong
     │   ├── LimitExceededError        input exceeds a configured limit
     │   │   ├── PayloadTooLargeError  (retrieval.service) 413: body over server.max_body_bytes
@@ -165,6 +167,11 @@ class UnknownFieldError(InvalidQueryError):
 
 class FilterTypeError(InvalidQueryError):
     """A filter value has the wrong type for its field."""
+
+
+class QueryDimensionError(InvalidQueryError, EncoderMismatchError):
+    """A caller's query vector has another dimension than the index's vectors: bad search
+    input (400 over HTTP), and an encoder mismatch for code that catches those."""
 
 
 class MalformedFilterError(InvalidQueryError):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from indexes.errors import EncoderMismatchError, InvalidQueryError
+from indexes.errors import InvalidQueryError, QueryDimensionError
 from indexes.mapping import prefault_mapping
 from indexes.metadata import refuse_surrogates
 from indexes.storage import load_array, read_json, save_array, write_json
@@ -190,7 +190,7 @@ class VectorStore:
     def check_query(self, query: np.ndarray) -> np.ndarray:
         """``query`` as float32 (d,): one vector ((d,), (1, d) or (d, 1)) of real numbers;
         ``InvalidQueryError`` otherwise (a (2, d/2) array was read as one vector),
-        ``EncoderMismatchError`` for another dimension."""
+        ``QueryDimensionError`` for another dimension."""
         if np.iscomplexobj(query):
             raise InvalidQueryError("query vector holds complex numbers; give real ones")
         try:
@@ -203,7 +203,7 @@ class VectorStore:
                                     f"of {self.dim} numbers (one row per query to a batch)")
         query = query.reshape(-1)
         if query.shape[0] != self.dim:
-            raise EncoderMismatchError(
+            raise QueryDimensionError(
                 f"query vector has dimension {query.shape[0]} but the index holds {self.dim}-"
                 "dimensional vectors; use the encoder the index was built with"
             )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
-from indexes.errors import EncoderMismatchError
+from indexes.errors import EncoderMismatchError, QueryDimensionError
 from retrieval import InvalidQueryError, LimitExceededError, Retriever, RetrieverConfig
 
 json_scalars = st.one_of(
@@ -124,10 +124,14 @@ def test_a_query_vector_that_is_not_one_vector_of_finite_numbers_is_refused(retr
               "strings": ["x"] * good.size,
               "short": good[:-1],
               "zeros": np.zeros_like(good)}[bad]
-    error = EncoderMismatchError if bad == "short" else InvalidQueryError
-    with pytest.raises(error):
+    # Another dimension is bad input like the rest (it was an EncoderMismatchError only, which
+    # code catching InvalidQueryError let through); it still is an encoder mismatch too.
+    error = QueryDimensionError if bad == "short" else InvalidQueryError
+    with pytest.raises(error) as refused:
         retriever.search("cell", k=3, query_vector=vector)
-    with pytest.raises(error, match="" if bad == "short" else "query 1 of the batch"):
+    assert isinstance(refused.value, InvalidQueryError)
+    assert isinstance(refused.value, EncoderMismatchError) == (bad == "short")
+    with pytest.raises(error, match="query 1 of the batch"):
         retriever.search_batch(["cell", "gene"], k=3, query_vectors=[good, vector])
     # One vector as a row or a column is still one vector.
     assert retriever.search("cell", k=3, query_vector=good.reshape(1, -1)).hits
