@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import threading
 import time
@@ -637,6 +638,7 @@ class Retriever:
         encode pool: a search waiting there on an encode queued behind other searches could
         wait forever. ``abandoned``: an awaitable factory that completes when the caller no
         longer wants the answer (``retrieval.abandon``)."""
+        check_options("asearch", options, Retriever.search)
         with self._path.failures_traced():  # checked on the loop: their own error spans
             threshold = self._threshold(options.pop("min_score", None))
             behind = options.get("min_seq") is not None and (
@@ -666,5 +668,20 @@ class Retriever:
                             **options: Any) -> list[SearchResult]:
         """``search_batch`` for asyncio apps, in the running loop's default executor (as
         ``asearch``, ``abandoned`` too); the wait for a thread counts in its deadline."""
+        check_options("asearch_batch", options, Retriever.search_batch)
         return await unless_abandoned(
             self._in_thread(self._searched_batch, queries, filters, k, **options), abandoned)
+
+
+def check_options(name: str, options: dict[str, Any], like: Callable[..., Any]) -> None:
+    """The keyword arguments an async call passes on are ``like``'s own: a misspelled one is
+    the TypeError Python gives ``like``, naming the call made (not a private method)."""
+    unknown = sorted(set(options) - parameters(like))
+    if unknown:
+        raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}")
+
+
+@functools.cache
+def parameters(call: Callable[..., Any]) -> frozenset[str]:
+    """``call``'s parameter names, read once (a signature takes microseconds to read)."""
+    return frozenset(inspect.signature(call).parameters)

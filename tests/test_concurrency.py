@@ -336,6 +336,19 @@ def test_asearch_hands_every_search_to_a_thread_without_an_in_process_cache(
         retriever.close()
 
 
+def test_a_misspelled_keyword_to_asearch_names_the_call_made(root, encoder, queries):
+    """A typo passed on in ``**options`` was a TypeError naming the private ``_searched``."""
+    retriever = Retriever.load(root, encoder=encoder)
+    with pytest.raises(TypeError, match=r"^asearch\(\) got an unexpected keyword argument "
+                                        r"'deadline'$"):
+        asyncio.run(retriever.asearch(queries[0], k=3, deadline=50))
+    with pytest.raises(TypeError, match=r"^asearch_batch\(\) got an unexpected keyword "
+                                        r"argument 'query_vector'$"):
+        asyncio.run(retriever.asearch_batch(queries[:2], k=3, query_vector=None))
+    result = asyncio.run(retriever.asearch(queries[0], k=3, deadline_ms=5000, group_by=None))
+    assert len(result.hits) == 3
+
+
 def test_light_filter_counts_keys_and_list_items():
     assert is_light_filter(None) and is_light_filter("year >= 2010")
     assert is_light_filter({"year": {"gte": 2000}, "doc_type": {"in": ["a", "b"]}})
