@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,19 @@ def test_a_tls_file_that_does_not_load_stops_start_up_naming_it(
     assert "server.ssl_certfile (or its key file) cannot be loaded" in capsys.readouterr().err
 
 
+def test_an_address_in_use_stops_start_up_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """uvicorn's own bind failure came after the build loaded and exited 3, where every
+    other deliberate start-up error exits 2 with one line."""
+    build_small(tmp_path / "index", [Document(f"d{i}", f"text {i}") for i in range(4)])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli_main(["serve", str(tmp_path / "index"), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
 WORKERS_THAT_FAIL = """
 import sys, uvicorn
 from pathlib import Path
@@ -206,6 +220,9 @@ def test_workers_failing_as_they_start_stop_the_service(tmp_path: Path) -> None:
     assert "3 workers in a row failed as they started" in done.stderr
 
 
+FREE_PORT = ServeConfig.model_validate({"server": {"port": 0}})  # start-up binds it to check
+
+
 def test_serve_starts_on_the_last_good_build_when_the_live_one_does_not_read(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The workers serve the build live before a failing one, but the start-up check read
@@ -219,8 +236,8 @@ def test_serve_starts_on_the_last_good_build_when_the_live_one_does_not_read(
     good = resolve_build_dir(tmp_path).name
     build_small(tmp_path, docs[:3])
     (resolve_build_dir(tmp_path) / "manifest.json").write_text("{not json")
-    check_before_start(tmp_path, ServeConfig())
+    check_before_start(tmp_path, FREE_PORT)
     assert f"serving the last good build {good}" in caplog.text
     (tmp_path / "builds" / good / "manifest.json").write_text("{not json")
     with pytest.raises(ArtifactError, match="manifest.json"):
-        check_before_start(tmp_path, ServeConfig())
+        check_before_start(tmp_path, FREE_PORT)

@@ -228,11 +228,12 @@ def test_http_details_retry_after_allow_no_paths_and_the_open_bind_warning(
         message = broken.get("/readyz").json()["error"]["message"]
         assert "INDEX_ROOT" in message and str(tmp_path) not in message
     with caplog.at_level(logging.WARNING, logger="retrieval.cli.serve"):
-        check_before_start(index, ServeConfig.model_validate({"server": {"host": "0.0.0.0"}}))
+        check_before_start(index, ServeConfig.model_validate({"server": {"host": "0.0.0.0",
+                                                                         "port": 0}}))
     assert "without API keys" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="retrieval.cli.serve"):
-        check_before_start(index, ServeConfig())
+        check_before_start(index, ServeConfig.model_validate({"server": {"port": 0}}))
     assert "without API keys" not in caplog.text
 
 

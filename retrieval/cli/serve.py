@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import ssl
 import tempfile
 from collections.abc import Iterator
@@ -99,6 +100,7 @@ def check_before_start(index: Path, config: ServeConfig) -> None:
     warn when a service without API keys listens beyond this machine."""
     check_some_build_serves(index)
     check_tls_files(config.server)
+    check_address_free(config.server)
     keys = load_api_keys(config.server)
     if not keys.enabled and config.server.host not in LOOPBACK:
         log.warning("serving %s on %s without API keys: anyone who can reach it can search "
@@ -138,6 +140,21 @@ def check_tls_files(server: ServerSettings) -> None:
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"{key} (or its key file) cannot be loaded: {exc}; give readable "
                           "PEM files", key) from exc
+
+
+def check_address_free(server: ServerSettings) -> None:
+    """Bind the address as uvicorn will (``SO_REUSEADDR``), then let it go: a port in use is
+    a ``ConfigError`` naming it (one line, exit 2) here, not uvicorn's startup failure (exit
+    3) once every worker has loaded the build."""
+    try:
+        family = socket.getaddrinfo(server.host, server.port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((server.host, server.port))
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {server.host}:{server.port} ({exc.strerror or exc});"
+                          " stop what listens there or set server.port (--port) to a free "
+                          "one", "server.port") from exc
 
 
 def run_serve(args: argparse.Namespace) -> int:
