@@ -258,6 +258,11 @@ HOSTILE = [
      "MalformedRequestError"),
     ("empty body", "POST", "/v1/search", {"headers": JSON}, True, 400,
      "MalformedRequestError"),
+    # A compressed body was read as it came: refused as "not valid JSON", or served when the
+    # bytes happened to be JSON under another label.
+    ("compressed body", "POST", "/v1/search",
+     {"content": b'{"query": "x"}', "headers": JSON | {"content-encoding": "gzip"}}, True,
+     400, "MalformedRequestError"),
     ("JSON array body", "POST", "/v1/search", {"json": ["x"]}, True, 422, "RequestFieldError"),
     ("huge body", "POST", "/v1/search", {"json": {"query": "x" * (MAX_BODY + 1)}}, True, 413,
      "PayloadTooLargeError"),

@@ -23,6 +23,10 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
     if kind != JSON and not kind.endswith("+json"):
         raise MalformedRequestError(f"the body must be a JSON object sent with Content-Type: "
                                     f"{JSON} (got {kind!r})")
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding != "identity":  # gzip bytes were read as JSON and refused as "not valid JSON"
+        raise MalformedRequestError(f"Content-Encoding {encoding!r} is not accepted; send the "
+                                    "JSON body uncompressed")
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
