@@ -21,7 +21,7 @@ from indexes.errors import CorpusError, InvalidQueryError, LimitExceededError
 from indexes.passages import TokenCounter, split_text
 from indexes.publish import read_contents
 from retrieval import Retriever
-from retrieval.publishing.structure import content_diff
+from retrieval.publishing.structure import Served, content_diff
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,8 @@ def test_rebuild_reencodes_only_the_changed_passages(encoder, tmp_path: Path):
     assert "now speaks" in counting.texts[0]
     assert second.vectors_reused == second.n_docs - 1
     # The publish gate compares documents: one changed, none added or removed.
-    diff = content_diff(read_contents(first.path), read_contents(second.path))
+    diff = content_diff(Served.alone(read_contents(first.path)).hashes,
+                        Served.alone(read_contents(second.path)).hashes)
     assert diff == {"added": [], "removed": [], "changed": ["doc"]}
 
 

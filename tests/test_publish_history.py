@@ -172,6 +172,10 @@ def test_the_gate_compares_what_is_served_not_the_two_builds(tmp_path):
     count = next(c for c in outcome.report.checks if c.name == "document count")
     assert not outcome.published
     assert (count.figures["live_docs"], count.figures["candidate_docs"]) == (30, 20)
+    # The content diff too: the 10 served live writes are removed (build to build: none).
+    changed = next(c for c in outcome.report.checks if c.name == "documents changed")
+    assert (changed.figures["removed"], changed.figures["changed"]) == (10, 20)
+    assert changed.figures["removed_sample"] == [f"live{i}" for i in range(5)]
     with IndexWriter(tmp_path) as writer:  # logged after the nightly sealed the log
         writer.upsert([Document("team-doc", "a new field", metadata={"team": "search"})],
                       live_vectors[:1])

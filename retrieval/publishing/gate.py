@@ -20,8 +20,9 @@ from indexes.encoders import Encoder, compatible_query_encoder
 from indexes.manifest import read_manifest
 from indexes.publish import BuildContents, read_contents
 from indexes.sharding import is_sharded, read_layout
+from indexes.vectors import content_hashes
 from indexes.wal.checks import merged_kinds
-from indexes.wal.log import read_all
+from indexes.wal.log import Record, read_all
 from indexes.wal.state import Changes
 from retrieval.config import RetrieverConfig
 from retrieval.publishing.config import (
@@ -83,8 +84,8 @@ def compare_builds(
         return GateReport(live_build=None, candidate_build=candidate.manifest.build_id,
                           checks=checks, seconds=time.perf_counter() - started)
     live = build_contents(live_dir)
-    served = (served_view(live_dir, live), served_view(candidate_dir, candidate))
-    checks = structural_checks(live, candidate, gate, served)
+    live_served, candidate_served = served_views([(live_dir, live), (candidate_dir, candidate)])
+    checks = structural_checks(live, candidate, gate, (live_served, candidate_served))
     timings = {"diff": time.perf_counter() - started}
     checks += _search_checks(live_dir, candidate_dir, live, candidate, gate, inputs, checks,
                              encoder, config, timings)
@@ -94,16 +95,34 @@ def compare_builds(
                       timings={k: round(v, 4) for k, v in timings.items()})
 
 
-def served_view(directory: Path, contents: BuildContents) -> Served:
-    """``contents`` with the root's log records after its ``log_seq`` applied: the live
+def served_views(builds: list[tuple[Path, BuildContents]]) -> list[Served]:
+    """Each build served at this point of its root's log (``served_view``); the log is read
+    once for the builds of one root, from the oldest ``log_seq`` among them."""
+    def root(directory: Path) -> Path:
+        return directory.parent.parent  # <root>/builds/<build id>
+
+    logs: dict[Path, list[Record]] = {}
+    for directory, _ in builds:
+        if root(directory) not in logs:
+            after = min(c.manifest.log_seq for d, c in builds if root(d) == root(directory))
+            logs[root(directory)] = read_all(root(directory), after=after)
+    return [served_view(contents, [r for r in logs[root(directory)]
+                                   if r.seq > contents.manifest.log_seq])
+            for directory, contents in builds]
+
+
+def served_view(contents: BuildContents, records: list[Record]) -> Served:
+    """``contents`` with ``records`` (the root's after its ``log_seq``) applied: the live
     build's pending writes (a candidate superseding 50 of them lost 50 documents served, and
     compared build to build the gate saw none lost), or those a candidate would take once
     live (a field a write adds after it was sealed is no field lost)."""
-    root = directory.parent.parent  # <root>/builds/<build id>
-    records = read_all(root, after=contents.manifest.log_seq)
     changes = Changes.of(records)
-    served = (set(contents.doc_ids) - changes.replaced()) | set(changes.upserts)
-    return Served(len(served), merged_kinds(contents.manifest.metadata_fields, records))
+    replaced = changes.replaced()
+    hashes = {i: h for i, h in Served.alone(contents).hashes.items() if i not in replaced}
+    upserted = [doc for doc, _ in changes.upserts.values()]
+    hashes.update(zip((d.id for d in upserted),
+                      map(bytes, content_hashes([d.content for d in upserted])), strict=True))
+    return Served(hashes, merged_kinds(contents.manifest.metadata_fields, records))
 
 
 def build_contents(directory: Path) -> BuildContents:

@@ -15,22 +15,26 @@ SAMPLE = 5  # ids listed per kind of change; the counts are complete
 
 @dataclass(frozen=True)
 class Served:
-    """What serving a build means at this point of the root's log: its documents and fields
-    with the records after its ``log_seq`` applied (a live build's pending writes; the ones
-    a candidate would take once published)."""
+    """What serving a build means at this point of the root's log: its documents (id ->
+    content hash) and fields with the records after its ``log_seq`` applied (a live build's
+    pending writes; the ones a candidate would take once published)."""
 
-    docs: int
+    hashes: dict[str, bytes]
     fields: dict[str, str]
+
+    @classmethod
+    def alone(cls, contents: BuildContents) -> Served:
+        """A build as served with no log records after it."""
+        return cls(dict(zip(contents.doc_ids, map(bytes, contents.content_hashes), strict=True)),
+                   contents.manifest.metadata_fields)
 
 
 def structural_checks(live: BuildContents, candidate: BuildContents, gate: GateConfig,
                       served: tuple[Served, Served] | None = None) -> list[Check]:
     """``served``: (live, candidate) as served; by default each build alone."""
-    live_served, candidate_served = served or (
-        Served(len(live.doc_ids), live.manifest.metadata_fields),
-        Served(len(candidate.doc_ids), candidate.manifest.metadata_fields))
-    return [doc_count_check(live_served.docs, candidate_served.docs, gate),
-            content_check(live, candidate, gate),
+    live_served, candidate_served = served or (Served.alone(live), Served.alone(candidate))
+    return [doc_count_check(len(live_served.hashes), len(candidate_served.hashes), gate),
+            content_check(live_served.hashes, candidate_served.hashes, gate),
             metadata_check(live_served.fields, candidate_served.fields, gate),
             encoder_check(live, candidate, gate), analyzer_check(live, candidate, gate),
             export_check(live, candidate)]
@@ -70,19 +74,20 @@ def doc_count_check(before: int, after: int, gate: GateConfig) -> Check:
                  summary=summary, threshold=threshold, figures=figures)
 
 
-def content_diff(live: BuildContents, candidate: BuildContents) -> dict[str, list[str]]:
-    """Ids added, removed, and kept with a different content hash (title + text)."""
-    old = dict(zip(live.doc_ids, (bytes(h) for h in live.content_hashes), strict=True))
-    new = dict(zip(candidate.doc_ids, (bytes(h) for h in candidate.content_hashes), strict=True))
+def content_diff(old: dict[str, bytes], new: dict[str, bytes]) -> dict[str, list[str]]:
+    """Ids added, removed, and kept with a different content hash (title + text), between
+    two served views' ``hashes``."""
     return {
-        "added": [i for i in candidate.doc_ids if i not in old],
-        "removed": [i for i in live.doc_ids if i not in new],
-        "changed": [i for i in candidate.doc_ids if i in old and old[i] != new[i]],
+        "added": [i for i in new if i not in old],
+        "removed": [i for i in old if i not in new],
+        "changed": [i for i, digest in new.items() if i in old and old[i] != digest],
     }
 
 
-def content_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
-    diff = content_diff(live, candidate)
+def content_check(old: dict[str, bytes], new: dict[str, bytes], gate: GateConfig) -> Check:
+    """Documents served before and after: a live build's pending writes count as served (a
+    candidate that lacked 50 live edits changed nothing, compared build to build)."""
+    diff = content_diff(old, new)
     counts = {kind: len(ids) for kind, ids in diff.items()}
     figures: dict[str, Any] = {**counts, **{f"{kind}_sample": ids[:SAMPLE]
                                            for kind, ids in diff.items()}}
@@ -90,7 +95,7 @@ def content_check(live: BuildContents, candidate: BuildContents, gate: GateConfi
     if gate.max_changed is None:
         return Check(name="documents changed", outcome="passed", summary=summary,
                      threshold="any (max_changed not set)", figures=figures)
-    base = max(len(live.doc_ids), 1)  # documents: a passage build's rows are passages
+    base = max(len(old), 1)  # documents: a passage build's rows are passages
     fraction = (counts["removed"] + counts["changed"]) / base
     figures["removed_or_changed"] = round(fraction, 6)
     refused = fraction > gate.max_changed
