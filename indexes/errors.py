@@ -24,6 +24,7 @@ it); ``from retrieval import ...`` gives every one of them::
     │   │   └── RequestReplayError    a request id already used for a different write
     │   └── ShardCountError           (indexes.sharding) a corpus cannot be split into S shards
     ├── WriterLockedError             another writer holds the root's write-ahead log
+    ├── WriterClosedError             a write to an IndexWriter after its close()
     ├── InvalidQueryError             (also ValueError) bad search input
     │   ├── UnknownFieldError         filter names a field the index does not have
     │   ├── FilterTypeError           filter value has the wrong type for its field
@@ -155,6 +156,10 @@ class LiveBuildChangedError(PublishError):
 
 class WriterLockedError(RetrievalError):
     """Another writer (this or another process) holds the index root's write-ahead log."""
+
+
+class WriterClosedError(RetrievalError):
+    """A write to an ``IndexWriter`` after its ``close()``: open a new writer."""
 
 
 class InvalidQueryError(RetrievalError, ValueError):

@@ -39,10 +39,12 @@ from indexes.compaction import CompactionReport, compact
 from indexes.docstore import Document
 from indexes.encoders import DEFAULT_MODEL, Encoder, compatible_query_encoder
 from indexes.errors import (
+    ArtifactError,
     EncoderMismatchError,
     InvalidWriteError,
     MissingArtifactError,
     RequestReplayError,
+    WriterClosedError,
 )
 from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
@@ -133,6 +135,7 @@ class IndexWriter:
     def _locked(self) -> Iterator[None]:
         """This thread and process alone on the root's log, caught up with it."""
         with self._thread_lock:
+            self._raise_if_closed()
             self._take_lock()
             try:
                 self._catch_up()
@@ -163,6 +166,7 @@ class IndexWriter:
     def reopen(self) -> None:
         """(Re)read the live build and the log tail; repairs a torn tail (under the lock)."""
         with self._thread_lock:
+            self._raise_if_closed()
             self._take_lock()
             try:
                 self._reopen(resolve_build_dir(self.root))
@@ -235,14 +239,25 @@ class IndexWriter:
             return self.last_seq
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        if self._acked_fd >= 0:
-            os.close(self._acked_fd)
-            self._acked_fd = -1
-        if not self._lock_file.closed:
-            self._lock_file.close()
+        """Close the log's files; later calls raise ``WriterClosedError``. Waits for a write in
+        flight in another thread (its descriptors must not be closed, or reused by a file
+        opened meanwhile, under its append)."""
+        with self._thread_lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            if self._acked_fd >= 0:
+                os.close(self._acked_fd)
+                self._acked_fd = -1
+            if not self._lock_file.closed:
+                self._lock_file.close()
+
+    def _raise_if_closed(self) -> None:
+        """A write after ``close()`` is a typed error, not Python's "I/O operation on closed
+        file"."""
+        if self._lock_file.closed:
+            raise WriterClosedError(f"this writer of {self.root} is closed: open a new "
+                                 "IndexWriter to write")
 
     def __enter__(self) -> IndexWriter:
         return self
@@ -270,19 +285,38 @@ class IndexWriter:
                      vectors: np.ndarray | None = None, *, request_id: str | None = None
                      ) -> Ack:
         """``upsert``, returning the ``Ack``."""
+        self._raise_if_closed()  # before any embedding
         documents = document_list(documents)
         vectors = given_vectors(vectors)
+        while True:  # again only when a build that splits otherwise went live meanwhile
+            prepared = self._prepare_for_live(documents, vectors, request_id)
+            if isinstance(prepared, Ack):
+                return prepared
+            ack = self._log_upsert(prepared)
+            if ack is not None:
+                return ack
+
+    def _prepare_for_live(self, documents: list[Document | dict[str, Any]],
+                          vectors: np.ndarray | None, request_id: str | None
+                          ) -> Ack | tuple[Any, ...]:
+        """``_prepare``, once more against the live build when the one this writer last saw
+        refused the upsert and is no longer live."""
         try:
-            prepared = self._prepare(documents, vectors, request_id)
+            return self._prepare(documents, vectors, request_id)
         except InvalidWriteError:
             if resolve_build_dir(self.root) == self._build:
                 raise
             with self._locked():  # checked against a build no longer live: catch up, and
                 pass  # check against the live one
-            prepared = self._prepare(documents, vectors, request_id)
-        if isinstance(prepared, Ack):
-            return prepared
-        schema, docs, kinds, request, split_as, encoder, rows, spans, matrix = prepared
+            return self._prepare(documents, vectors, request_id)
+
+    def _log_upsert(self, prepared: tuple[Any, ...]) -> Ack | None:
+        """Append a prepared upsert under the root's lock; None when the catch-up found a
+        build that splits otherwise (whole documents or passages, other lengths) live: its
+        rows must be split and embedded again, outside the lock. Embedding under it held every
+        other writer, compaction and publish for the encoder's time, and deadlocked: the
+        vectors' lookup takes this writer's thread lock, already held."""
+        schema, docs, kinds, request, split_as, encoder, _, spans, matrix = prepared
         with self._locked():
             known = self._replayed(request)
             if known is not None:
@@ -293,12 +327,10 @@ class IndexWriter:
                     f"the live build {self.manifest.build_id!r} holds vectors of "
                     f"{self.manifest.encoder.encoder_id!r}, not of {encoder.encoder_id!r} "
                     "these were made for; open a new writer with its encoder")
+            if passage_config(self.manifest) != split_as:
+                return None
             if self.kinds is not schema:  # another writer added a field since: check again
                 kinds = merged_schema(docs, self.kinds, self.manifest.allow_new_fields)
-            if passage_config(self.manifest) != split_as:  # the catch-up found a build that
-                # splits otherwise went live: rows as it splits them (rare: under the lock)
-                rows, spans = self._rows_of(docs)
-                matrix = self._vectors_for(rows, vectors)
             record = Record(self.last_seq + 1, "upsert", tuple(docs), matrix,
                             passages=tuple(spans), request=request,
                             encoder=self.manifest.encoder.encoder_id)
@@ -330,6 +362,7 @@ class IndexWriter:
 
     def delete_acked(self, ids: Iterable[str], *, request_id: str | None = None) -> Ack:
         """``delete``, returning the ``Ack``."""
+        self._raise_if_closed()
         checked = check_ids(ids)
         request = _request(request_id, _digest({"delete": checked}))
         with self._locked():
@@ -372,21 +405,42 @@ class IndexWriter:
         return tokenizer_dir(self._encoder, passage_config(self.manifest))
 
     def _append(self, record: Record) -> int:
+        """Append ``record``, fsync it and return its seq (acknowledged).
+
+        A write that fails before the whole record is in the file is truncated: readers stop
+        at a partial record, so none served it and its seq is free again. Once it is whole, a
+        reader may already serve it: a failed fsync (or ACKED update) then keeps the record
+        and its seq, which no later write reuses, and raises ``ArtifactError`` saying whether
+        it survives a crash is unknown. Truncating it instead had the next write take its
+        seq: a follower that read it in between served a write never acknowledged, then
+        skipped the acknowledged one under the same seq.
+        """
         data = encode_record(record)
         size = os.fstat(self._fd).st_size
         try:
             written = os.write(self._fd, data)
             if written != len(data):
                 raise OSError(f"short write: {written} of {len(data)} bytes")
-            os.fsync(self._fd)
         except OSError:
             os.ftruncate(self._fd, size)  # never leave a partial record behind a later one
             raise
         self._end = size + len(data)
-        write_acked(self._acked_fd, self._segment, self._end)
+        try:
+            os.fsync(self._fd)
+            write_acked(self._acked_fd, self._segment, self._end)
+        except OSError as error:
+            self._absorb([record])  # logged: its seq, fields and request id as any record's
+            raise ArtifactError(
+                f"seq {record.seq} was appended to {self._segment_path()} but could not be "
+                f"made durable ({error}): readers may serve it, whether it survives a crash "
+                "is unknown, and no later write reuses its seq (a retry under its request id "
+                "is answered with it); check the disk", self._segment_path()) from error
         self.last_seq = record.seq
         self._remember([record])
         return record.seq
+
+    def _segment_path(self) -> Path:
+        return wal_dir(self.root) / segment_name(self._segment)
 
     # -- vectors ---------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from retrieval.errors import (
     SequenceNotReachedError,
     UnknownFieldError,
     UnknownNamedFilterError,
+    WriterClosedError,
     WriterLockedError,
 )
 from retrieval.features.config import FeatureStoreConfig
@@ -157,5 +158,6 @@ __all__ = [
     "UnknownNamedFilterError",
     "UnsafeMemberError",
     "UnsupportedFilterError",
+    "WriterClosedError",
     "WriterLockedError",
 ]

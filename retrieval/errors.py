@@ -22,6 +22,7 @@ from indexes.errors import (
     RetrievalError,
     SchemaMismatchError,
     UnknownFieldError,
+    WriterClosedError,
     WriterLockedError,
 )
 
@@ -96,6 +97,7 @@ __all__ = [
     "SequenceNotReachedError",
     "UnknownFieldError",
     "UnknownNamedFilterError",
+    "WriterClosedError",
     "WriterLockedError",
     "closest",
 ]

@@ -7,19 +7,23 @@ import logging
 import os
 import random
 import signal
+import threading
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 from live_index import DIM, INFO, build_small, scifact_docs, unit_vectors
 
-from indexes import BuildConfig, Document, build_index
+from indexes import BuildConfig, Document, PassageConfig, build_index
 from indexes.errors import (
+    ArtifactError,
     CorpusError,
     InvalidWriteError,
     RequestReplayError,
     SchemaMismatchError,
+    WriterClosedError,
     WriterLockedError,
 )
 from indexes.manifest import read_manifest, resolve_build_dir
@@ -34,6 +38,7 @@ from indexes.wal.log import (
     segment_name,
     wal_dir,
 )
+from indexes.wal.split import split, token_counter
 from indexes.writer import IndexWriter
 from retrieval import Retriever, RetrieverConfig
 
@@ -549,3 +554,85 @@ def test_segments_retired_while_the_log_is_read_are_no_gap(root, monkeypatch):
     listed[1][1].unlink()  # retired after the listing; the first was already read
     monkeypatch.setattr(wal_log, "segments", lambda _root: listed)
     assert [r.seq for r in read_all(root)] == [1, 2, 3, 7, 8, 9]
+
+
+class HashEncoder:
+    """The index's test model (``INFO``) as an encoder: a text's vector from its checksum, so
+    a writer embeds new texts itself without a real model."""
+
+    encoder_id, model, dim = INFO.encoder_id, INFO.model, DIM
+
+    def encode(self, texts, *, batch_size=64, progress=False):
+        return np.stack([unit_vectors(1, zlib.crc32(t.encode()))[0] for t in texts])
+
+
+def test_an_upsert_embedded_by_the_writer_after_a_passage_build_went_live_is_split_as_it(
+        root, docs):
+    """The writer's last write was on the build of whole documents; a passage build went live
+    since. Its next upsert found that out under the root's lock and embedded the passages
+    there, through a lookup that takes the writer's thread lock, already held: it hung
+    forever, holding the root's lock, so every other writer and compaction was
+    WriterLockedError. Now it is split and embedded again outside the lock."""
+    writer = IndexWriter(root, encoder=HashEncoder())
+    writer.upsert([Document("n1", "a first text no build holds")])
+    config = PassageConfig(max_tokens=48, overlap_tokens=8)
+    build_index(docs[:100], root, encoder=HashEncoder(), progress=False, dense="exact",
+                config=BuildConfig(passages=config))
+    new = Document("n2", docs[110].text, docs[110].title)  # a text no build holds
+    upserted: dict[str, int] = {}
+    worker = threading.Thread(target=lambda: upserted.update(seq=writer.upsert([new])),
+                              daemon=True)  # a hung upsert must not hang the test run
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the upsert deadlocked"
+    writer.close()
+    rows, spans = split([new], token_counter(None), config)
+    assert len(rows) > 1
+    record = read_all(root)[-1]
+    assert record.seq == upserted["seq"] == 2 and record.passages == tuple(spans)
+    assert np.allclose(record.vectors, HashEncoder().encode([r.content for r in rows]))
+    with Retriever.load(root, {"cache": {"backend": "none"}, "live_lag_seconds": None}
+                        ) as retriever:
+        assert retriever.get_documents(["n2"])[0].text == new.text
+
+
+def test_a_failed_fsync_of_a_whole_record_keeps_it_and_its_seq(root, monkeypatch):
+    """The whole record was in the file when its fsync failed, and a follower read it then;
+    the writer truncated it and gave its seq to the next write: the follower served a write
+    never acknowledged and never applied the acknowledged one. Now the record stays, its seq
+    is not reused, and the error says its durability is unknown."""
+    live = {"cache": {"backend": "none"}, "live_lag_seconds": None}
+    with Retriever.load(root, live) as follower, IndexWriter(root) as writer:
+        writer.upsert([Document("ok1", "first acknowledged")], vectors=unit_vectors(1, 1))
+        real_fsync, failures = os.fsync, []
+
+        def fsync_failing_once(fd: int) -> None:
+            if not failures:
+                failures.append(fd)
+                follower.refresh()  # another process's follower polls right now
+                raise OSError(5, "Input/output error")
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync_failing_once)
+        with pytest.raises(ArtifactError, match="seq 2 was appended .* survives a crash is "
+                                                "unknown"):
+            writer.upsert([Document("unsure", "fsync failed")], vectors=unit_vectors(1, 2))
+        assert follower.get_documents(["unsure"])[0] is not None and writer.last_seq == 2
+        assert writer.upsert([Document("ok2", "second acknowledged")],
+                             vectors=unit_vectors(1, 3)) == 3
+        assert follower.refresh()
+        assert all(d is not None for d in follower.get_documents(["ok1", "unsure", "ok2"]))
+    assert [r.seq for r in read_all(root)] == [1, 2, 3]
+
+
+def test_a_write_after_close_is_a_typed_error(root):
+    """It was Python's ValueError "I/O operation on closed file"."""
+    writer = IndexWriter(root)
+    writer.close()
+    writer.close()  # twice is harmless
+    for write in (lambda: writer.upsert([Document("c1", "text")], vectors=unit_vectors(1, 1)),
+                  lambda: writer.delete(["c1"]), writer.caught_up, writer.rotate,
+                  writer.reopen):
+        with pytest.raises(WriterClosedError, match="writer of .* is closed"):
+            write()
+    assert read_all(root) == []
