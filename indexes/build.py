@@ -31,6 +31,7 @@ from indexes.long_documents import (
     window_report,
 )
 from indexes.manifest import (
+    BuildSettings,
     EncoderInfo,
     LiveWrites,
     LiveWritesInfo,
@@ -242,8 +243,9 @@ def build_index(
     collection's BM25 statistics, published by one flip (``indexes.sharding``); the same
     stages run for any S. ``dense``: each shard's dense leg, ``ivf`` (trained on the shard's
     vectors, sized and calibrated as a whole build's) or ``exact`` (the merged dense top rows
-    are then exactly the global ones). Raises ``ShardCountError`` for a shard count below 1 or
-    above the number of documents.
+    are then exactly the global ones); recorded with the config's ``postings``,
+    ``typo_tolerance`` and ``ann`` in the manifest, which compactions build with again.
+    Raises ``ShardCountError`` for a shard count below 1 or above the number of documents.
 
     With ``publish=False`` the written build is staged in ``builds/`` without flipping
     ``CURRENT``: the live build keeps serving until ``indexes.publish.publish_build`` (or the
@@ -331,6 +333,7 @@ def build_index(
         build_id = new_build_id()
         grid = widened_grid(vector_grid, matrix) \
             if vector_grid is not None and config.vector_dtype == "int8" else None
+        settings = recorded_settings(config, dense)
 
         def write(staging: Path) -> None:
             if ranges is not None:
@@ -340,14 +343,15 @@ def build_index(
                               grid=grid,
                               log_seq=log_seq, window=window, passages=passage_info,
                               allow_new_fields=config.allow_new_fields, live_writes=contract,
-                              export_seq=export_seq, exported_at=exported_at)
+                              export_seq=export_seq, exported_at=exported_at,
+                              settings=settings)
                 return
             write_components(staging, build_id, docs, bm25, metadata, matrix, hashes, info, config,
                              passage_map=passage_map, dense=beside, vector_bounds=grid,
                              log_seq=log_seq, window=window,
                              passages=passage_info, allow_new_fields=config.allow_new_fields,
                              live_writes=contract, export_seq=export_seq,
-                             exported_at=exported_at)
+                             exported_at=exported_at, settings=settings)
 
         final, retired = stage_and_place(root, build_id, write, publish)
         timer.lap("write+publish")
@@ -360,6 +364,14 @@ def build_index(
                            peak_rss_bytes=peak_rss_bytes())
     finally:
         unpin(own_pin)
+
+
+def recorded_settings(config: BuildConfig, dense: DenseLeg) -> BuildSettings:
+    """The settings the manifest records, that a compaction builds with again: a compaction
+    with defaults turned compact postings plain and added a typo dictionary, and read an exact
+    shard leg as asked when the shard's size had chosen it (``BuildSettings``)."""
+    return BuildSettings(postings=config.postings, typo_tolerance=config.typo_tolerance,
+                         ann=config.ann, dense=dense)
 
 
 def _stems_of(terms: dict[str, str]) -> Callable[[list[str]], list[str]]:

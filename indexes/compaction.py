@@ -13,18 +13,18 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from indexes.analyzer import AnalyzerConfig
-from indexes.ann import ANN_DIR
+from indexes.ann import ANN_DIR, default_nlist
 from indexes.bm25 import BM25Params
 from indexes.build import BuildConfig, build_index
 from indexes.docstore import DocStore, Document
 from indexes.errors import CorpusError, LiveBuildChangedError
 from indexes.going_live import go_live, retire_folded
-from indexes.manifest import read_manifest, resolve_build_dir
+from indexes.manifest import BuildSettings, Manifest, read_manifest, resolve_build_dir
 from indexes.passages import TokenCounter
 from indexes.sharding.layout import build_parts, is_sharded
 from indexes.storage import read_json
@@ -121,17 +121,20 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
             "every document is deleted, and a build needs at least one: nothing was folded. "
             "Searches find nothing meanwhile; the log keeps the deletes until a document is "
             "upserted, and the next compaction folds them")
+    settings = _settings(build, manifest)  # a fresh build with them chooses as this one
     config = BuildConfig(analyzer=AnalyzerConfig(**manifest.analyzer),
                          bm25=BM25Params(**manifest.bm25), passages=passages,
                          vector_dtype=manifest.encoder.vector_dtype,  # type: ignore[arg-type]
-                         allow_new_fields=manifest.allow_new_fields)
-    parts = build_parts(build)  # a sharded build compacts into as many shards, same legs
+                         allow_new_fields=manifest.allow_new_fields,
+                         postings=settings.postings, typo_tolerance=settings.typo_tolerance,
+                         ann=settings.ann)
+    parts = build_parts(build)  # a sharded build compacts into as many shards
     report = build_index(docs, root, vectors=vectors, encoder_info=manifest.encoder,
                          config=config, progress=progress, log_seq=folded,
                          export_seq=manifest.replay_from, exported_at=manifest.exported_at,
                          publish=False,
                          shards=_shard_count(build, len(parts), len(docs)),
-                         dense="exact" if all(_exact_leg(p) for p in parts) else "ivf",
+                         dense=settings.dense,
                          field_kinds=merged_kinds(manifest.metadata_fields, records),
                          vector_grid=grid)
     try:
@@ -181,7 +184,35 @@ def _vector_grid(build: Path) -> Bounds | None:
     return joined_bounds([g for g in grids if g is not None]) if grids[0] is not None else None
 
 
-def _exact_leg(build: Path) -> bool:
-    """Whether a build's dense leg is exact search (kept so by compaction)."""
-    meta = build / ANN_DIR / "ann.json"
-    return not meta.is_file() or read_json(meta)["kind"] == "exact"
+def _settings(build: Path, manifest: Manifest) -> BuildSettings:
+    """The settings the build recorded; a build that recorded none (written before they were,
+    or streamed: ``indexes.shard_build``) is read from its files."""
+    return manifest.settings or _settings_of_files(build)
+
+
+def _settings_of_files(build: Path) -> BuildSettings:
+    """The settings a build's files tell: its postings' format and typo dictionary, an HNSW
+    leg (or its exact fallback), and exact shard legs asked for. A leg exact by its size or by
+    a fallback tells nothing of what was asked: those read as the defaults (``ivf``), so a
+    grown root gets the leg a fresh build chooses."""
+    parts = build_parts(build)
+    metas = [part / ANN_DIR / "ann.json" for part in parts]
+    legs = [read_json(meta) for meta in metas if meta.is_file()]
+    keyword = parts[0] / "bm25"
+    return BuildSettings(
+        postings="compact" if (keyword / "compact.json").is_file() else "plain",
+        typo_tolerance=(keyword / "typos" / "keys.npy").is_file(),
+        ann="hnsw" if any(map(_hnsw_leg, legs)) else "ivf",
+        dense="exact" if is_sharded(build) and any(map(_asked_exact, legs)) else "ivf")
+
+
+def _hnsw_leg(meta: dict[str, Any]) -> bool:
+    """An HNSW leg, or the exact scan an HNSW graph fell back to (its calibration is keyed by
+    k; an IVF one is a list)."""
+    return meta["kind"] == "hnsw" or isinstance(meta.get("calibration"), dict)
+
+
+def _asked_exact(meta: dict[str, Any]) -> bool:
+    """An exact leg neither its size nor a fallback explains: exact search was asked for."""
+    return meta["kind"] == "exact" and "fallback" not in meta \
+        and default_nlist(int(meta["n_docs"])) > 0

@@ -85,6 +85,21 @@ class LiveWritesInfo(BaseModel):
                 "after the build started are applied on top of it")
 
 
+class BuildSettings(BaseModel):
+    """The build's choices its files do not always tell, kept by every compaction
+    (``indexes.compaction``), which rebuilds as a fresh build with them would: the postings'
+    format, the typo dictionary, the dense leg's index and the dense leg asked of each shard
+    (``BuildConfig`` and ``build_index(dense=)``: a shard below the IVF threshold, or whose
+    vectors do not cluster, gets exact search whatever was asked)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    postings: Literal["plain", "compact"] = "plain"
+    typo_tolerance: bool = True
+    ann: Literal["ivf", "hnsw"] = "ivf"
+    dense: Literal["ivf", "exact"] = "ivf"
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -116,6 +131,9 @@ class Manifest(BaseModel):
     # When that export was read (UTC, ISO 8601): two exports read with no write between them
     # share their export_seq, and only this tells the older (None: not recorded).
     exported_at: str | None = None
+    # The settings a compaction builds with (None: written before they were recorded, or by a
+    # streamed build: ``indexes.compaction`` reads them from the build's files).
+    settings: BuildSettings | None = None
 
     @property
     def replay_from(self) -> int:
