@@ -84,6 +84,15 @@ class CircuitBreaker:
                 self.opens += 1
             return tripped
 
+    def record_skip(self) -> None:
+        """An allowed caller did not reach the backend after all (the connect it waited for,
+        another caller's, did not come; that caller counts the failure): a short circuit. A
+        half-open probe hands its turn back (the cool-down is over: the next caller probes)."""
+        with self._lock:
+            self.short_circuits += 1
+            if self._state == "half_open":
+                self._state = "open"
+
     def stats(self) -> dict[str, object]:
         return {
             "breaker_state": self._state,
@@ -124,8 +133,9 @@ class BurstLogger:
         self._last_logged: float | None = None
         self._suppressed = 0
 
-    def error(self, exc: BaseException) -> None:
-        """Record one failure; log it unless a warning was emitted within the quiet period."""
+    def error(self, exc: BaseException, fallback: str | None = None) -> None:
+        """Record one failure; log it unless a warning was emitted within the quiet period.
+        ``fallback`` replaces the usual one for this failure (what was served instead)."""
         with self._lock:
             now = self._clock()
             self._in_burst = True
@@ -142,7 +152,7 @@ class BurstLogger:
             self._what,
             type(exc).__name__,
             exc,
-            self._fallback,
+            self._fallback if fallback is None else fallback,
             f" ({suppressed} more errors suppressed since the last warning)" if suppressed else "",
         )
 

@@ -8,14 +8,17 @@ Everything a request-path Redis user needs, written once:
   the worst case; the breaker and the next request are the retry), RESP2 without
   ``CLIENT SETINFO`` (a reconnect is a bare TCP/TLS handshake plus AUTH/SELECT), TLS files;
 * lazy client creation (construction works while Redis is down; ``RedisCluster`` would
-  otherwise contact the cluster in its constructor) and ``close``;
-* ``call``: the fail-open call behind a ``CircuitBreaker``. One WARNING per outage, when the
-  breaker opens, names the failure and, for a timeout, the setting to raise
-  (``cache.socket_timeout_ms``...): on a busy host a healthy Redis can answer late, and that
-  line is how an operator tells the two apart. Failures that do not open it are logged at INFO,
-  once per burst;
-* ``probe``: the load-time check that tells a wrong password or an untrusted certificate
-  (a ``ConfigError`` naming the redacted URL) from a server that is merely unreachable.
+  otherwise contact the cluster in its constructor; callers share one connect attempt) and
+  ``close``;
+* ``call``: the fail-open call behind a ``CircuitBreaker``, with a time budget for the whole
+  call (``socket_timeout_ms`` bounds each read, and a server can drip a reply read by read).
+  One WARNING per outage, when the breaker opens, names the failure and, for a timeout, the
+  setting to raise (``cache.socket_timeout_ms``...): on a busy host a healthy Redis can answer
+  late, and that line is how an operator tells the two apart. Failures that do not open it
+  are logged at INFO, once per burst;
+* ``probe``: the check that tells a wrong password or an untrusted certificate (a
+  ``ConfigError`` naming the redacted URL) from a server that is merely unreachable; its
+  answer never closes the breaker.
 
 The URL carries ``user:password@`` (AUTH, ACL users) and TLS (``rediss://``); query-string
 options in the URL (e.g. ``?ssl_cert_reqs=none``) are passed to redis-py and take precedence.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -147,6 +151,22 @@ def credential_problem(exc: BaseException) -> str | None:
 # 100 ms does not avoid either. Connects are rarer (after a timeout) and TLS adds round trips.
 DEFAULT_SOCKET_TIMEOUT_MS = 50.0
 DEFAULT_CONNECT_TIMEOUT_MS = 100.0
+# A call's budget: one connect and this many socket timeouts (a call is a few round trips at
+# most: a pipeline, a Cluster's MGET split per node), with room for a wait for the GIL on a
+# busy host, which must not count as a slow server. 600 ms with the defaults.
+CALL_BUDGET_READS = 10
+
+
+class ConnectWaitError(redis.ConnectionError):
+    """The client another caller was building, which this one waited for, did not come."""
+
+
+class SlowAnswerError(redis.TimeoutError):
+    """A call answered, but after its budget: counted as a timeout (see ``RedisLink.call``)."""
+
+    def __init__(self, elapsed_s: float, budget_s: float) -> None:
+        super().__init__(f"answered after {elapsed_s * 1000:.0f} ms, over the "
+                         f"{budget_s * 1000:.0f} ms a call may take")
 
 
 def timeout_setting(exc: BaseException) -> str | None:
@@ -162,6 +182,14 @@ def timeout_setting(exc: BaseException) -> str | None:
     if cause is not None or "Timeout reading" in text or "Timeout writing" in text:
         return "socket_timeout_ms"
     return None
+
+
+class Connect:
+    """One build of a link's client, shared by the callers that arrive while it runs."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.client: AnyRedis | None = None
 
 
 class LinkSettings(NamedTuple):
@@ -205,6 +233,7 @@ class RedisLink:
         if not (settings.socket_timeout_ms > 0 and settings.connect_timeout_ms > 0):
             raise error("socket_timeout_ms and connect_timeout_ms must be > 0")
         self.timeouts = (settings.socket_timeout_ms / 1000.0, settings.connect_timeout_ms / 1000.0)
+        self.call_budget_s = self.timeouts[1] + CALL_BUDGET_READS * self.timeouts[0]
         self.tls = settings.tls
         self.breaker = CircuitBreaker(settings.breaker_failures, settings.breaker_cooldown_seconds)
         self.settings = settings
@@ -215,20 +244,51 @@ class RedisLink:
                                 level=logging.INFO)
         self._logger = logger
         self._client: AnyRedis | None = None
+        self._connect: Connect | None = None  # the build under way, which others wait for
         self._lock = threading.Lock()
         self.closed = False
 
     def client(self) -> AnyRedis:
-        """The shared client, created on first use (raises ``ConnectionError`` once closed)."""
+        """The shared client, created on first use (raises ``ConnectionError`` once closed).
+
+        Building a ``RedisCluster`` contacts the cluster. Callers arriving meanwhile wait for
+        that one build (at most a call's budget) rather than queue for their own: against a
+        dead cluster each used to wait its turn and then fail again (32 callers, 1.7 s). When
+        it fails they raise ``ConnectWaitError``: one failed connect is one failure.
+        """
         client = self._client
         if client is not None:
             return client
         with self._lock:
             if self.closed:
                 raise redis.ConnectionError(f"{self.what} is closed")
-            if self._client is None:
-                self._client = make_client(self.url, self.cluster, *self.timeouts, self.tls)
-            return self._client
+            if self._client is not None:
+                return self._client
+            connect, mine = self._connect, self._connect is None
+            if connect is None:
+                connect = self._connect = Connect()
+        if mine:
+            return self._build(connect)
+        if connect.done.wait(self.call_budget_s) and connect.client is not None:
+            return connect.client
+        raise ConnectWaitError(f"{self.what}: the connect this call waited for failed or "
+                               "outlasted a call's budget")
+
+    def _build(self, connect: Connect) -> AnyRedis:
+        """Build the client for everyone waiting on ``connect``; a closed link keeps none."""
+        client: AnyRedis | None = None
+        try:
+            client = make_client(self.url, self.cluster, *self.timeouts, self.tls)
+        finally:
+            with self._lock:
+                self._connect = None  # failed or not, the next caller tries afresh
+                if client is not None and not self.closed:
+                    self._client = connect.client = client
+            connect.done.set()
+        if connect.client is None:  # closed while connecting: a closed link never reconnects
+            client.close()
+            raise redis.ConnectionError(f"{self.what} is closed")
+        return client
 
     def allow(self) -> bool:
         """May a call go out now (not closed, breaker not open)? True must be followed by
@@ -239,12 +299,13 @@ class RedisLink:
         self.breaker.record_success()
         self._log.success()
 
-    def failed(self, exc: BaseException) -> None:
+    def failed(self, exc: BaseException, fallback: str | None = None) -> None:
+        """Count a failure; ``fallback`` says what was served when it is not the usual."""
         if self.breaker.record_failure():  # closed -> open: the one WARNING of this outage
             self._logger.warning("%s", self.opened_message(exc))
             self._log.logged_elsewhere()
         else:
-            self._log.error(exc)
+            self._log.error(exc, fallback)
 
     def opened_message(self, exc: BaseException) -> str:
         """The breaker-open line: component, failure, how long it is skipped, what to raise."""
@@ -255,6 +316,8 @@ class RedisLink:
         else:
             ms = float(getattr(self.settings, setting))
             failure = f"{'connect ' * (setting == 'connect_timeout_ms')}timeout after {ms:.1f} ms"
+            if isinstance(exc, SlowAnswerError):  # its budget grows with socket_timeout_ms
+                failure = f"slow answer: {exc}"
             hint = (f"if Redis is healthy but the host is busy, raise {self.section}.{setting} "
                     f"(now {ms:.1f})")
         failures = self.breaker.failures_to_open
@@ -266,36 +329,60 @@ class RedisLink:
         """``fn(client)``, or ``on_failure(...)`` when the breaker is open or the call fails.
 
         Never raises for Redis trouble (timeouts, refused connections, protocol garbage);
-        ``BaseException`` (KeyboardInterrupt) still propagates, after closing a probe.
+        ``BaseException`` (KeyboardInterrupt) still propagates, after closing a probe. A call
+        whose wait for another's connect was in vain is short-circuited, uncounted.
+
+        ``call_budget_s`` bounds the whole call as the socket timeout bounds one read: a server
+        that drips its reply is waited on read after read. A call answered past its budget
+        counts as a timeout failure, so a server that stays that slow opens the breaker, but
+        its value is used: it is correct, and the wait is already paid.
         """
         if not self.allow():
             return on_failure("short_circuit")
         try:
-            value = fn(self.client())
+            client = self.client()
+            started = time.monotonic()
+            value = fn(client)
+        except ConnectWaitError:
+            self.breaker.record_skip()
+            return on_failure("short_circuit")
         except Exception as exc:
             self.failed(exc)
             return on_failure("error")
         except BaseException:
             self.breaker.record_failure()  # never leave a half-open probe dangling
             raise
-        self.succeeded()
+        elapsed = time.monotonic() - started
+        if elapsed > self.call_budget_s:
+            self.failed(SlowAnswerError(elapsed, self.call_budget_s),
+                        "its answer was used, counted as a timeout")
+        else:
+            self.succeeded()
         return value
 
     def probe(self) -> bool:
-        """PING once at load: True if answered, False if unreachable (logged once).
+        """PING once: True if answered, False if unreachable (a failure, logged once).
 
         A wrong password or an untrusted certificate is not an outage but a configuration
         mistake: it raises ``ConfigError`` naming the redacted URL.
+
+        An answer never closes the breaker nor clears its failures, and a breaker that is not
+        closed answers False without a PING: a Cluster's PING reaches its default node, not the
+        node holding the data, and ``FeatureStage`` probes every refresh period, so a PING
+        would end every cool-down early. Only a call (the half-open one) ends an outage.
         """
+        if self.breaker.state != "closed":
+            return False
         try:
             self.client().ping()
+        except ConnectWaitError:
+            return False  # another caller's connect did not come; it counts its own failure
         except Exception as exc:
             problem = credential_problem(exc)
             if problem is not None:
                 raise ConfigError(f"{self.what}: {problem}", "url") from exc
             self.failed(exc)
             return False
-        self.succeeded()
         return True
 
     def stats(self) -> dict[str, object]:
