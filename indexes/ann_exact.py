@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from indexes.topk import best_first
 from indexes.vectors import VectorStore
 
 TARGET_RECALL = 0.98  # recall@100 against exact search every ANN setting must reach
@@ -29,11 +30,7 @@ def exact_top(vectors: VectorStore, query: np.ndarray, k: int,
         scores = vectors.scores_all(query)  # no gathered copy of every row
     else:
         scores = vectors.scores(query, rows)
-    if scores.size > k:
-        keep = np.argpartition(-scores, k - 1)[:k]
-    else:
-        keep = np.arange(scores.size)
-    keep = keep[np.lexsort((rows[keep], -scores[keep]))]
+    keep = best_first(rows, scores, k)
     return rows[keep].astype(np.int64), scores[keep].astype(np.float32)
 
 
@@ -91,9 +88,8 @@ def exact_top_masked(vectors: VectorStore, query: np.ndarray, k: int, mask: np.n
     if allowed * SCORE_ALL_FROM_SHARE < mask.size or allowed <= k:
         return exact_top(vectors, query, k, np.flatnonzero(mask))
     scores = vectors.scores_all(query)
-    scores[~mask] = -np.inf
-    keep = np.argpartition(-scores, k - 1)[:k]
-    keep = keep[np.lexsort((keep, -scores[keep]))]
+    scores[~mask] = -np.inf  # more than k rows are allowed: none of these is kept
+    keep = best_first(np.arange(scores.size), scores, k)
     return keep.astype(np.int64), scores[keep].astype(np.float32)
 
 

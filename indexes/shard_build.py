@@ -47,12 +47,24 @@ import numpy as np
 from indexes import rebuild
 from indexes.analysis import analyze
 from indexes.bm25 import BM25Index, CollectionStatistics, doc_freqs_of
-from indexes.build import BuildConfig, BuildReport, check_documents, stage_and_place
+from indexes.build import (
+    BuildConfig,
+    BuildReport,
+    check_documents,
+    recorded_settings,
+    stage_and_place,
+)
 from indexes.build_write import DenseLeg, write_components, write_layout
 from indexes.cpu import peak_rss_bytes
 from indexes.docstore import Document
 from indexes.errors import CorpusError
-from indexes.manifest import MANIFEST, EncoderInfo, new_build_id, sha256_file
+from indexes.manifest import (
+    MANIFEST,
+    EncoderInfo,
+    check_new_root,
+    new_build_id,
+    sha256_file,
+)
 from indexes.metadata import (
     CollectionFields,
     FieldKind,
@@ -372,6 +384,7 @@ def build_streamed(
     if not sources:
         raise CorpusError("a streamed build needs at least one shard source")
     root = Path(root)
+    check_new_root(root)  # before the surveys (hours at scale), as build_index and Ray's
     laps: dict[str, float] = {}
     began = time.perf_counter()
     # The sources are the export: a write acknowledged from now on is applied on top of the
@@ -399,7 +412,7 @@ def build_streamed(
                          collection.statistics.avgdl, len(collection.vocab), info, config,
                          dict(collection.fields.kinds), log_seq=log_seq,
                          allow_new_fields=config.allow_new_fields, live_writes=contract,
-                         exported_at=exported_at)
+                         exported_at=exported_at, settings=recorded_settings(config, dense))
 
         final, retired = stage_and_place(root, build_id, write, publish)
         laps["shards+publish"] = round(time.perf_counter() - began - sum(laps.values()), 3)

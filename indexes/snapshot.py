@@ -54,7 +54,7 @@ from indexes.errors import (
     MissingArtifactError,
 )
 from indexes.history import HISTORY, live_build_id
-from indexes.manifest import CURRENT, Manifest, read_manifest, resolve_build_dir
+from indexes.manifest import CURRENT, MANIFEST, Manifest, read_manifest, resolve_build_dir
 from indexes.storage import fsync_path
 from indexes.wal.log import (
     LogCorruptionError,
@@ -269,24 +269,39 @@ def _add_blob(view: _View, name: str, data: bytes) -> None:
 
 
 def _open_build(build: Path, prefix: str, view: _View, stack: ExitStack) -> None:
-    """Open and hash every file of the build; the hashes must match its manifest's."""
+    """Open and hash every file of the build; the hashes must match its manifests'."""
+    files = _expected_files(build, view.manifest)
     for path in sorted(p for p in build.rglob("*") if p.is_file()):
         relative = path.relative_to(build).as_posix()
         handle = stack.enter_context(open(path, "rb"))
         member = hash_stream(handle)
         handle.seek(0)
-        expected = view.manifest.files.get(relative)
+        expected = files.get(relative)
         if expected is not None and expected != member.sha256:
             raise CorruptArtifactError(f"checksum mismatch in {path}: the live build is damaged "
                                        "and is not snapshotted; run `retrieval verify` and "
                                        "republish or restore it", path)
         view.handles[f"{prefix}/{relative}"] = handle
         view.members[f"{prefix}/{relative}"] = member
-    missing = sorted(set(view.manifest.files) - {n.removeprefix(prefix + "/")
-                                                  for n in view.handles})
+    missing = sorted(set(files) - {n.removeprefix(prefix + "/") for n in view.handles})
     if missing:
         raise MissingArtifactError(f"{build / missing[0]} is named by the manifest but absent; "
                                    "run `retrieval verify` and rebuild", build / missing[0])
+
+
+def _expected_files(build: Path, manifest: Manifest) -> dict[str, str]:
+    """sha256 by path under ``build`` of every file its manifest names and, for a sharded
+    build, every file each shard's manifest names: the top manifest names only shards.json
+    and the shard manifests, so a damaged shard file was snapshotted and refused at restore."""
+    files = dict(manifest.files)
+    for relative in manifest.files:
+        inner = build / relative
+        if inner.name != MANIFEST or inner.parent == build or not inner.is_file():
+            continue  # not a part's manifest, or absent: named missing by the caller
+        shard = inner.parent.relative_to(build).as_posix()
+        files.update({f"{shard}/{name}": sha for name, sha
+                      in _expected_files(inner.parent, read_manifest(inner.parent)).items()})
+    return files
 
 
 def hash_stream(source: IO[bytes], out: IO[bytes] | None = None) -> Member:

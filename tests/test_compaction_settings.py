@@ -97,14 +97,16 @@ def test_a_grown_root_compacts_to_the_dense_leg_a_fresh_build_chooses(tmp_path, 
     assert legs(tmp_path / "live") == legs(tmp_path / "fresh")
 
 
-def test_a_streamed_build_recording_no_settings_compacts_as_its_files_tell(tmp_path):
-    """A streamed build records no settings: its files tell them (compact postings, no typo
-    dictionary, exact legs where a shard's size would have given IVF lists)."""
+def test_a_streamed_build_records_its_settings_and_compaction_keeps_them(tmp_path):
+    """A streamed build records its settings as ``build_index`` does (it recorded none, and
+    exact legs asked of small shards turned IVF once the root grew)."""
     docs, vectors = documents(GROWN, "d", 0), clustered(GROWN, 0)
     half = GROWN // 2
     build_streamed([GivenRows(docs[:half], vectors[:half]), GivenRows(docs[half:], vectors[half:])],
                    tmp_path, encoder_info=INFO, dense="exact",
                    config=BuildConfig(postings="compact", typo_tolerance=False))
+    assert read_manifest(resolve_build_dir(tmp_path)).settings == BuildSettings(
+        postings="compact", typo_tolerance=False, dense="exact")
     grow_and_compact(tmp_path, 1)
     assert keyword_files(tmp_path) == [(True, False)] * 2
     assert legs(tmp_path) == ["exact", "exact"]

@@ -265,6 +265,54 @@ def test_the_full_exact_scan_equals_the_gathered_one():
             assert np.allclose(got_scores, want_scores, atol=1e-5)
 
 
+def tied_matrix(n: int = 300) -> tuple[np.ndarray, np.ndarray]:
+    """(query e0, rows scoring 1 (every 10th), 0.6 (duplicates, every 3rd) or 0 (the rest))."""
+    matrix = np.zeros((n, 8), dtype=np.float32)
+    matrix[:, 7] = 1.0
+    matrix[np.arange(n) % 3 == 1] = [0.6, 0.8, 0, 0, 0, 0, 0, 0]
+    matrix[np.arange(n) % 10 == 0] = np.eye(8, dtype=np.float32)[0]
+    return np.eye(8, dtype=np.float32)[0], matrix
+
+
+def test_rows_tied_at_the_kth_score_are_the_lowest_ones():
+    """The exact leg kept an arbitrary few of the rows tied at the k-th score (argpartition),
+    though ties go to the lower row: a sharded build, whose merge keeps the lowest rows,
+    returned other duplicate documents than the whole build."""
+    from indexes.vectors import VectorStore
+    from retrieval.sharding.whole import merged_top
+
+    query, matrix = tied_matrix()
+    n, k = matrix.shape[0], 50  # 30 rows score 1, 20 of the 100 scoring 0.6 are kept
+    for dtype in ("float32", "int8"):
+        store = VectorStore.build(matrix, dtype)
+        scores = store.scores_all(query)
+        for mask in (None, np.arange(n) % 2 == 0, np.arange(n) % 5 == 1):
+            allowed = np.arange(n) if mask is None else np.flatnonzero(mask)
+            want = allowed[np.lexsort((allowed, -scores[allowed]))][:k]  # the naive order
+            got, _ = exact_top(store, query, k) if mask is None else exact_top_masked(
+                store, query, k, mask)
+            assert got.tolist() == want.tolist(), (dtype, mask is None)
+            parts = [(a, exact_top(VectorStore.build(matrix[a:b], dtype), query, k,
+                                   None if mask is None else np.flatnonzero(mask[a:b])))
+                     for a, b in ((0, 97), (97, 210), (210, n))]
+            merged, _ = merged_top([part for _, part in parts],
+                                   np.array([a for a, _ in parts]), k)
+            assert merged.tolist() == want.tolist()
+
+
+def test_the_best_of_scores_with_nan_rank_nan_last():
+    """A NaN score ranks below every number; it fills the best n only when too few numbers
+    are left."""
+    from indexes.topk import best_first
+
+    scores = np.array([np.nan, 0.5, np.nan, 0.9, 0.5], dtype=np.float32)
+    rows = np.arange(5)
+    assert best_first(rows, scores, 2).tolist() == [3, 1]
+    assert best_first(rows, scores, 4).tolist() == [3, 1, 4, 0]
+    assert best_first(rows, scores, 9).tolist() == [3, 1, 4, 0, 2]
+    assert best_first(rows, scores, 0).tolist() == []
+
+
 def test_exact_neighbours_of_no_neighbours_and_of_nan_scores():
     """k = 0 gives no rows; a NaN score never enters a query's best k."""
     from indexes.ann_train import exact_neighbours

@@ -168,6 +168,24 @@ def test_a_document_id_in_two_shards_is_refused_naming_it(corpus, tmp_path):
     assert not (tmp_path / "CURRENT").exists()
 
 
+def test_a_build_directory_its_builds_or_a_file_is_refused_as_the_root(corpus, tmp_path):
+    """build_streamed skipped the root check build_index makes: a live build directory took a
+    root nested in it (its files changed under it), and a file was a raw FileExistsError."""
+    documents, vectors = corpus
+    root = tmp_path / "root"
+    build_index(documents[:40], root, vectors=vectors[:40], encoder_info=INFO, progress=False,
+                dense="exact")
+    build = resolve_build_dir(root)
+    before = sorted(p.relative_to(build) for p in build.rglob("*"))
+    (tmp_path / "a_file").write_text("not a directory")
+    for target, why in ((build, "is a build directory"), (root / "builds", "is the builds"),
+                        (tmp_path / "a_file", "is a file")):
+        with pytest.raises(CorpusError, match=why):
+            build_streamed(sources(documents[40:80], vectors[40:80], 2), target,
+                           encoder_info=INFO, dense="exact")
+    assert sorted(p.relative_to(build) for p in build.rglob("*")) == before
+
+
 def test_a_field_of_numbers_in_one_shard_and_words_in_another_is_refused(corpus, tmp_path):
     documents, vectors = corpus
     documents = [Document(d.id, d.text, d.title,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from indexes.ann import ExactDense
+from indexes.bm25 import Corrected
 from indexes.build import build_index
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
@@ -120,6 +121,21 @@ def test_the_parts_of_a_fan_out_fan_out_no_further():
         assert not fans_out() and each_part([fans_out] * 2, parallel=True) == [False, False]
     finally:
         search_alone(True)
+
+
+def test_the_ray_layout_reuses_fetched_scores_only_for_the_same_weighted_terms():
+    """Explain asks each term's BM25 scores unweighted and weighs them itself; the Ray layout
+    took "alpha" for the fetched ``Corrected("alpha", 0.7)`` (equal as strings) and answered
+    the weighted scores: a one-word corrected query's explanation was weighed twice."""
+    pytest.importorskip("ray")
+    from retrieval.sharding.ray_parts import same_terms
+
+    corrected = Corrected("alpha", 0.7)
+    assert not same_terms(["alpha"], [corrected])
+    assert not same_terms([Corrected("alpha", 0.5)], [corrected])
+    assert same_terms([Corrected("alpha", 0.7)], [corrected])
+    assert same_terms(["alpha", "beta"], ["alpha", "beta"])
+    assert not same_terms(["alpha"], ["alpha", "beta"])
 
 
 def test_union_policy_and_minmax_fusion_also_equal(scifact_shards, encoder):

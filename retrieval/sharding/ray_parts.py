@@ -209,9 +209,18 @@ class RemoteBM25(BM25Index):
         fetched = self.parts.fetched
         known = fetched.bm25  # whole-query scores: no answer for a subset of the tokens
         wanted = np.asarray(rows, np.int64).tolist()
-        if list(tokens) == fetched.tokens and all(r in known for r in wanted):
+        if same_terms(tokens, fetched.tokens) and all(r in known for r in wanted):
             return np.array([known[r] for r in wanted], dtype=np.float64)
         return self.parts.per_owner("score_rows", rows, np.float64, list(tokens))
+
+
+def same_terms(asked: Sequence[str], fetched: Sequence[str]) -> bool:
+    """Whether ``asked`` are the terms whose scores were fetched, typo weights included: a
+    ``Corrected("alpha", 0.7)`` equals the string "alpha", but scores 0.7 times it, and
+    explain (asking for "alpha" to weigh it itself) weighed a one-word corrected query twice."""
+    def weighed(terms: Sequence[str]) -> list[tuple[str, float]]:
+        return [(str(t), getattr(t, "weight", 1.0)) for t in terms]
+    return weighed(asked) == weighed(fetched)
 
 
 class RemoteVectors(VectorStore):

@@ -38,6 +38,7 @@ from indexes.metadata import MetadataIndex
 from indexes.passages import PassageMap
 from indexes.sharding import read_layout
 from indexes.sharding.layout import SHARDS_FILE, joined_passages
+from indexes.topk import best_first
 from indexes.vectors import VectorStore
 from indexes.warmup import warm_bm25
 from retrieval.loaded_build import LoadedBuild
@@ -105,24 +106,6 @@ class MaskSlices:
             views = [mask[a:b] for a, b in self._ranges]
             self._memo.put(mask, views)
         return views
-
-
-def best_first(rows: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    """Positions of the ``n`` best scores, best first, ties to the lower row.
-
-    A partition finds the n-th best score; only the rows at or above it are sorted.
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    if n <= 0:
-        return np.empty(0, dtype=np.int64)
-    picked = np.arange(scores.size)
-    if scores.size > n:
-        cut = np.partition(scores, scores.size - n)[scores.size - n]
-        above = np.flatnonzero(scores > cut)
-        tied = np.flatnonzero(scores == cut)  # of rows tied at the cut, the lowest are kept
-        tied = tied[np.argsort(rows[tied], kind="stable")][:n - above.size]
-        picked = np.concatenate([above, tied])
-    return picked[np.lexsort((rows[picked], -scores[picked]))]
 
 
 def merged_top(answers: Sequence[tuple[np.ndarray, np.ndarray]], starts: np.ndarray, n: int
