@@ -1,11 +1,20 @@
 """Restoring a snapshot (``indexes.snapshot``) into a new index root: nothing is left at the
 root until every member is checked against ``SNAPSHOT.json`` and the restored root passes
-what ``retrieval verify`` runs (see ``indexes.snapshot`` for the format)."""
+what ``retrieval verify`` runs (see ``indexes.snapshot`` for the format).
+
+A restored root keeps its source's build id and numbers its writes on from the source's seqs:
+``<build>+<seq>`` would name two diverging states alike once each takes writes (a staging
+copy and its production source sharing one result cache served each other's results). Each
+restore therefore gives the root's log a new identity, ``wal/LOG_ID`` (``log_id``), which
+the live view's id carries (``retrieval.live.view``). Snapshots never hold it (they hold only
+the log's segments under ``wal/``), so a restore of a restored root gets a new one too.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import tarfile
@@ -15,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import ValidationError
 
 from indexes.errors import (
+    CorruptArtifactError,
     FormatVersionError,
     MissingArtifactError,
 )
@@ -39,6 +49,26 @@ from indexes.wal.log import (
     wal_dir,
     write_acked,
 )
+
+LOG_ID = "LOG_ID"  # under wal/: the identity a restore gave the root's log
+_LOG_ID_TEXT = re.compile(r"[0-9a-f]{16}")
+
+
+def log_id(root: Path) -> str:
+    """The identity a restore gave ``root``'s log (``wal/LOG_ID``); "" for a root never
+    restored (its log is the original one). Written before the restored root exists, never
+    by a reader: every process serving the root reads the same one."""
+    path = wal_dir(root) / LOG_ID
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except FileNotFoundError:
+        return ""
+    if not _LOG_ID_TEXT.fullmatch(text):  # read as "": would share the source's names
+        raise CorruptArtifactError(
+            f"{path} holds {text[:40]!r}, not a log id (16 hex digits): it tells this restored "
+            "root's writes apart from its source's in cache keys; write a new random one "
+            "(e.g. `python -c 'import secrets; print(secrets.token_hex(8))'`)", path)
+    return text
 
 
 def restore_snapshot(file: str | Path, root: str | Path) -> RestoreReport:
@@ -186,9 +216,12 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, staging: Path,
 
 
 def _finish(staging: Path, info: SnapshotInfo) -> None:
-    """``CURRENT`` naming the build, and ``wal/ACKED`` at the end of the newest segment
-    (made durable with the rest of the root by ``sync_tree``)."""
+    """``CURRENT`` naming the build, a new ``wal/LOG_ID`` (also without a log yet: the writes
+    to come must not share the source's names), and ``wal/ACKED`` at the end of the newest
+    segment (made durable with the rest of the root by ``sync_tree``)."""
     (staging / CURRENT).write_text(f"{info.build_id}\n", encoding="utf-8")
+    wal_dir(staging).mkdir(exist_ok=True)
+    (wal_dir(staging) / LOG_ID).write_text(f"{secrets.token_hex(8)}\n", encoding="ascii")
     listed = segments(staging)
     if not listed:
         return

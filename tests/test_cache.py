@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 import uuid
@@ -38,6 +39,7 @@ from retrieval.cache import (
     normalize_query,
     result_key,
 )
+from retrieval.cache.codec import HEADER
 from retrieval.cache.memory import entry_size
 from retrieval.errors import ConfigError
 
@@ -114,7 +116,7 @@ def test_cache_contract(cache: Cache) -> None:
         f"{ns}:f1": b"\x00garbage",
         f"{ns}:f2": v_emb[:-3],  # truncated
         f"{ns}:f3": encode_embedding(np.ones(DIM + 1)),  # wrong dim
-        f"{ns}:f4": v_emb[:12] + np.full(DIM, np.nan, dtype="<f4").tobytes(),  # NaN
+        f"{ns}:f4": v_emb[:HEADER.size] + np.full(DIM, np.nan, dtype="<f4").tobytes(),  # NaN
         f"{ns}:f5": b"[1, 2]",  # JSON, not an object
         f"{ns}:f6": b"\xff\xfe{}",  # not UTF-8
         f"{ns}:f7": b'{"score": NaN}',  # not standard JSON
@@ -482,8 +484,26 @@ def test_keys_share_a_slot_and_hide_user_text(text: str) -> None:
 @settings(max_examples=300, deadline=None)
 @given(blob=st.binary(max_size=64))
 def test_decoders_never_raise(blob: bytes) -> None:
-    assert decode_embedding(blob, 4) is None or len(blob) == 12 + 16
+    assert decode_embedding(blob, 4) is None or len(blob) == HEADER.size + 16
     decode_json(blob)
+
+
+def test_every_single_bit_flip_of_an_embedding_is_a_miss() -> None:
+    """Any float32 bits but NaN and infinity decoded as a vector: each single-bit flip of a
+    cached embedding's payload was a hit (one turned a component of 0.006 into 2e36 and
+    re-ranked the search). The checksum makes every flip a miss, header included; values of
+    the version before it (no checksum) are misses too."""
+    vector = np.random.default_rng(0).normal(size=384).astype(np.float32)
+    vector /= np.linalg.norm(vector)
+    blob = encode_embedding(vector)
+    got = decode_embedding(blob, 384)
+    assert got is not None and np.array_equal(got, vector)
+    for bit in range(8 * len(blob)):
+        damaged = bytearray(blob)
+        damaged[bit // 8] ^= 1 << (bit % 8)
+        assert decode_embedding(bytes(damaged), 384) is None, f"bit {bit} flipped"
+    unchecked = struct.pack("<4sBBHI", b"RQEM", 1, 1, 0, 384) + vector.tobytes()
+    assert decode_embedding(unchecked, 384) is None
 
 
 def test_config_validation_and_factory() -> None:

@@ -13,6 +13,9 @@ from redis_servers import RedisProcess
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
 from indexes.docstore import Document
+from indexes.restore import log_id, restore_snapshot
+from indexes.snapshot import take_snapshot
+from indexes.writer import IndexWriter
 from retrieval import Retriever
 
 QUERIES = ["cell differentiation in tissue", "cancer risk and diet", "protein signalling pathway",
@@ -123,6 +126,41 @@ def test_result_cached_before_a_rebuild_is_not_served_after(small_docs, encoder,
     after = new.search(QUERIES[1], k=5)
     assert after.cache.result == "miss" and after.build_id == new.build_id != before.build_id
     assert target not in [h.doc_id for h in after.hits]
+
+
+def test_a_restored_root_and_its_source_never_share_results(small_docs, encoder, redis_server,
+                                                           tmp_path, build_subset):
+    """A restored root keeps its source's build id and numbers its writes on from the same
+    seqs: after one write each, both served build ``<build>+1``, and sharing one Redis the
+    restored root was served its source's cached result, a document it does not hold first.
+    Each restore now gives the root's log an id of its own, which the served build id (and so
+    every result key) carries; two retrievers of one root still share their entries."""
+    build_subset(small_docs[:100], tmp_path / "prod")
+    take_snapshot(tmp_path / "prod", tmp_path / "snap.tar")
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "staging")
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "staging-2")
+    assert log_id(tmp_path / "prod") == ""
+    assert "" != log_id(tmp_path / "staging") != log_id(tmp_path / "staging-2") != ""
+    query = "zeppelin mooring mast for the airship fleet"
+    for name in ("prod", "staging"):
+        with IndexWriter(tmp_path / name, encoder) as writer:
+            writer.upsert([Document(f"{name}-only", f"{query} of {name}")])
+    config = {"cache": {"backend": "redis", "url": redis_server.url, "namespace": "restored",
+                        "socket_timeout_ms": 500, "connect_timeout_ms": 500},
+              "live_lag_seconds": None}
+    with Retriever.load(tmp_path / "prod", config, encoder=encoder) as prod:
+        source = prod.search(query, k=3)
+        prod.flush_cache_writes()
+    assert source.hits[0].doc_id == "prod-only"
+    with Retriever.load(tmp_path / "staging", config, encoder=encoder) as staging:
+        restored = staging.search(query, k=3)
+        staging.flush_cache_writes()
+    assert restored.cache.result == "miss" and restored.build_id != source.build_id
+    assert restored.hits[0].doc_id == "staging-only"
+    assert "prod-only" not in [h.doc_id for h in restored.hits]
+    with Retriever.load(tmp_path / "staging", config, encoder=encoder) as another_worker:
+        again = another_worker.search(query, k=3)
+    assert again.cache.result == "hit" and _ids(again) == _ids(restored)
 
 
 def test_redis_stopped_mid_run_fails_open_and_recovers(root, encoder):

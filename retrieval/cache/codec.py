@@ -3,20 +3,25 @@
 Embedding layout (little-endian)::
 
     offset 0  4s  magic b"RQEM"
-    offset 4  B   format version (1)
+    offset 4  B   format version (2)
     offset 5  B   dtype code (1 = float32)
     offset 6  H   reserved, 0
     offset 8  I   dim (uint32)
-    offset 12     dim * 4 bytes of float32
+    offset 12 I   crc32 of bytes 0-11 and the vector's bytes
+    offset 16     dim * 4 bytes of float32
 
 Decoders treat anything foreign, truncated, corrupt or of the wrong shape as a miss (None):
-a shared Redis may hold values written by other versions or other programs.
+a shared Redis may hold values written by other versions or other programs. The checksum
+catches damaged bytes, which nothing else would: any float32 pattern but NaN and infinity is
+a vector, and one flipped bit of version 1 (no checksum) decoded as a hit that re-ranked the
+search. Version 1 values read as misses.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import zlib
 from typing import Any
 
 import numpy as np
@@ -24,9 +29,10 @@ import numpy as np
 from retrieval.cache.base import CacheError
 
 MAGIC = b"RQEM"
-VERSION = 1
+VERSION = 2
 DTYPE_FLOAT32 = 1
-HEADER = struct.Struct("<4sBBHI")
+FIELDS = struct.Struct("<4sBBHI")  # what the checksum covers, with the vector
+HEADER = struct.Struct("<4sBBHII")  # the fields, then the crc32
 _FLOAT32_LE = np.dtype("<f4")
 
 
@@ -41,8 +47,9 @@ def encode_embedding(vector: Any) -> bytes:
         raise CacheValueError(f"embedding must be a non-empty 1-D vector, got shape {array.shape}")
     if not np.isfinite(array).all():
         raise CacheValueError("embedding contains NaN or infinity; refusing to cache it")
-    header = HEADER.pack(MAGIC, VERSION, DTYPE_FLOAT32, 0, array.size)
-    return header + np.ascontiguousarray(array).tobytes()
+    fields = FIELDS.pack(MAGIC, VERSION, DTYPE_FLOAT32, 0, array.size)
+    body = np.ascontiguousarray(array).tobytes()
+    return fields + struct.pack("<I", zlib.crc32(body, zlib.crc32(fields))) + body
 
 
 def decode_embedding(blob: Any, expected_dim: int) -> np.ndarray | None:
@@ -59,12 +66,15 @@ def _decode_embedding(blob: Any, expected_dim: int) -> np.ndarray | None:
     data = bytes(blob)
     if len(data) < HEADER.size:
         return None
-    magic, version, dtype, reserved, dim = HEADER.unpack_from(data)
+    magic, version, dtype, reserved, dim, crc = HEADER.unpack_from(data)
     if (magic, version, dtype, reserved) != (MAGIC, VERSION, DTYPE_FLOAT32, 0):
         return None
     if dim < 1 or dim != expected_dim or len(data) != HEADER.size + 4 * dim:
         return None
-    vector = np.frombuffer(data, dtype=_FLOAT32_LE, offset=HEADER.size).astype(np.float32)
+    body = data[HEADER.size:]
+    if zlib.crc32(body, zlib.crc32(data[:FIELDS.size])) != crc:
+        return None
+    vector = np.frombuffer(body, dtype=_FLOAT32_LE).astype(np.float32)
     if not np.isfinite(vector).all():
         return None
     return vector

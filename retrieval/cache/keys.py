@@ -2,8 +2,8 @@
 
 Layout::
 
-    <namespace>:v3:emb:{<tag>}:<digest of encoder_id + text>
-    <namespace>:v3:res:{<tag>}:<digest of build, snapshot, config, text, filters, k>
+    <namespace>:v4:emb:{<tag>}:<digest of encoder_id + text>
+    <namespace>:v4:res:{<tag>}:<digest of build, snapshot, config, text, filters, k>
 
 ``<tag>`` is a short hash of the normalized query text inside a Redis Cluster hash tag, so the
 embedding key and the result key of one request live in the same hash slot and a single
@@ -21,7 +21,10 @@ from typing import Any
 
 from retrieval.cache.base import CacheConfigError
 
-KEY_VERSION = "v3"  # bump when key layout or value encodings change: old entries just miss
+# Bump when key layout or value encodings change: old entries just miss, and workers of two
+# versions side by side (a rolling deploy) never overwrite each other's values.
+# v4: embeddings carry a crc32 (codec version 2).
+KEY_VERSION = "v4"
 NAMESPACE_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}$")
 _TAG_BYTES = 8  # 64-bit tag: only for slot placement, the digest carries the identity
 _DIGEST_BYTES = 16

@@ -3,18 +3,23 @@ present both as one collection (``parts``), so the one request pipeline runs ove
 
 Its ``build_id`` is ``<base build id>+<last applied seq>``: every cache key and every
 per-build memo (filter masks, feature ids) therefore changes with each applied batch, and a
-cached result never hides a write.
+cached result never hides a write. In a restored root it is ``<base build id>+<log id>+<last
+applied seq>`` (``indexes.restore.log_id``): the restored root and its source hold the same
+build and number their own writes alike, and two roots sharing one cache must never serve
+each other's results.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from indexes.bm25 import BM25Params
 from indexes.doc_ids import LiveIds
 from indexes.docstore import Document
+from indexes.restore import log_id
 from indexes.sharding.layout import build_parts
 from indexes.storage import load_array
 from indexes.typos import LiveTypos, TypoIndex
@@ -83,7 +88,7 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, kinds: dict[s
     n_live = int(alive.sum()) + len(docs)
     passages = live_passages(base, alive, changes)
     manifest = base.manifest.model_copy(update={
-        "build_id": f"{base.build_id}+{changes.last_seq}", "n_docs": n_live,
+        "build_id": view_id(base, changes.last_seq), "n_docs": n_live,
         **({"passages": passages[1]} if passages is not None else {})})
     bm25, folded = live_bm25(terms, alive, memo.of(base, docs), BM25Params(**base.manifest.bm25))
     typos = base.bm25.typos
@@ -102,6 +107,19 @@ def compose(base: LoadedBuild, terms: BaseTerms, changes: Changes, kinds: dict[s
         passages=passages[0] if passages is not None else None, base=base,
     )
     return snapshot, Folded(folded, hashes)
+
+
+def view_id(base: LoadedBuild, last_seq: int) -> str:
+    """The id of ``base`` with the log applied up to ``last_seq``, the restored root's log id
+    between them where it has one. Read at each compose (one small file), never cached by
+    path: a root removed and restored at the same path has a new one."""
+    logged = log_id(root_of(base))
+    return f"{base.build_id}+{logged}+{last_seq}" if logged else f"{base.build_id}+{last_seq}"
+
+
+def root_of(base: LoadedBuild) -> Path:
+    """The index root whose log is applied on ``base`` (``<root>/builds/<build id>``)."""
+    return base.path.parent.parent
 
 
 def content_hashes_of(build: LoadedBuild) -> np.ndarray:
