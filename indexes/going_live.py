@@ -41,7 +41,7 @@ from indexes.history import (
 )
 from indexes.manifest import Manifest, read_manifest
 from indexes.wal.checks import check_fields_fit, check_records_fit
-from indexes.wal.log import holds_after, read_all, segments
+from indexes.wal.log import Record, holds_after, read_all, segments
 from indexes.wal.seal import appends_paused, pinned, retire
 from indexes.wal.state import Changes
 
@@ -139,10 +139,11 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
 
 def check_writes_fit(root: Path, build_id: str) -> None:
     """Refuse a build the log's writes after its ``log_seq`` cannot be applied to: upserts
-    logged whole for a passage build or the reverse, of another vector width, or with
-    metadata its field kinds refuse (acknowledged while a build with the other setting ran,
-    by a writer of the live build). Served, every reader would refuse it; refused here, the
-    live build serves on."""
+    logged whole for a passage build or the reverse, of another vector width, with metadata
+    its field kinds refuse, or split into passages otherwise than it splits them
+    (acknowledged while a build with the other setting ran, by a writer of the live build).
+    Served, every reader (or every compaction) would refuse it; refused here, the live build
+    serves on."""
     manifest = read_manifest(root / "builds" / build_id)
     records = read_all(root, after=manifest.log_seq)
     try:
@@ -151,6 +152,68 @@ def check_writes_fit(root: Path, build_id: str) -> None:
         check_fields_fit(manifest, changes)
     except InvalidWriteError as exc:
         raise PublishError(f"{exc}. Build {build_id!r} stays placed, not live") from exc
+    check_passages_fit(root, manifest, records)
+
+
+def check_passages_fit(root: Path, manifest: Manifest, records: list[Record]) -> None:
+    """Refuse a passage build whose passage settings differ from the live build's while
+    upserts split for the live build are pending on it: served, they read fine, but no
+    compaction could ever fold them (it splits the live corpus again with the new build's
+    settings and finds no vector for the old cuts).
+
+    A writer splits with the build live when it appends, and every flip checks the writes
+    pending on the build going live, so each write after the live build's corpus export
+    (``replay_from``) was split with the live build's settings. Older pending writes (a
+    rollback past a rebuild) were split for a build gone since: not judged here."""
+    live = live_build_id(root)
+    if live is None or manifest.passages is None:
+        return
+    try:
+        serving = read_manifest(root / "builds" / live)
+    except ArtifactError:  # deleted since: nothing to compare with
+        return
+    if serving.passages is None or same_split(manifest, serving):
+        return  # whole documents for a passage build: ``check_fit`` refused them already
+    split_live = _split_after(records, max(manifest.log_seq, serving.replay_from))
+    if split_live:
+        raise PublishError(
+            f"the log holds pending upserts of {len(split_live)} documents (first "
+            f"{split_live[0]!r}) split into {_cuts(serving)}, as the live build {live!r} "
+            f"splits them, and build {manifest.build_id!r} cuts {_cuts(manifest)}: served "
+            f"on it, no compaction could fold them. Build {manifest.build_id!r} stays "
+            "placed, not live. Pause the writes, build again with the new passage settings "
+            "from an export that holds them (or with live_writes=\"replayed\", `retrieval "
+            "build --live-writes replayed`), and publish it before the writes resume")
+
+
+def same_split(one: Manifest, other: Manifest) -> bool:
+    """Whether two passage builds cut passages alike. A tokenizer recorded by one only may
+    be the one the other cut with (compaction records the writer's): taken as alike."""
+    a, b = one.passages, other.passages
+    assert a is not None and b is not None
+    if (a.max_tokens, a.overlap_tokens) != (b.max_tokens, b.overlap_tokens):
+        return False
+    return a.tokenizer is None or b.tokenizer is None or \
+        Path(a.tokenizer).resolve() == Path(b.tokenizer).resolve()
+
+
+def _split_after(records: list[Record], after: int) -> list[str]:
+    """Ids whose latest pending version is a passage upsert logged after seq ``after``."""
+    logged: dict[str, int] = {}
+    for record in records:
+        for doc_id in record.ids:  # deleted: nothing left to fold
+            logged.pop(doc_id, None)
+        for doc in record.documents:
+            logged[doc.id] = record.seq if record.passages else 0
+    return [doc_id for doc_id, seq in logged.items() if seq > after]
+
+
+def _cuts(manifest: Manifest) -> str:
+    info = manifest.passages
+    assert info is not None
+    tokenizer = f", tokenizer {info.tokenizer}" if info.tokenizer else ""
+    return (f"passages of at most {info.max_tokens} tokens (overlap {info.overlap_tokens}"
+            f"{tokenizer})")
 
 
 def _retire_unneeded(root: Path) -> int:

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from indexes.docstore import Document
 from indexes.errors import CorpusError, LogGapError
 from indexes.manifest import LiveWrites, LiveWritesInfo, current_build_dir, read_manifest
-from indexes.wal.log import read_all
+from indexes.wal.log import Record, read_all
 from indexes.wal.seal import pin, seal
 from indexes.wal.state import Changes
 
@@ -57,24 +57,38 @@ def start(root: Path, policy: LiveWrites) -> Sealed:
         return Sealed(live_seq, None, Changes(last_seq=live_seq), now, pinned)
     sealed = max(sealed, live_seq)
     records = [r for r in read_all(root, after=after) if r.seq <= sealed]
-    if after < live_seq and (not records or records[0].seq != after + 1):
+    missing = first_missing(records, after, sealed)
+    if missing is not None:
         if policy == "superseded":  # nothing to replay: the writes the log holds are reported
-            after = live_seq
-            records = [r for r in records if r.seq > live_seq]
+            after = max(after, live_seq)
+            records = [r for r in records if r.seq > after]
         else:
-            raise _folded_gone(after, records[0].seq if records else sealed + 1)
+            raise _folded_gone(after, missing)
     changes = Changes.of(records, after=after)
     info = LiveWritesInfo(policy=policy, sealed_seq=sealed, records=len(records),
                           upserted=len(changes.upserts), deleted=len(changes.deleted))
     return Sealed(sealed, info, changes, now, pin(root, sealed))
 
 
-def _folded_gone(after: int, first: int) -> LogGapError:
+def first_missing(records: list[Record], after: int, sealed: int) -> int | None:
+    """The first seq in ``after + 1 .. sealed`` that ``records`` lack; None when they hold
+    every one. Checked through to the end, not only the first: a compaction published while
+    the log was read retires segments, and a replay missing one brought back what it deleted."""
+    expected = after + 1
+    for record in records:
+        if record.seq != expected:
+            return expected
+        expected += 1
+    return expected if expected <= sealed else None
+
+
+def _folded_gone(after: int, missing: int) -> LogGapError:
     return LogGapError(
         f"the live build folded live writes after seq {after} (compactions since the last "
-        f"build from a corpus), and the log no longer holds them all (it starts at seq "
-        f"{first}): replayed onto a corpus export they would be lost. Export the live "
-        "documents (Retriever.get_documents or a snapshot) into the corpus, then build")
+        f"build from a corpus, or one published while this build read the log), and the log "
+        f"no longer holds them all (seq {missing} is gone): replayed onto a corpus export "
+        "they would be lost. Export the live documents (Retriever.get_documents or a "
+        "snapshot) into the corpus, then build")
 
 
 def replay(documents: list[Document], changes: Changes) -> list[Document]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from live_index import INFO, build_small, scifact_docs, unit_vectors
 
@@ -312,3 +313,46 @@ def test_a_sharded_root_deleted_below_its_shard_count_still_compacts(tmp_path, d
     assert report.n_docs == 2
     assert len(build_parts(tmp_path)) == 2
     assert served(tmp_path, [d.id for d in docs[:8]]) == [True] * 2 + [False] * 6
+
+
+def test_a_field_the_published_build_lacks_takes_the_kind_of_all_its_pending_writes(tmp_path,
+                                                                                   docs):
+    """The live build's ``when`` is a keyword field; tonight's build lacks it, and writers of
+    the live build log a date, then a word. The publish check took the two together (a
+    keyword field), but every reader, writer and compaction decided the field from the first
+    write alone (a date): once published, every load failed at "not an ISO 8601 date:
+    'later'", writers refused keyword values and no compaction could fold the log."""
+    tagged = [Document(d.id, d.text, d.title, {"when": "someday"} if i < 5 else {})
+              for i, d in enumerate(docs[:30])]
+    build_index(tagged, tmp_path, vectors=unit_vectors(30, 0), encoder_info=INFO,
+                progress=False, dense="exact")
+    staged = staged_build(tmp_path, [Document(d.id, d.text, d.title) for d in docs[:30]])
+    with IndexWriter(tmp_path) as writer:
+        upsert(writer, "dated", 1, when="2020-01-01")
+        upsert(writer, "worded", 2, when="later")
+    publish_build(tmp_path, staged)
+    with load(tmp_path) as retriever:
+        assert retriever.build_id == staged and retriever.log_failure is None
+        assert retriever.snapshot.metadata.kinds["when"] == "keyword"
+        hits = retriever.search(NEEDLE, filters={"when": "later"}, k=10,
+                                query_vector=unit_vectors(1, 3)[0])
+        assert [h.doc_id for h in hits.hits] == ["worded"]
+    with IndexWriter(tmp_path) as writer:
+        assert writer.kinds["when"] == "keyword"
+        upsert(writer, "worded-too", 3, when="soon")
+        writer.compact()
+    assert served(tmp_path, ["dated", "worded", "worded-too"]) == [True, True, True]
+
+
+def test_a_logged_value_its_field_cannot_hold_is_a_typed_error(root):
+    """A logged value the served field's kind cannot hold (a word in a date field) failed
+    the serving delta with a bare ValueError from the date parser: no caller could tell a
+    log that cannot be applied from a bug."""
+    from indexes.errors import InvalidWriteError
+    from retrieval.live.parts import live_metadata
+
+    with load(root) as retriever:
+        base = retriever.snapshot.metadata
+    alive = np.ones(base.n_docs, dtype=bool)
+    with pytest.raises(InvalidWriteError, match="'when' holds 'later', which is no date"):
+        live_metadata(base, alive, [{"when": "later"}], {**base.kinds, "when": "date"})

@@ -608,3 +608,86 @@ def test_a_rebuild_of_an_index_named_before_weight_digests_takes_its_pending_wri
                       vectors=unit_vectors(1, 4))
     publish_build(tmp_path, staged.build_id)
     assert resolve_build_dir(tmp_path).name == staged.build_id
+
+
+def test_a_replay_refuses_when_a_compaction_retires_segments_while_it_reads_the_log(
+        root, docs, monkeypatch):
+    """A compaction in another process goes live while a replayed rebuild reads the log and
+    retires the segment it was about to open. ``read_all`` skipped the vanished segment and
+    kept the older records before it, so the replay (whose first seq was right) silently
+    dropped that segment's edits: a document deleted live came back."""
+    import indexes.wal.log as wal_log
+    from indexes.errors import LogGapError
+
+    with IndexWriter(root) as writer:  # seqs 1-2 (the fixture's) in the first segment
+        writer.rotate()
+        writer.delete([docs[3].id])  # seq 3, in the segment the compaction retires
+        writer.upsert([Document("mid", "in the retired segment")], vectors=unit_vectors(1, 3))
+        writer.compact()  # live: seq 4; the rollback target (the first build) keeps all
+        writer.upsert([Document("late", "after the compaction")], vectors=unit_vectors(1, 4))
+    assert [first for first, _ in segments(root)] == [1, 3, 5]
+    opened = open
+
+    def compacting_meanwhile(path, *args, **kwargs):
+        if Path(path).name == "00000000000000000003.wal" and not fired:
+            fired.append(path)
+            with IndexWriter(root) as other:  # live: seq 5, rollback target seq 4
+                other.compact()
+        return opened(path, *args, **kwargs)
+
+    fired: list[Path] = []
+    monkeypatch.setattr(wal_log, "open", compacting_meanwhile, raising=False)
+    with pytest.raises(LogGapError, match="seq 3 is gone"):
+        build_index(docs[:30], root, encoder=HashEncoder(), progress=False,
+                    live_writes="replayed")
+    monkeypatch.undo()
+    assert fired and [first for first, _ in segments(root)][0] > 3
+    assert served_ids(root, [docs[0].id, docs[3].id, "live-test", "mid", "late"]) == \
+        [False, False, True, True, True]
+
+
+def test_a_build_that_splits_passages_otherwise_is_not_published_over_pending_writes(
+        tmp_path, docs):
+    """A rebuild with longer passages published while upserts split for the live build
+    were pending: served, they read fine, but every compaction failed (no vector for the
+    new cuts) with a message blaming the tokenizer."""
+    from indexes import BuildConfig, PassageConfig
+    from indexes.errors import PublishError
+
+    short, long = PassageConfig(max_tokens=48, overlap_tokens=8), \
+        PassageConfig(max_tokens=128, overlap_tokens=16)
+    build_index(docs[:20], tmp_path, encoder=HashEncoder(), progress=False, dense="exact",
+                config=BuildConfig(passages=short))
+    live = resolve_build_dir(tmp_path)
+    staged = build_index(docs[:20], tmp_path, encoder=HashEncoder(), progress=False,
+                         dense="exact", config=BuildConfig(passages=long), publish=False)
+    longest = max(docs[:20], key=lambda d: len(d.text))
+    with IndexWriter(tmp_path, encoder=HashEncoder()) as writer:
+        writer.upsert([Document("pending", longest.text + " appendix", longest.title)])
+    with pytest.raises(PublishError, match="'pending'.*at most 48 tokens.*at most 128 "
+                                           "tokens.*stays placed"):
+        publish_build(tmp_path, staged.build_id)
+    assert resolve_build_dir(tmp_path) == live
+    # As the message says: a build with the new settings that replays the writes
+    report = build_index(docs[:20], tmp_path, encoder=HashEncoder(), progress=False,
+                         dense="exact", config=BuildConfig(passages=long),
+                         live_writes="replayed")
+    assert resolve_build_dir(tmp_path).name == report.build_id
+    with IndexWriter(tmp_path, encoder=HashEncoder()) as writer:
+        writer.upsert([Document("later", longest.text + " coda", longest.title)])
+        writer.compact()
+    assert served_ids(tmp_path, ["pending", "later"]) == [True, True]
+
+
+@pytest.mark.parametrize("call", ["upsert", "delete"])
+@pytest.mark.parametrize("given", [None, 42])
+def test_a_write_of_no_list_says_what_to_pass(tmp_path, docs, call, given):
+    """``upsert(None)``, ``delete(7)``: a bare TypeError from ``list()``, not the
+    ``InvalidWriteError`` every other malformed write is."""
+    from indexes.errors import InvalidWriteError
+
+    build_small(tmp_path, docs[:10])
+    with IndexWriter(tmp_path) as writer:
+        with pytest.raises(InvalidWriteError, match="not a list: give a list of"):
+            getattr(writer, call)(given)
+    assert read_all(tmp_path) == []

@@ -33,7 +33,20 @@ def document_list(documents: Iterable[Document | dict[str, Any]]
     if isinstance(documents, Document | Mapping | str | bytes):
         raise InvalidWriteError(f"documents is one {type(documents).__name__}: give a list of "
                                 "documents (``[document]`` for one)")
-    return list(documents)
+    return listed(documents, "documents", "documents (``[document]`` for one)")
+
+
+def listed(items: Any, what: str, give: str) -> list[Any]:
+    """``items`` as a list; what is no iterable (None, a number) is an ``InvalidWriteError``
+    saying what to pass, not the bare TypeError of ``list(None)``."""
+    try:
+        return list(items)
+    except TypeError as exc:
+        if hasattr(items, "__iter__"):  # an iterable failing inside: its own error
+            raise
+        given = "None" if items is None else f"a {type(items).__name__}"
+        raise InvalidWriteError(f"{what} is {given}, not a list: give a list of {give}"
+                                ) from exc
 
 
 def given_vectors(vectors: Any) -> np.ndarray | None:
@@ -189,7 +202,7 @@ def check_ids(ids: Iterable[str]) -> list[str]:
     if isinstance(ids, str | bytes):  # listed, "doc-1" would delete d, o, c, - and 1
         raise InvalidWriteError(f"ids is one string ({ids!r}): give a list of ids "
                                 "(``[doc_id]`` for one)")
-    checked = list(ids)
+    checked = listed(ids, "ids", "document ids (``[doc_id]`` for one)")
     if not checked:
         raise InvalidWriteError("no ids to delete: give at least one")
     for position, doc_id in enumerate(checked):
@@ -210,13 +223,19 @@ def check_unique(ids: list[str]) -> None:
 
 def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str, str]:
     """Field kinds of the base build plus the fields the log's upserts added, each decided
-    as the writer decided it: from the values of the write that added it, together."""
-    kinds = dict(base)
+    from the values of every upsert together, as ``check_fields_fit`` (the publish check)
+    and a build decide it, whatever their order: a date then a word is a keyword field.
+    Decided record by record, the first one's kind stuck (date), and a build published over
+    writes of a field it lacks, checked as keyword, failed every reader at "not a date"."""
+    seen: dict[str, list[FieldKind]] = {}  # in the order first seen
     for record in records:
-        for name, seen in new_fields(record.documents, kinds).items():
-            kind = merge_kinds(seen)
-            if kind is not None:  # a logged write was checked: never None there
-                kinds[name] = kind
+        for name, kinds_seen in new_fields(record.documents, base).items():
+            seen.setdefault(name, []).extend(sorted(kinds_seen))
+    kinds = dict(base)
+    for name, found in seen.items():
+        # Writes checked against different builds may conflict (a number, then a word):
+        # the first write's kind then, as before, and the reader's delta says which value.
+        kinds[name] = merge_kinds(set(found)) or found[0]
     return kinds
 
 

@@ -270,7 +270,10 @@ def read_from(path: Path, offset: int, newest: bool = True, after: int | None = 
 
 
 def read_all(root: Path, after: int = 0) -> list[Record]:
-    """Every whole record with seq > ``after``, oldest first."""
+    """Every whole record with seq > ``after``, oldest first. A segment retired while the
+    log is read (a compaction went live meanwhile) is skipped, with the records read before
+    it kept: the list then has a gap, so a caller that needs every record checks the seqs
+    run on (``indexes.rebuild.first_missing``)."""
     out: list[Record] = []
     listed = segments(root)
     follows: int | None = None  # the seq the next segment must start at

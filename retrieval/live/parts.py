@@ -16,6 +16,7 @@ import numpy as np
 
 from indexes.ann import ExactDense
 from indexes.docstore import DocStore, Document
+from indexes.errors import InvalidWriteError
 from indexes.metadata import MetadataIndex, keyword_items, parse_date, value_kind
 from indexes.vectors import VectorStore
 
@@ -196,5 +197,19 @@ def _delta_column(delta: Sequence[Mapping[str, Any]], field: str, kind: str) -> 
     for i, record in enumerate(delta):
         value = record.get(field)
         if value is not None and value_kind(value) is not None:
-            column[i] = parse_date(value) if kind == "date" else float(value)
+            column[i] = _column_value(value, field, kind)
     return column
+
+
+def _column_value(value: Any, field: str, kind: str) -> float:
+    """A logged value as its ``kind``'s column holds it; a value that is no such thing is an
+    ``InvalidWriteError`` (the log cannot be applied on this build), not a bare ValueError
+    a caller cannot tell from a bug."""
+    try:
+        return parse_date(value) if kind == "date" else float(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidWriteError(
+            f"a logged upsert's metadata field {field!r} holds {value!r}, which is no {kind} "
+            f"({exc}), and the build served makes {field!r} a {kind} field: the log's pending "
+            "writes cannot be applied on it. Publish a build that makes the field a keyword "
+            "field, or roll back to the build they were written for") from exc
