@@ -116,9 +116,18 @@ def rollback(root: Path, to: str | None = None) -> FlipRecord:
 
 
 def check_root(root: Path) -> Path:
+    """``root`` when it is an index root (a directory holding ``builds/``), as ``gc`` checks
+    it: a build directory given instead listed no builds, and rollback said no build "was live
+    before None"."""
     if not Path(root).is_dir():
         raise MissingArtifactError(f"no index root at {root}: give the directory a build was "
                                    "written to", root)
+    if not (Path(root) / "builds").is_dir():
+        what = ("a build directory, not an index root" if (Path(root) / MANIFEST).is_file()
+                else "no index root")
+        raise MissingArtifactError(f"{root} is {what} (no builds/ in it): give the directory "
+                                   "a build was written to, which holds CURRENT and builds/",
+                                   Path(root) / "builds")
     return root
 
 
@@ -126,8 +135,6 @@ def list_builds(root: Path) -> list[BuildInfo]:
     """Every placed build, newest first, with its status from ``CURRENT`` and the history."""
     check_root(root)
     builds = Path(root) / "builds"
-    if not builds.is_dir():
-        return []
     live, target, was_live = live_build_id(root), rollback_target(root), ever_live(root)
     rows = []
     for directory in sorted(builds.iterdir(), key=lambda p: p.name, reverse=True):

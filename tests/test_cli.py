@@ -149,6 +149,12 @@ def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys)
     (["delete", "{index}", "--ids", "{corpus}"], "holds JSON objects, not ids"),
     (["delete", "--url", "http://127.0.0.1:9", "--ids", "{tmp}/judged-bad/empty.txt"],
      "holds no ids to delete"),  # before any request: it exited 0 in silence
+    (["upsert", "--url", "http://127.0.0.1:9", "--corpus", "{tmp}/judged-bad/empty.jsonl"],
+     "empty.jsonl holds no documents to upsert"),  # as the local upsert: it exited 0
+    (["features", "materialize", "--view-file", "{view}", "--source", "{corpus}", "--store",
+      "{tmp}/fs", "--grace-seconds", "-1"],
+     "error: --grace-seconds: Input should be greater than or equal to 0"),  # several lines,
+    # blamed on --store/--cluster/--namespace
     (["distill", "{index}", "--texts", "1"], "distilling needs both"),
     (["distill", "{given}", "--texts", "600"], "a distilled query encoder learns"),
 ])
@@ -163,6 +169,10 @@ def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args
     judged.mkdir()
     (judged / "queries.jsonl").write_text('{"_id": "q1"}\n')  # no text
     (judged / "empty.txt").write_text("\n")
+    (judged / "empty.jsonl").write_text("")
+    view = tmp_path / "view.json"
+    view.write_text(json.dumps({"name": "v", "entity_key": "doc_id", "features": [
+        {"name": "clicks", "dtype": "int64", "default": 0}]}))
     damaged = tmp_path / "damaged"
     if "{damaged}" in args:  # a flip history with a damaged line (gc and verify refuse it)
         shutil.copytree(small_index, damaged)
@@ -170,7 +180,7 @@ def test_common_mistakes_are_one_line_errors(small_index, tmp_path, capsys, args
             history.write("garbage\n")
     build = small_index / "builds" / (small_index / "CURRENT").read_text().strip()
     given = [a.format(corpus=corpus, tmp=tmp_path, index=small_index, given=tmp_path / "given",
-                      build=build, judged=judged, damaged=damaged) for a in args]
+                      build=build, judged=judged, damaged=damaged, view=view) for a in args]
     assert main(given) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -234,6 +244,65 @@ def test_invalid_json_filter_is_reported_as_the_filter(small_index, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --filter starts with '{' but is not valid JSON")
     assert "double quotes" in err
+
+
+def test_a_filter_nested_past_the_recursion_limit_is_a_filter_error(small_index, capsys):
+    """json.loads raised RecursionError, which no handler caught: a traceback."""
+    deep = '{"a": ' + "[" * 20000 + "]" * 20000 + "}"
+    assert main(["search", str(small_index), "wing", "--filter", deep]) == 2
+    assert capsys.readouterr().err.startswith("error: --filter JSON nests too deeply")
+
+
+def test_search_prints_each_hit_on_one_line_without_terminal_controls(tmp_path, capsys):
+    """Line ends in a title split a hit over several lines, and an id's tab or a text's ANSI
+    escapes reached the terminal as they are."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in [
+        {"_id": "id\twith tab", "title": "wing\n\nflutter", "text": "wing flutter one"},
+        {"_id": "ansi", "text": "\x1b[2J\x1b[31mwing flutter\x1b[0m two"},
+        {"_id": "plain", "text": "Überschall wing flutter"}]))
+    assert main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "index")]) == 0
+    capsys.readouterr()
+    assert main(["search", str(tmp_path / "index"), "wing flutter"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 + 2  # the hits, then the build and timings lines
+    assert "\x1b" not in "".join(lines) and "\t" not in "".join(lines)
+    assert any("id\\twith tab" in line and line.endswith("wing flutter") for line in lines)
+    assert any(line.endswith("\\x1b[2J\\x1b[31mwing flutter\\x1b[0m two") for line in lines)
+    assert any(line.endswith("Überschall wing flutter") for line in lines)  # letters as they are
+    assert main(["search", str(tmp_path / "index"), "wing flutter", "--json"]) == 0
+    hit_ids = {h["doc_id"] for h in json.loads(capsys.readouterr().out)["hits"]}
+    assert "id\twith tab" in hit_ids  # JSON keeps the values exact
+
+
+def test_an_ids_file_with_a_byte_order_mark_deletes_its_first_id(small_index, tmp_path, capsys):
+    """A Windows editor's BOM made the first id "\ufeffa1": acknowledged as deleted, and
+    document a1 stayed."""
+    root = tmp_path / "index"
+    shutil.copytree(small_index, root)
+    ids = tmp_path / "ids.txt"
+    ids.write_bytes(b"\xef\xbb\xbfa1\r\na2\r\n")
+    assert main(["delete", str(root), "--ids", str(ids)]) == 0
+    assert "2 ids deleted" in capsys.readouterr().out
+    retriever = Retriever.load(root)
+    retriever.wait_for_seq(1)
+    assert retriever.get_documents(["a1", "a2", "s1"])[:2] == [None, None]
+    retriever.close()
+
+
+def test_a_gate_file_with_a_mistyped_key_is_one_line(small_index, tmp_path, capsys):
+    """pydantic's own text took four lines, the key on one, the problem on the next."""
+    gate = tmp_path / "gate.json"
+    gate.write_text('{"min_ndcg": 0.1}')
+    with pytest.raises(SystemExit):
+        main(["publish", str(small_index), "x", "--gate", str(gate)])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "unknown key 'min_ndcg' (did you mean 'max_ndcg_drop'?)" in last
+    gate.write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        main(["publish", str(small_index), "x", "--gate", str(gate)])
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        'holds a list, not an object of settings like {"max_doc_drop": 0.1}')
 
 
 def test_dsl_operators_of_other_languages_say_what_to_write(small_index, capsys):

@@ -1,9 +1,17 @@
-"""RemoteRetriever without a server: error bodies map back to the library's classes."""
+"""RemoteRetriever without a retrieval server: error bodies map back to the library's classes,
+and what it sends to (and reads from) a plain HTTP server in a thread."""
 
 from __future__ import annotations
 
+import asyncio
+import http.server
+import json
+import math
 import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import numpy as np
@@ -20,6 +28,7 @@ from retrieval import (
     RetrievalError,
     UnknownFieldError,
 )
+from retrieval.cli import main
 from retrieval.client import RemoteRetriever, raise_for_error
 from retrieval.errors import ConfigError, OverloadedError, RetrieverClosedError
 from retrieval.features import FeatureRequestError, FeatureSchemaError
@@ -197,3 +206,176 @@ def test_the_remote_searches_take_every_argument_the_retrievers_do() -> None:
         local = set(inspect.signature(getattr(Retriever, name)).parameters) - {"abandoned"}
         remote = set(inspect.signature(getattr(RemoteRetriever, name)).parameters)
         assert local <= remote, (name, local - remote)
+
+
+# --- a real HTTP server in a thread: what the client sends, and answers that are not ours ---
+
+class Answering(http.server.BaseHTTPRequestHandler):
+    """Records each request's body and answers with the server's next canned answer; an
+    answer of None never comes (until the server closes)."""
+
+    def do_GET(self) -> None:
+        self.do_POST()
+
+    def do_POST(self) -> None:
+        server = cast(AnsweringServer, self.server)
+        server.bodies.append(self.rfile.read(int(self.headers.get("content-length", 0))))
+        answer = server.answers.pop(0)
+        if answer is None:
+            server.closing.wait()
+            return
+        status, headers, body = answer
+        self.send_response(status)
+        for name, value in {**headers, "content-length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class AnsweringServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    bodies: list[bytes]
+    answers: list[tuple[int, dict[str, str], bytes] | None]
+    closing: threading.Event
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def answer(self, *answers: tuple[int, dict[str, str], bytes] | None) -> None:
+        self.bodies.clear()
+        self.answers[:] = answers
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[AnsweringServer]:
+    serving = AnsweringServer(("127.0.0.1", 0), Answering)
+    serving.bodies, serving.answers, serving.closing = [], [], threading.Event()
+    thread = threading.Thread(target=serving.serve_forever, daemon=True)
+    thread.start()
+    yield serving
+    serving.closing.set()
+    serving.shutdown()
+    serving.server_close()
+
+
+JSON_TYPE = {"content-type": "application/json"}
+NO_HITS = (200, JSON_TYPE, json.dumps({"query": "wing", "hits": [], "timings": {},
+                                       "build_id": "b1"}).encode())
+ACK = (200, JSON_TYPE, b'{"seq": 7, "replayed": false}')
+
+
+def test_a_string_given_as_a_batch_is_refused_as_in_process() -> None:
+    """search_batch("wing") searched "w", "i", "n" and "g"; in-process refuses it."""
+    with RemoteRetriever(f"http://127.0.0.1:{unused_port()}") as remote:
+        with pytest.raises(InvalidQueryError, match="queries must be a list"):
+            remote.search_batch("wing")
+        with pytest.raises(InvalidQueryError, match="queries must be a list"):
+            asyncio.run(remote.asearch_batch("wing"))
+
+
+def deep_filter(depth: int) -> dict[str, object]:
+    nested: list[object] = []
+    spec = {"a": nested}
+    for _ in range(depth):
+        nested.append([])
+        nested = cast(list[object], nested[-1])
+    return spec
+
+
+def test_what_json_cannot_carry_is_refused_as_the_librarys_error() -> None:
+    """A lone surrogate, a set or a filter nested past the recursion limit were httpx's
+    UnicodeEncodeError, TypeError and RecursionError: no RetrievalError, and no part named."""
+    with RemoteRetriever(f"http://127.0.0.1:{unused_port()}") as remote:
+        with pytest.raises(InvalidQueryError, match="query cannot be sent as JSON: it holds "
+                           "a lone surrogate"):
+            remote.search("wing \ud800")
+        with pytest.raises(InvalidQueryError, match=r"queries\[1\] cannot be sent"):
+            asyncio.run(remote.asearch_batch(["wing", "flutter \udc00"]))
+        with pytest.raises(MalformedFilterError, match="filters cannot be sent as JSON: it "
+                           "nests too deeply"):
+            remote.search("wing", deep_filter(5000))
+        with pytest.raises(MalformedFilterError, match="type set is not JSON serializable"):
+            remote.search("wing", {"year": {1962, 1963}})
+        with pytest.raises(InvalidWriteError, match=r"ids\[1\] cannot be sent as JSON"):
+            remote.delete(["d1", "d2 \ud800"])
+        with pytest.raises(InvalidQueryError, match=r"ids\[0\] cannot be sent"):
+            remote.get_documents(["\udc00"])
+
+
+def test_numpy_numbers_and_nan_go_to_the_server_to_judge_as_in_process(server) -> None:
+    """``k=np.int64(3)`` (in-process takes it) was a TypeError, a NaN metadata value (in-process
+    keeps it; so does the service) or a NaN min_score (the service refuses it as in-process
+    does) a ValueError, before anything was sent."""
+    with RemoteRetriever(server.url) as remote:
+        server.answer(NO_HITS, NO_HITS)
+        remote.search("wing", None, np.int64(3), min_score=float("nan"))
+        asyncio.run(remote.asearch("wing", None, np.int64(3), deadline_ms=np.float32(50)))
+        first, second = (json.loads(body) for body in server.bodies)
+        assert first["k"] == 3 and math.isnan(first["min_score"])
+        assert second["k"] == 3 and second["deadline_ms"] == 50
+        server.answer(ACK)
+        assert remote.upsert([{"id": "d1", "text": "wing", "metadata": {"year": float("nan")}}]
+                             ).seq == 7
+        sent = json.loads(server.bodies[0])["documents"][0]
+        assert math.isnan(sent["metadata"]["year"])
+
+
+def test_an_api_key_no_header_can_carry_is_refused_where_it_is_given() -> None:
+    """A key read from a file with its line end was h11's LocalProtocolError, a non-ASCII one
+    a UnicodeEncodeError, at the first request. The key itself is not printed."""
+    for key in ("s3cret\n", "s3crét"):
+        with pytest.raises(ConfigError, match="api_key holds .* at position") as caught:
+            RemoteRetriever("http://127.0.0.1:9", key)
+        assert "s3cr" not in str(caught.value)
+
+
+def test_a_redirect_or_a_page_that_is_not_ours_is_a_server_error(server) -> None:
+    """A 308 (a proxy sending http to https) and a web server's 200 page were pydantic
+    ValidationErrors about invalid JSON: the answer was read as the service's."""
+    to = "https://search.example/v1/search"
+    with RemoteRetriever(server.url) as remote:
+        server.answer((308, {"location": to}, b""))
+        with pytest.raises(ServerError, match=f"HTTP 308 redirect to {to}: the client follows "
+                           "no redirects") as caught:
+            remote.search("wing")
+        assert caught.value.status_code == 308  # type: ignore[attr-defined]
+        page = (200, {"content-type": "text/html"}, b"<html>Welcome to nginx!</html>")
+        server.answer(page, page, page)
+        with pytest.raises(ServerError, match=f"answer from {server.url}/v1/search is not a "
+                           "retrieval service response .text/html, '<html>Welcome"):
+            remote.search("wing")
+        with pytest.raises(ServerError, match="/v1/documents is not a retrieval service"):
+            remote.upsert([{"id": "d1", "text": "wing"}])
+        with pytest.raises(ServerError, match="/v1/index is not a retrieval service"):
+            remote.index_info()
+
+
+def test_a_write_without_an_answer_in_time_may_have_been_applied(server, tmp_path, capsys
+                                                                 ) -> None:
+    """A write slower than the client's timeout said "cannot reach", though the server had
+    written it: the caller is told it may have been applied and how to repeat it safely."""
+    from retrieval.client import WriteTimeoutError
+
+    with RemoteRetriever(server.url, timeout=0.5) as remote:
+        server.answer(None)
+        with pytest.raises(WriteTimeoutError, match="the write may have been applied; sending "
+                           "it again with request_id='r1' is safe") as caught:
+            remote.delete(["d1"], request_id="r1", retries=0)
+        assert caught.value.request_id == "r1"
+        server.answer(None)
+        with pytest.raises(ServiceUnavailableError) as searched:  # a read: nothing applied
+            remote.search("wing")
+        assert not isinstance(searched.value, WriteTimeoutError)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d1\n")
+    server.answer(None, None, None)  # the command retries twice
+    assert main(["delete", "--url", server.url, "--ids", str(ids), "--timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "may have been applied" in err and "running the command again is safe" in err
+    with pytest.raises(SystemExit):
+        main(["delete", "--url", server.url, "--ids", str(ids), "--timeout", "0"])
+    assert "--timeout: must be a number of seconds above 0" in capsys.readouterr().err

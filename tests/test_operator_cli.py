@@ -40,9 +40,15 @@ def staged(root: Path, docs) -> str:
     (["builds", "{root}/nope"], "no index root"),
     (["snapshot", "{root}", "{root}"], "is a directory: name the snapshot file"),
     (["compact", "{root}/nope"], "neither a build directory"),
+    # a build directory given for the root: builds printed an empty table, exit 0, and
+    # rollback said no build "was live before None"
+    (["builds", "{build}"], "is a build directory, not an index root"),
+    (["rollback", "{build}"], "is a build directory, not an index root"),
+    (["builds", "{root}/builds"], "is no index root (no builds/ in it)"),
 ])
 def test_mistyped_arguments_are_one_line_errors(root, capsys, args, says):
-    assert main([a.format(root=root) for a in args]) == 2
+    build = next(p for p in (root / "builds").iterdir() if not p.name.startswith("."))
+    assert main([a.format(root=root, build=build) for a in args]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
     assert not (root / "nope").exists()  # nothing created where nothing was

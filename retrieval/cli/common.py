@@ -37,6 +37,10 @@ def parse_filter_arg(text: str | None) -> dict[str, Any] | str | None:
         return stripped
     try:
         value = json.loads(stripped)
+    except RecursionError:  # was a traceback; the filter language allows 32 levels anyway
+        raise MalformedFilterError("--filter JSON nests too deeply to read; a filter nests at "
+                                   "most 32 levels (AND/OR take any number of conditions "
+                                   "without nesting)") from None
     except json.JSONDecodeError as exc:
         raise MalformedFilterError(
             f"--filter starts with '{{' but is not valid JSON ({exc.msg} at position {exc.pos}); "

@@ -28,7 +28,9 @@ ABSENT = " (ids the index lacks are no-ops)"
 
 def run_delete(args: argparse.Namespace) -> int:
     try:
-        lines = Path(args.ids).read_text(encoding="utf-8").split("\n")
+        # utf-8-sig: a Windows editor's byte order mark made the first id "\ufeff1", which
+        # was acknowledged as deleted while document 1 stayed
+        lines = Path(args.ids).read_text(encoding="utf-8-sig").split("\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read ids from {args.ids}: {exc}") from exc
     # Each line's id as written (an id may hold spaces, tabs and other line breaks than

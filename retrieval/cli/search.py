@@ -68,12 +68,25 @@ def describe(why: Explanation) -> str:
             f"{why.coverage:.3f}")
 
 
+def escaped(text: str) -> str:
+    """``text`` with each character a terminal would act on (a line end, a tab, an escape
+    sequence's ESC) written as its Python escape: a hit printed its newlines as new lines and
+    its ANSI escapes reached the terminal. Letters of every script stay as they are."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def one_line(text: str) -> str:
+    """A title or text for the one line of its hit: runs of white space as one space."""
+    return escaped(" ".join(text.split()))
+
+
 def _print_hits(result: SearchResult) -> None:
     for rank, hit in enumerate(result.hits, start=1):
         where = f"#{hit.passage}[{hit.start}:{hit.end}]" if hit.passage is not None else ""
         relevance = f"  relevance={hit.relevance:.2f}" if hit.relevance is not None else ""
-        print(f"{rank:>3}. {hit.doc_id}{where}  score={hit.score:.4f}  bm25={hit.bm25_score:.3f}  "
-              f"cos={hit.vector_score:.3f}{relevance}  {hit.title[:70] or hit.text[:70]}")
+        snippet = one_line(hit.title[:70] or hit.text[:70])
+        print(f"{rank:>3}. {escaped(hit.doc_id)}{where}  score={hit.score:.4f}  "
+              f"bm25={hit.bm25_score:.3f}  cos={hit.vector_score:.3f}{relevance}  {snippet}")
         if hit.explanation is not None:
             print("     " + describe(hit.explanation))
     if not result.hits:

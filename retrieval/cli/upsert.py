@@ -7,6 +7,7 @@ from pathlib import Path
 
 from indexes.corpus import read_corpus
 from indexes.encoders import SentenceTransformerEncoder
+from indexes.errors import CorpusError
 from indexes.writer import IndexWriter
 from retrieval.cli.common import Subparsers, add_mapping_flags, add_parser, mapping_of
 from retrieval.cli.remote import add_remote_flags, remote_writer
@@ -39,6 +40,8 @@ def register(subparsers: Subparsers) -> None:
 def run_upsert(args: argparse.Namespace) -> int:
     # read and checked before any write
     documents = list(read_corpus(Path(args.corpus), mapping_of(args)))
+    if not documents:  # as the writer refuses it: a remote upsert of nothing exited 0 in silence
+        raise CorpusError(f"{args.corpus} holds no documents to upsert: give at least one")
     if args.url:
         with remote_writer(args) as client:
             for start in range(0, len(documents), args.batch):

@@ -6,6 +6,12 @@ empty list); AND / OR (nested to any depth) become ``$and`` / ``$or``. Anything 
 (TEXT_MATCH, the NOT condition) raises ``UnsupportedFilterError``: dropping a clause would
 return documents the caller excluded. NE and NIN keep documents that lack the field, as the
 filter language does.
+
+Exact to the meanings ``FilterOperator`` documents (CONTAINS: "metadata array contains value",
+IS_EMPTY: "null or empty array"). LlamaIndex's ``SimpleVectorStore`` tests with Python's ``in``
+and also matches a substring of a one-string field and ``""`` as empty; neither is expressible
+without the field's kind, which this translation does not see (the engine refuses ``""`` as a
+number), so those stay as documented rather than guessed.
 """
 
 from __future__ import annotations

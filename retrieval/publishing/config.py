@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from retrieval.errors import ConfigError
+from retrieval.strict import config_error, problems
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -76,8 +77,8 @@ def load_gate(path: str | Path) -> GateConfig:
     raw = _read_gate_file(path)
     try:
         gate = GateConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise GateConfigError(f"gate file {path} is invalid: {exc}") from exc
+    except ValidationError as exc:  # one line naming each key (pydantic's took several)
+        raise GateConfigError(f"gate file {path}: {config_error(GateConfig, exc)}") from exc
     updates = {name: str((path.parent / value).resolve())
                for name in ("canaries", "labeled_log")
                if (value := getattr(gate, name)) is not None}
@@ -92,7 +93,11 @@ def _read_gate_file(path: Path) -> Any:
         if path.suffix == ".toml":
             return tomllib.loads(text)
         if path.suffix == ".json":
-            return json.loads(text)
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise GateConfigError(f"gate file {path} holds a {type(raw).__name__}, not an "
+                                      'object of settings like {"max_doc_drop": 0.1}')
+            return raw
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise GateConfigError(f"gate file {path} cannot be parsed: {exc}") from exc
     raise GateConfigError(f"gate file {path} must end in .json or .toml")
@@ -117,7 +122,7 @@ def _read_jsonl(path: Path, model: type[T]) -> list[T]:
             rows.append(model.model_validate_json(line))
         except ValidationError as exc:
             raise GateConfigError(f"{path} line {number} is not a valid "
-                                  f"{model.__name__}: {exc}") from exc
+                                  f"{model.__name__}: {problems(exc)}") from exc
     if not rows:
         raise GateConfigError(f"{path} holds no {model.__name__} lines")
     return rows

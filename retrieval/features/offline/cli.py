@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from pydantic import ValidationError
+
 from indexes.errors import RetrievalError
 from retrieval.features.config import FeatureStoreConfig, make_store
 from retrieval.features.errors import FeatureConfigError
@@ -16,6 +18,7 @@ from retrieval.features.view import FeatureView, load_view
 
 def add_features_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``features materialize`` to an ``add_subparsers()`` object; returns the parser."""
+    from retrieval.cli.common import positive_int  # not at the top: retrieval.cli imports us
     features = subparsers.add_parser("features", help="feature store: materialize views")
     commands = features.add_subparsers(dest="features_command", required=True)
     run = commands.add_parser(
@@ -32,7 +35,7 @@ def add_features_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--namespace", default="retrieval", help="Redis key namespace")
     run.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                      help="keep retired snapshots this long (the previous one is always kept)")
-    run.add_argument("--batch-rows", type=int, default=50_000)
+    run.add_argument("--batch-rows", type=positive_int, default=50_000)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=run_materialize)
     return features
@@ -55,8 +58,8 @@ def run_materialize(args: argparse.Namespace) -> int:
     try:
         config = FeatureStoreConfig(location=args.store, cluster=args.cluster,
                                     namespace=args.namespace, grace_seconds=args.grace_seconds)
-    except ValueError as exc:
-        raise FeatureConfigError(f"--store/--cluster/--namespace: {exc}") from exc
+    except ValidationError as exc:
+        raise FeatureConfigError(_flag_problems(exc)) from exc
     with make_store(config) as store:
         view = _view(args, store)
         report = materialize(view, args.source, store, progress=not args.no_progress,
@@ -67,6 +70,17 @@ def run_materialize(args: argparse.Namespace) -> int:
           f"in {report.seconds:.2f} s ({report.rows_per_s:,.0f} rows/s) into {report.store}"
           f"{deleted}", file=sys.stdout)
     return 0
+
+
+def _flag_problems(exc: ValidationError) -> str:
+    """Each refused setting named by its flag, on one line (pydantic's took several, and every
+    one was blamed on --store/--cluster/--namespace, --grace-seconds's too)."""
+    from retrieval.cli.common import flag_problems  # not at the top: retrieval.cli imports us
+
+    said = flag_problems(exc, {"location": "--store"})
+    # A check of the whole config (the --store URL, with --cluster) comes alone, unnamed.
+    bare = said.removeprefix("Value error, ")
+    return said if bare == said else f"--store: {bare}"
 
 
 def main(argv: list[str] | None = None) -> int:
