@@ -7,6 +7,7 @@ the SciFact index in a temporary root, so publishing a build there touches nothi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -27,6 +28,7 @@ from serving import Serving, dies_with_this_process, free_port
 
 from indexes.corpus import read_corpus
 from indexes.demo_metadata import with_demo_metadata
+from indexes.publish import UnknownBuildError
 from retrieval import (
     LimitExceededError,
     Retriever,
@@ -35,7 +37,10 @@ from retrieval import (
     UnknownNamedFilterError,
 )
 from retrieval.client import RemoteRetriever
+from retrieval.console.sides import Sides
 from retrieval.service import AuthenticationError
+from retrieval.service.protocol import guarded_protocol
+from retrieval.service.settings import ServerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "test-key-0123456789"
@@ -370,15 +375,41 @@ def test_a_body_shorter_than_its_content_length_gets_408_not_a_hung_worker(serve
 
 def _exchange(served: Server, data: bytes, timeout: float = 20) -> tuple[str, float]:
     """Send ``data`` on a fresh connection; (everything answered until it closed, seconds)."""
-    host, port = served.url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with _connect(served, timeout) as sock:
         started = time.monotonic()
         if data:
             sock.sendall(data)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-        return b"".join(chunks).decode("latin-1"), time.monotonic() - started
+        return _until_closed(sock), time.monotonic() - started
+
+
+def _connect(served: Server, timeout: float = 20) -> socket.socket:
+    host, port = served.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=timeout)
+
+
+def _until_closed(sock: socket.socket) -> str:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks).decode("latin-1")
+
+
+def _statuses(answer: str) -> list[int]:
+    """The statuses of the responses one after another in ``answer`` (each has a length)."""
+    statuses = []
+    while answer:
+        head, _, rest = answer.partition("\r\n\r\n")
+        statuses.append(int(head.split(" ", 2)[1]))
+        lengths = [int(line.split(":")[1]) for line in head.lower().split("\r\n")
+                   if line.startswith("content-length:")]
+        answer = rest[sum(lengths):]
+    return statuses
+
+
+def _requests_total(served: Server, method: str, route: str, status: int) -> float:
+    key = ("retrieval_http_requests_total",
+           (("method", method), ("route", route), ("status", str(status))))
+    return served.metrics().get(key, 0.0)
 
 
 @pytest.mark.parametrize("name,extra", [
@@ -398,12 +429,130 @@ def test_an_oversized_request_head_gets_431_and_the_connection_closes(served: Se
 def test_a_head_not_sent_in_time_gets_408_and_frees_the_connection(served: Server) -> None:
     """server.header_timeout_seconds (5 s here): a half-sent head, and a connection that sends
     nothing, are answered 408 and closed instead of holding a descriptor forever."""
+    before = _requests_total(served, "other", "other", 408)
     for data in (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ", b""):
         answer, waited = _exchange(served, data)
         assert answer.startswith("HTTP/1.1 408"), answer[:200]
         assert "server.header_timeout_seconds" in answer and 4.5 < waited < 20
     with served.client() as client:
         assert client.get("/healthz").status_code == 200
+    # Answered below the app, they were in no count.
+    assert _requests_total(served, "other", "other", 408) - before == 2
+
+
+def test_a_url_past_the_head_limit_gets_431_without_any_header(served: Server) -> None:
+    """The URL's bytes were counted only once a header came: a 20 KB URL alone was served."""
+    answer, _ = _exchange(served, b"GET /healthz?" + b"a" * 20_000 + b" HTTP/1.0\r\n\r\n")
+    assert answer.startswith("HTTP/1.1 431"), answer[:200]
+
+
+def test_a_header_streamed_past_the_limit_is_refused_before_it_ends(served: Server) -> None:
+    """A header value is joined piece by piece before any header callback sees it (64 MiB of
+    it took 20 s of the worker's loop): its bytes are now counted as they are read, and a
+    head that has not ended past the limit gets 431, not 408 once its time is up."""
+    with _connect(served) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        try:
+            for _ in range(8):
+                time.sleep(0.05)  # pieces, as a slow client sends them
+                sock.sendall(b"a" * 32_768)
+        except OSError:  # refused and closed before the last piece
+            pass
+        answer = _until_closed(sock)
+    assert answer.startswith("HTTP/1.1 431"), answer[:200]
+    assert "HeaderTooLargeError" in answer
+
+
+def test_a_pipelined_request_is_answered_before_the_oversized_head_behind_it(served: Server
+                                                                            ) -> None:
+    """A search and, on the same connection right behind it, a head with too many headers:
+    the 431 was written at once, so the client read it as the search's answer and the
+    search's own response (an upsert's, as well: a write done) was lost."""
+    batch = json.dumps({"queries": served.queries[:100], "k": 10}).encode()
+    search = (f"POST /v1/search/batch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(batch)}\r\n\r\n"
+              ).encode() + batch
+    too_many = b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-H%d: v\r\n" % i for i in range(150)) + b"\r\n"
+    before = _requests_total(served, "other", "other", 431)
+    answer, _ = _exchange(served, search + search + too_many)
+    assert _statuses(answer) == [200, 200, 431], answer[:300]
+    assert _requests_total(served, "other", "other", 431) - before == 1
+
+
+def test_a_body_cut_short_by_its_client_is_not_run(served: Server) -> None:
+    """The connection closed 100 bytes short of the Content-Length: the disconnect was taken
+    for the body's end and the request ran on what had come, which parsed (an upsert's first
+    documents were written). It is recorded as 499, and nothing runs. (A document read, not
+    a search: a search notices its client gone and is abandoned, 499 either way.)"""
+    route = "/v1/documents/get"
+    body = b'{"ids": ["a document id"]}'
+    head = (f"POST {route} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body) + 100}\r\n\r\n")
+    before = {status: _requests_total(served, "POST", route, status) for status in (200, 499)}
+    with _connect(served) as sock:
+        sock.sendall(head.encode() + body)
+    served.wait_until(lambda: _requests_total(served, "POST", route, 499) - before[499] == 1
+                      or _requests_total(served, "POST", route, 200) > before[200], 20,
+                      "the request cut short to be counted")
+    assert _requests_total(served, "POST", route, 200) == before[200]
+    assert _requests_total(served, "POST", route, 499) - before[499] == 1
+
+
+def test_a_build_id_longer_than_a_file_name_is_an_unknown_build(served: Server) -> None:
+    """The console's sides looked for builds/<id>: past 255 bytes that raised OSError (File
+    name too long), a 500 where any other unknown build is a 404."""
+    sides = Sides(served.root)
+    for build_id in ("b" * 256, "\u00e9" * 200):  # 256 characters; 400 bytes
+        with pytest.raises(UnknownBuildError, match="no build"):
+            sides.build_path(build_id)
+
+
+@pytest.fixture(scope="module")
+def slow_app() -> Iterator[tuple[str, int]]:
+    """uvicorn with the service's protocol (a 1 s head timeout) over an app that answers each
+    request 2 s after it came."""
+    import uvicorn
+
+    async def answer_late(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.sleep(2.0)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b"late"})
+
+    address = ("127.0.0.1", free_port())
+    protocol = guarded_protocol(ServerSettings(header_timeout_seconds=1.0))
+    server = uvicorn.Server(uvicorn.Config(answer_late, host=address[0], port=address[1],
+                                           http=protocol, lifespan="off", log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.05)
+        yield address
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_a_head_begun_while_a_request_runs_still_gets_its_timeout(slow_app: tuple[str, int]
+                                                                  ) -> None:
+    """The next request's head timer fired while the request before was still running, found
+    a request being answered, and was never armed again: once that was answered, one more
+    byte (which stops uvicorn's keep-alive timer) held the half-sent head open for good."""
+    with socket.create_connection(slow_app, timeout=10) as sock:
+        sock.sendall(b"GET /first HTTP/1.1\r\nHost: x\r\n\r\nG")
+        answer = b""
+        while b"late" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        sock.sendall(b"E")
+        # The old protocol never answers: the read times out (TimeoutError) here.
+        answer += _until_closed(sock).encode("latin-1")
+    assert _statuses(answer.decode("latin-1")) == [200, 408], answer
 
 
 def test_metrics_parse_and_count_the_requests_sent(served: Server) -> None:

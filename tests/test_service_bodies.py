@@ -7,19 +7,26 @@ import base64
 
 import numpy as np
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from indexes.errors import InvalidWriteError
 from retrieval.service.bodies import describe_validation
 from retrieval.service.errors import MalformedRequestError, RequestFieldError
-from retrieval.service.schemas import BatchBody, SearchBody, WriteDocument
+from retrieval.service.schemas import (
+    BatchBody,
+    DeleteBody,
+    FetchBody,
+    SearchBody,
+    UpsertBody,
+    WriteDocument,
+)
 from retrieval.service.writes import given_vectors
 
 
-def message_for(model: type[SearchBody] | type[BatchBody], raw: bytes) -> Exception:
+def message_for(model: type[BaseModel], raw: bytes) -> Exception:
     with pytest.raises(ValidationError) as caught:
         model.model_validate_json(raw)
-    return describe_validation(caught.value.errors())
+    return describe_validation(caught.value)
 
 
 @pytest.mark.parametrize(("filters", "named"), [("[1, 2]", "an array"), ("3", "a number"),
@@ -45,6 +52,37 @@ def test_a_lone_surrogate_escape_is_named_as_such() -> None:
     error = message_for(SearchBody, b'{"query": "a\\ud800b"}')
     assert isinstance(error, MalformedRequestError)
     assert "half of a surrogate pair alone is not text" in str(error)
+
+
+@pytest.mark.parametrize(("model", "field"), [(BatchBody, "queries"), (DeleteBody, "ids"),
+                                               (FetchBody, "ids"), (UpsertBody, "documents")])
+def test_a_list_of_wrong_items_stops_at_the_first(model: type[BaseModel], field: str) -> None:
+    """{"queries": [1, 1, ...]}: pydantic made an error per item (40,000 of them took 2.3 s)
+    and their messages were de-duplicated on a list, quadratically: 31 s on the event loop."""
+    items = ", ".join(["1"] * 40_000)
+    raw = f'{{"{field}": [{items}]}}'.encode()
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate_json(raw)
+    assert caught.value.error_count() == 1
+    assert str(describe_validation(caught.value)).startswith(f"invalid request: {field}.0: ")
+
+
+def test_a_vector_of_wrong_items_stops_at_the_first() -> None:
+    items = ", ".join(['"x"'] * 40_000)
+    document = f'{{"id": "a", "text": "b", "vector": [{items}]}}'
+    with pytest.raises(ValidationError) as caught:
+        UpsertBody.model_validate_json(f'{{"documents": [{document}]}}')
+    assert caught.value.error_count() == 2  # the list's first item, and not a string
+
+
+def test_thousands_of_unknown_fields_are_named_ten_at_most_in_order() -> None:
+    """Past 100 errors only the first are read from pydantic's JSON: every error as a dict
+    (exc.errors()) took 0.8 s for 100,000 unknown fields."""
+    fields = ", ".join(f'"f{i}": 1' for i in range(20_000))
+    error = message_for(SearchBody, f'{{"query": "x", "k": "5", {fields}}}'.encode())
+    assert isinstance(error, RequestFieldError)
+    assert str(error) == "invalid request: k: Input should be a valid integer; " + "; ".join(
+        f"unknown field 'f{i}'" for i in range(9))
 
 
 def test_plain_bad_json_is_not_blamed_on_surrogates() -> None:

@@ -10,13 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema  # schemathesis's own dependency
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from small_index import index_fixture  # noqa: F401 (the ``index`` fixture)
 from starlette.testclient import TestClient
 
+from indexes.errors import SchemaMismatchError
 from retrieval.service.app import create_app
+from retrieval.service.errors import error_body
 from retrieval.service.openapi import openapi_document
 from retrieval.service.settings import ServeConfig
 
@@ -43,3 +46,18 @@ def test_fuzzed_requests_never_get_a_server_error(case: Any, client: TestClient)
         sent["content"] = sent.pop("data")
     response = client.request(**sent)
     assert response.status_code < 500, (sent, response.text[:500])
+
+
+def test_the_document_allows_error_details_and_names_every_keyed_route() -> None:
+    """ErrorDetail forbade the ``details`` an error carries (a 422 for a metadata field of
+    another type failed its own schema); /metrics was documented without security though it
+    takes a key by default, and /v1/snapshot as answering 200 only."""
+    document = openapi_document()
+    error = error_body(SchemaMismatchError("field 'year' is a number", field="year"))
+    assert error["error"]["details"] == {"field": "year"}
+    jsonschema.validate(error, {"$ref": "#/components/schemas/ErrorBody",
+                                "components": document["components"]})
+    metrics = document["paths"]["/metrics"]["get"]
+    assert metrics["security"] == [{"bearer": []}] and "401" in metrics["responses"]
+    assert {"200", "401", "403", "503"} <= set(
+        document["paths"]["/v1/snapshot"]["post"]["responses"])

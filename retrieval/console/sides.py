@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from contextlib import suppress
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +28,7 @@ from retrieval.sharding.whole import open_build
 
 MAX_OPEN_BUILDS = 2
 MAX_VARIANTS = 4
+NAME_MAX = 255  # bytes of one file name (Linux, macOS)
 
 
 class Ranking(BaseModel):
@@ -92,12 +94,13 @@ class Sides:
         """A build's directory (None: the live one); ``UnknownBuildError`` naming the builds
         there (not the server's paths)."""
         wanted = live_build_id(self.root) if build_id is None else build_id
-        try:
-            return build_dir(self.root, wanted or "")
-        except UnknownBuildError:
-            known = ", ".join(b.build_id for b in list_builds(self.root)) or "none"
-            raise UnknownBuildError(f"no build {wanted!r} in this index (builds there: "
-                                    f"{known})") from None
+        # A name longer than a file's can be is no build (looking for it raised OSError:
+        # File name too long, a 500).
+        if wanted is not None and len(wanted.encode("utf-8", "surrogatepass")) <= NAME_MAX:
+            with suppress(UnknownBuildError):
+                return build_dir(self.root, wanted)
+        known = ", ".join(b.build_id for b in list_builds(self.root)) or "none"
+        raise UnknownBuildError(f"no build {wanted!r} in this index (builds there: {known})")
 
     def close(self) -> None:
         with self._lock:

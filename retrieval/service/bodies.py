@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -14,6 +15,8 @@ from retrieval.service.schemas import Health
 
 JSON = "application/json"
 Body = TypeVar("Body", bound=BaseModel)
+MAX_MESSAGES = 10  # the distinct problems a 4xx names
+MAX_ERRORS_READ = 100  # pydantic's errors read to find them (a union repeats one per branch)
 
 
 async def parse_body(request: Request, model: type[Body]) -> Body:
@@ -30,20 +33,25 @@ async def parse_body(request: Request, model: type[Body]) -> Body:
     try:
         return model.model_validate_json(await request.body())
     except ValidationError as exc:
-        raise describe_validation(exc.errors()) from None
+        raise describe_validation(exc) from None
 
 
-def describe_validation(errors: Any) -> RetrievalError:
-    """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422."""
+def describe_validation(exc: ValidationError) -> RetrievalError:
+    """One clear message for pydantic's list: bad JSON is 400, anything else about fields 422;
+    at most ``MAX_MESSAGES`` distinct problems, however many errors the body has."""
+    errors = first_errors(exc, MAX_ERRORS_READ)
     for item in errors:
         if item.get("type") == "json_invalid":
             return MalformedRequestError(f"request body is not valid JSON "
                                          f"({_json_problem(item)}); send a JSON object with "
                                          f"Content-Type: {JSON}")
-    parts: list[str] = []
+    parts: dict[str, None] = {}  # a union's branches each report the same wrong value
     for item in errors:
-        field = ".".join(str(p) for p in item.get("loc", ())) or "body"
-        if item.get("loc", ())[:1] == ("filters",):
+        if len(parts) == MAX_MESSAGES:
+            break
+        loc = tuple(item.get("loc", ()))
+        field = ".".join(str(p) for p in loc) or "body"
+        if loc[:1] == ("filters",):
             part = (f"filters must be a filter object, a DSL string or null, not "
                     f"{json_type(item.get('input'))}; e.g. {{\"year\": {{\"gte\": 2010}}}} or "
                     f"\"year >= 2010\"")
@@ -53,9 +61,27 @@ def describe_validation(errors: Any) -> RetrievalError:
             part = f"{field} is required"
         else:
             part = f"{field}: {item.get('msg')}"
-        if part not in parts:  # a union's branches each report the same wrong value
-            parts.append(part)
-    return RequestFieldError("invalid request: " + "; ".join(parts[:10]))
+        parts.setdefault(part)
+    return RequestFieldError("invalid request: " + "; ".join(parts))
+
+
+def first_errors(exc: ValidationError, limit: int) -> list[Any]:
+    """The first ``limit`` of ``exc``'s errors. ``exc.errors()`` builds a dict for every one
+    (8 us apiece: 100,000 unknown fields of a 1 MiB body held the event loop 0.8 s); past
+    ``limit`` their JSON text, written natively in 0.07 s, is read only as far as needed.
+    (So many errors come from a parsed body: their inputs are JSON, unlike the raw bytes of a
+    body that is not, which may not even be UTF-8.)"""
+    if exc.error_count() <= limit:
+        return list(exc.errors(include_url=False))
+    text = exc.json(include_url=False)
+    decoder = json.JSONDecoder()
+    errors: list[Any] = []
+    at = 1  # past the list's "["
+    while len(errors) < limit and text[at] != "]":
+        item, at = decoder.raw_decode(text, at)
+        errors.append(item)
+        at += text[at] == ","
+    return errors
 
 
 def _json_problem(item: Any) -> str:

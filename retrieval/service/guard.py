@@ -49,6 +49,13 @@ ROUTE_SCOPES: dict[str, KeyScope] = {"/v1/documents": "write", "/v1/documents/de
 ROUTE_SCOPES.update(dict.fromkeys(CONSOLE_API, "admin"))
 
 
+CLIENT_GONE = 499  # the status recorded for a request whose client left before its body
+
+
+class ClientGone(Exception):
+    """The connection closed before the request's body arrived whole."""
+
+
 async def send_json(send: Send, status: int, body: dict[str, Any],
                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     payload = json.dumps(body).encode()
@@ -95,6 +102,8 @@ class Guard:
 
         try:
             await self._guarded(scope, receive, send_recording, route)
+        except ClientGone:  # no one to answer: nginx's 499 in the metrics
+            status[0] = CLIENT_GONE
         finally:
             self.metrics.observe_request(route, scope["method"], status[0],
                                          time.perf_counter() - started)
@@ -162,7 +171,8 @@ class Guard:
         return True
 
     async def _read_body(self, scope: Scope, receive: Receive, limit: int) -> bytes | None:
-        """The whole body, or None as soon as it is known to exceed ``limit``."""
+        """The whole body, or None as soon as it is known to exceed ``limit``; ``ClientGone``
+        when the client left before sending all of it."""
         declared = _header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return None
@@ -170,7 +180,9 @@ class Guard:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                # Not the body's end: what came may parse (an upsert's first documents did,
+                # and were written for a request its client never finished).
+                raise ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:

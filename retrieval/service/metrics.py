@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import multiprocess as prometheus_multiprocess
@@ -27,6 +27,13 @@ BREAKER_STATES = ("closed", "open", "half_open")
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def observe_refused(status: int, seconds: float) -> None:
+    """A request the protocol answered itself (431: its head too large, 408: too slow), under
+    route and method "other": it never had a whole head to name them."""
+    if ServiceMetrics.latest is not None:
+        ServiceMetrics.latest.observe_request("other", "other", status, seconds)
 
 
 # The request counter's method label: the standard methods, anything else "other".
@@ -56,6 +63,10 @@ class WorkerFiles:
 
 class ServiceMetrics:
     """The service's metrics. Outside multiprocess mode they live in a private registry."""
+
+    # The app's, for requests the protocol refuses before the app sees them: a second
+    # counter of the same name would overwrite this one's samples in the worker's file.
+    latest: ClassVar[ServiceMetrics | None] = None
 
     def __init__(self) -> None:
         shared = multiprocess_dir() is not None
@@ -92,6 +103,7 @@ class ServiceMetrics:
         self._seen_errors = 0
         self._seen_reloads = 0
         self._build_id: str | None = None
+        ServiceMetrics.latest = self
 
     # -- per request ----------------------------------------------------------------------
 

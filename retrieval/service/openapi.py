@@ -44,10 +44,14 @@ def _operation(summary: str, response: type[BaseModel], body: type[BaseModel] | 
     if body is not None:
         operation["requestBody"] = {"required": True, **_ref(body)}
     if errors:
-        operation["responses"].update({status: {"description": text, **_ref(ErrorBody)}
-                                       for status, text in ERROR_STATUSES.items()})
+        operation["responses"].update(_errors(*ERROR_STATUSES))
     operation["security"] = [{"bearer": []}] if errors else []
     return operation
+
+
+def _errors(*statuses: str) -> dict[str, Any]:
+    return {status: {"description": ERROR_STATUSES[status], **_ref(ErrorBody)}
+            for status in statuses}
 
 
 def openapi_document(title: str = "retrieval", version: str = "1") -> dict[str, Any]:
@@ -83,13 +87,17 @@ def openapi_document(title: str = "retrieval", version: str = "1") -> dict[str, 
                            "it, flip history; restore with `retrieval restore FILE ROOT`",
                 "security": [{"bearer": []}],
                 "responses": {"200": {"description": "OK", "content": {
-                    "application/x-tar": {"schema": {"type": "string",
-                                                     "format": "binary"}}}}}}},
+                    "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}},
+                    **_errors("401", "403", "503")}}},
             "/healthz": {"get": _operation("the process is alive", Health, errors=False)},
             "/readyz": {"get": readiness},
-            "/metrics": {"get": {"summary": "Prometheus text format, merged over workers",
+            "/metrics": {"get": {"summary": "Prometheus text format, merged over workers; "
+                                            "any key where the server has keys, unless "
+                                            "server.metrics_auth = false",
+                                 "security": [{"bearer": []}],
                                  "responses": {"200": {"description": "OK", "content": {
-                                     "text/plain": {"schema": {"type": "string"}}}}}}},
+                                     "text/plain": {"schema": {"type": "string"}}}},
+                                     **_errors("401")}}},
         },
         "components": {"schemas": schemas.get("$defs", {}),
                        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},

@@ -3,9 +3,12 @@
 httptools accepts any number and size of headers and waits for them without a deadline: 1 MB
 headers and 10,000 headers were accepted, and 20,100 idle half-sent heads held their
 connections until the descriptor limit. This protocol answers 431 (header fields too large)
-past ``server.max_headers`` headers or ``server.max_header_bytes`` bytes of them, and 408 when
-a request's head is not complete ``server.header_timeout_seconds`` after the connection opened
-or the request's first byte arrived; both close the connection. The body has its own timeout
+past ``server.max_headers`` headers or ``server.max_header_bytes`` bytes of them (the request
+line's URL included), and 408 when a request's head is not complete
+``server.header_timeout_seconds`` after the connection opened or the request's first byte
+arrived (a head waiting behind a request still running gets its time again); both close the
+connection, after the responses of the requests pipelined before, and count in
+``retrieval_http_requests_total`` under route "other". The body has its own timeout
 (``guard``), idle keep-alive connections uvicorn's.
 """
 
@@ -43,8 +46,19 @@ class HeadLimits(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
-        self._head_bytes = 0
+        self._head_started = 0.0
+        self._head_bytes = 0  # of the URL, header names and values
+        self._in_head = False
+        self._head_received = 0  # bytes read while the head was incomplete
+        self._heads_begun = 0
         self._refused = False
+        self._answer_after_response: bytes | None = None
+
+    @property
+    def _raw_head_limit(self) -> int:
+        """``max_header_bytes`` as bytes read: with each header's ': ' and CRLF, the method
+        and the version."""
+        return self.max_header_bytes + 4 * self.max_headers + 64
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -54,14 +68,38 @@ class HeadLimits(HttpToolsProtocol):
         self._stop_head_timer()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        was_in_head, heads_begun = self._in_head, self._heads_begun
+        super().data_received(data)
+        # httptools joins a header value's pieces (uvicorn the URL's) one read at a time, and
+        # on_header sees the value only once whole: a 64 MiB header took 20 s to join before
+        # any limit applied. A read that began and ended inside one head is all head bytes.
+        if self._refused or not (was_in_head and self._in_head) or \
+                heads_begun != self._heads_begun:
+            return
+        self._head_received += len(data)
+        if self._head_received > self._raw_head_limit:
+            self._refuse(431, self._head_too_large())
+
     def on_message_begin(self) -> None:
+        if self._refused:
+            return
         super().on_message_begin()
-        self._head_bytes = 0
+        self._head_bytes = self._head_received = 0
+        self._in_head = True
+        self._heads_begun += 1
         if self._head_timer is None:  # the next request of a kept-alive connection
             self._start_head_timer()
 
     def on_url(self, url: bytes) -> None:
+        if self._refused:
+            return
         self._head_bytes += len(url)
+        if self._head_bytes > self.max_header_bytes:  # a long URL and no header at all
+            self._refuse(431, self._head_too_large())
+            return
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -69,14 +107,12 @@ class HeadLimits(HttpToolsProtocol):
             return
         self._head_bytes += len(name) + len(value)
         if len(self.headers) >= self.max_headers or self._head_bytes > self.max_header_bytes:
-            self._refuse(431, HeaderTooLargeError(
-                f"the request head exceeds {self.max_headers} headers or "
-                f"{self.max_header_bytes} bytes (server.max_headers, server.max_header_bytes); "
-                "send fewer or shorter headers"))
+            self._refuse(431, self._head_too_large())
             return
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         self._stop_head_timer()
         if not self._refused:
             super().on_headers_complete()
@@ -89,7 +125,21 @@ class HeadLimits(HttpToolsProtocol):
         if not self._refused:
             super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if (self._answer_after_response is not None and not self.pipeline
+                and self.cycle.response_complete and not self.transport.is_closing()):
+            self._unset_keepalive_if_required()
+            self._answer_and_close(self._answer_after_response)
+
+    def _head_too_large(self) -> HeaderTooLargeError:
+        return HeaderTooLargeError(
+            f"the request head exceeds {self.max_headers} headers or {self.max_header_bytes} "
+            "bytes (server.max_headers, server.max_header_bytes); send fewer or shorter "
+            "headers")
+
     def _start_head_timer(self) -> None:
+        self._head_started = self.loop.time()
         self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
 
     def _stop_head_timer(self) -> None:
@@ -99,27 +149,47 @@ class HeadLimits(HttpToolsProtocol):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self.cycle is None or self.cycle.response_complete:  # no request being answered
-            self._refuse(408, RequestTimeoutError(
-                f"the request head did not arrive within {self.header_timeout:g} s "
-                "(server.header_timeout_seconds); send it whole"))
+        if self._refused:
+            return
+        if self._answering():  # the head waits behind a response: it gets its time again
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
+            return
+        self._refuse(408, RequestTimeoutError(
+            f"the request head did not arrive within {self.header_timeout:g} s "
+            "(server.header_timeout_seconds); send it whole"))
+
+    def _answering(self) -> bool:
+        """Whether a request read before is still to be answered (running or queued)."""
+        return self.cycle is not None and not self.cycle.response_complete
 
     def _refuse(self, status: int, error: RetrievalError) -> None:
-        """Answer ``status`` with the service's error body and close the connection."""
+        """Answer ``status`` with the service's error body and close the connection; read
+        nothing more. Behind a request still to be answered (pipelined), the answer waits for
+        its response: written now, it was read as that request's answer, and the response
+        that request really got (a write done, say) was lost."""
+        # Imported here: prometheus-client picks its multiprocess mode when first imported,
+        # and ``retrieval serve`` builds this class before it sets the metrics directory.
+        from retrieval.service.metrics import observe_refused
+
         self._refused = True
         self._stop_head_timer()
+        observe_refused(status, self.loop.time() - self._head_started)
         body = json.dumps(error_body(error)).encode()
         reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
-        self.transport.write(b"".join([
+        answer = b"".join([
             b"HTTP/1.1 %d %s\r\n" % (status, reason), b"content-type: application/json\r\n",
-            b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body]))
+            b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n", body])
+        if self._answering():
+            self._answer_after_response = answer
+        else:
+            self._answer_and_close(answer)
+
+    def _answer_and_close(self, answer: bytes) -> None:
+        self._answer_after_response = None
+        self.transport.write(answer)
         # A lingering close: the answer and a FIN now, what the client still sends is read and
         # dropped for a moment (closing with unread data would reset the connection, and the
         # client would lose the answer), then the connection closes whatever the client does.
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
-
-    def data_received(self, data: bytes) -> None:
-        if not self._refused:
-            super().data_received(data)
