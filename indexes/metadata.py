@@ -42,7 +42,7 @@ PACKED_LOOKUP = 64
 # write does: a UUID or a plain Enum was stored by orjson as a string nothing could filter on,
 # a datetime or a Decimal refused by the standard encoder mid-build.
 JSON_TYPES = (str, int, float, list, tuple, dict, type(None))
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?\Z")  # not "...\n"
 
 
 def parse_date(value: str) -> float:

@@ -244,6 +244,14 @@ def test_brief_example_dsl_equals_dict() -> None:
     np.testing.assert_array_equal(evaluate(b, SAMPLE), evaluate(a, SAMPLE))
 
 
+@pytest.mark.parametrize("literal", ["1e-400", "-2.5E-330", "0." + "0" * 400 + "1"])
+def test_a_dsl_number_too_small_for_a_float_is_refused(literal: str) -> None:
+    """``float()`` read it as 0: ``year >= 1e-400`` allowed a year of 0."""
+    with pytest.raises(MalformedFilterError, match="too small for a float"):
+        parse_filter(f"year >= {literal}", KINDS)
+    assert parse_filter("year >= 0.000e-400", KINDS) is not None  # a zero written so is 0
+
+
 def test_dsl_keywords_case_insensitive_and_literals() -> None:
     lower = parse_filter("NOT dept = 'x' and (year < 3 or year > 5.5e1) AND tags not in ('a')",
                          KINDS)

@@ -34,3 +34,12 @@ def test_top_k_order_breaks_ties_by_lower_index_also_at_the_cut(scores: list[flo
     got = top_k_order(values, k)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
+
+
+
+def test_minmax_of_finite_scores_whose_spread_overflows_stays_finite() -> None:
+    """±1.7e308 (a feature's "unknown" sentinel) made ``high - low`` infinite and the top
+    score inf / inf = NaN, scrambling the ranking it adjusted."""
+    scores = np.array([-1.7e308, 0.0, 1.7e308])
+    np.testing.assert_allclose(minmax(scores), [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(minmax(np.array([3.0, 1.0, 2.0])), [1.0, 0.0, 0.5])

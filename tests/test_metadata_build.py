@@ -111,6 +111,15 @@ def test_an_empty_list_holds_no_value_in_a_field_of_any_kind():
     assert index.keyword_values("tags") == []
 
 
+def test_a_date_with_a_line_end_is_a_keyword():
+    """The date pattern ended in ``$``, which matches before a final newline: the field was a
+    date field and the build failed on "Invalid isoformat string"."""
+    index = MetadataIndex.build([{"when": "2020-01-31\n"}, {"when": "2021-06-01"}])
+    assert index.kinds == {"when": "keyword"}
+    with pytest.raises(ValueError, match="ISO"):
+        parse_date("2020-01-31\n")
+
+
 def test_kept_kinds_stay_and_refuse_values_they_cannot_hold():
     """A compaction's schema: a field whose values are gone stays, a keyword field of dates
     stays a keyword field; a number in a kept keyword field is refused, naming the field."""

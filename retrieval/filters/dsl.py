@@ -48,6 +48,10 @@ def _number(text: str, start: int) -> float | int:
     """A float, except an integer literal no float holds exactly: kept whole, so the field's
     check can refuse it instead of matching its rounded neighbours (or infinity)."""
     value = float(text)
+    if value == 0.0 and any(c in "123456789" for c in text.lower().partition("e")[0]):
+        raise MalformedFilterError(f"filter syntax error at position {start}: {text[:40]!r} "
+                                   "is too small for a float, which holds it as 0; no field "
+                                   "holds it")
     if not text.lstrip("-").isdigit():
         return value
     digits = len(text.lstrip("-"))

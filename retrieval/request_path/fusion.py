@@ -23,6 +23,10 @@ def minmax(scores: np.ndarray) -> np.ndarray:
     if scores.size == 0:
         return scores
     low, high = scores.min(), scores.max()
+    if not np.isfinite(high - low):  # finite values whose spread overflows (±1.7e308 feature
+        # sentinels): scaled first, which leaves min-max unchanged; inf / inf was NaN scores
+        scale = max(abs(low), abs(high))
+        scores, low, high = scores / scale, low / scale, high / scale
     if high - low <= 0:
         return np.ones_like(scores)
     return (scores - low) / (high - low)
