@@ -74,7 +74,8 @@ it); ``from retrieval import ...`` gives every one of them::
     │   └── ForbiddenError            403: the key's scope does not allow the route (writes)
     ├── NotFoundError                 (retrieval.service) 404 / 405: no such route or method
     ├── ServiceUnavailableError       (retrieval.service) 503: loading, draining, no usable build
-    │   └── WriteTimeoutError         (retrieval.client) a write unanswered in time: it may have
+    │   └── WriteTimeoutError         (retrieval.service) a write the client had no answer to in
+    │                                 time (``retrieval.client``): it may have
     │                                 been applied; resending its ``request_id`` is safe
     ├── ServerError                   (retrieval.service) 500: a bug; never a traceback to clients
     └── IntegrationError              (retrieval.integrations) a framework adapter cannot be used

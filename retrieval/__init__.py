@@ -79,6 +79,7 @@ from retrieval.service.errors import (
     ServerError,
     ServiceConfigError,
     ServiceUnavailableError,
+    WriteTimeoutError,
 )
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.tracing import TracingConfig
@@ -158,6 +159,7 @@ __all__ = [
     "UnknownNamedFilterError",
     "UnsafeMemberError",
     "UnsupportedFilterError",
+    "WriteTimeoutError",
     "WriterClosedError",
     "WriterLockedError",
 ]

@@ -42,22 +42,12 @@ from retrieval.service.errors import (
     RequestTimeoutError,
     ServerError,
     ServiceUnavailableError,
+    WriteTimeoutError,
 )
 from retrieval.service.schemas import FetchResult, WriteAck
 
 Filters = dict[str, Any] | str | None
 T = TypeVar("T")
-
-
-class WriteTimeoutError(ServiceUnavailableError):
-    """A write got no answer within the client's timeout, though the server may have applied
-    it (a large batch is embedded before it is logged). Sending it again with ``request_id``
-    is safe: a write the server logged already is acknowledged as a replay, never applied
-    twice."""
-
-    def __init__(self, message: str, request_id: str | None = None) -> None:
-        super().__init__(message)
-        self.request_id = request_id
 
 
 def _error_classes() -> dict[str, type[RetrievalError]]:

@@ -155,6 +155,8 @@ def test_describe_and_the_workers_preload_read_a_sharded_build(tmp_path, capsys)
       "{tmp}/fs", "--grace-seconds", "-1"],
      "error: --grace-seconds: Input should be greater than or equal to 0"),  # several lines,
     # blamed on --store/--cluster/--namespace
+    (["features", "materialize", "--view-file", "{view}", "--source", "{corpus}", "--store",
+      "{tmp}/fs", "--batch-rows", "0"], "error: --batch-rows: must be at least 1, not 0"),
     (["distill", "{index}", "--texts", "1"], "distilling needs both"),
     (["distill", "{given}", "--texts", "600"], "a distilled query encoder learns"),
 ])

@@ -358,7 +358,7 @@ def test_a_write_without_an_answer_in_time_may_have_been_applied(server, tmp_pat
                                                                  ) -> None:
     """A write slower than the client's timeout said "cannot reach", though the server had
     written it: the caller is told it may have been applied and how to repeat it safely."""
-    from retrieval.client import WriteTimeoutError
+    from retrieval import WriteTimeoutError
 
     with RemoteRetriever(server.url, timeout=0.5) as remote:
         server.answer(None)

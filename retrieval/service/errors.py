@@ -60,6 +60,17 @@ class ServiceUnavailableError(RetrievalError):
     """The server cannot answer now: loading its build, draining, or its build is unusable."""
 
 
+class WriteTimeoutError(ServiceUnavailableError):
+    """(``retrieval.client``) A write got no answer within the client's timeout, though the
+    server may have applied it (a large batch is embedded before it is logged). Sending it
+    again with ``request_id`` is safe: a write the server logged already is acknowledged as
+    a replay, never applied twice."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
 class ServerError(RetrievalError):
     """An unexpected failure inside the server (logged there with its traceback)."""
 

@@ -18,7 +18,6 @@ from retrieval.features.view import FeatureView, load_view
 
 def add_features_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``features materialize`` to an ``add_subparsers()`` object; returns the parser."""
-    from retrieval.cli.common import positive_int  # not at the top: retrieval.cli imports us
     features = subparsers.add_parser("features", help="feature store: materialize views")
     commands = features.add_subparsers(dest="features_command", required=True)
     run = commands.add_parser(
@@ -35,7 +34,7 @@ def add_features_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--namespace", default="retrieval", help="Redis key namespace")
     run.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                      help="keep retired snapshots this long (the previous one is always kept)")
-    run.add_argument("--batch-rows", type=positive_int, default=50_000)
+    run.add_argument("--batch-rows", type=int, default=50_000)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=run_materialize)
     return features
@@ -55,6 +54,8 @@ def _view(args: argparse.Namespace, store: Any) -> FeatureView:
 
 def run_materialize(args: argparse.Namespace) -> int:
     """Materialize one view; prints rows and rows/s. Errors propagate as ``RetrievalError``."""
+    if args.batch_rows < 1:
+        raise FeatureConfigError(f"--batch-rows: must be at least 1, not {args.batch_rows}")
     try:
         config = FeatureStoreConfig(location=args.store, cluster=args.cluster,
                                     namespace=args.namespace, grace_seconds=args.grace_seconds)
@@ -72,15 +73,20 @@ def run_materialize(args: argparse.Namespace) -> int:
     return 0
 
 
+FLAGS = {"location": "--store", "cluster": "--cluster", "namespace": "--namespace",
+         "grace_seconds": "--grace-seconds"}
+
+
 def _flag_problems(exc: ValidationError) -> str:
     """Each refused setting named by its flag, on one line (pydantic's took several, and every
-    one was blamed on --store/--cluster/--namespace, --grace-seconds's too)."""
-    from retrieval.cli.common import flag_problems  # not at the top: retrieval.cli imports us
-
-    said = flag_problems(exc, {"location": "--store"})
-    # A check of the whole config (the --store URL, with --cluster) comes alone, unnamed.
-    bare = said.removeprefix("Value error, ")
-    return said if bare == said else f"--store: {bare}"
+    one was blamed on --store/--cluster/--namespace, --grace-seconds's too). Written here, not
+    taken from ``retrieval.cli``: the nightly job imports nothing of the serving side."""
+    said = []
+    for error in exc.errors(include_url=False):
+        where = error.get("loc") or ("location",)  # a check of the whole config: the URL's
+        message = str(error.get("msg", "")).removeprefix("Value error, ")
+        said.append(f"{FLAGS.get(str(where[0]), '--store')}: {message}")
+    return "; ".join(said)
 
 
 def main(argv: list[str] | None = None) -> int:
