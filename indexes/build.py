@@ -203,6 +203,10 @@ def check_documents(documents: Sequence[Document]) -> None:
     ids = [d.id for d in documents]
     refuse_surrogates(ids, "a document id")
     refuse_surrogates([d.title for d in documents], "a title")  # texts: content_hashes
+    # Values are checked as the metadata index is built; a name only when its schema is
+    # saved, after the whole corpus was encoded.
+    names = {name for d in documents for name in d.metadata if isinstance(name, str)}
+    refuse_surrogates(sorted(names), "a metadata field name")
     distinct = set(ids)
     if "" in distinct or any(map(str.isspace, distinct)):
         row = next(i for i, doc_id in enumerate(ids) if not doc_id.strip())

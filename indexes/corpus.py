@@ -43,21 +43,27 @@ def _read_lines(path: Path, mapping: FieldMapping) -> Iterator[Document]:
 def _decoded(lines: Iterable[bytes], path: Path) -> Iterator[tuple[int, str]]:
     for number, raw in enumerate(lines, start=1):
         try:
-            yield number, raw.decode("utf-8")
+            line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CorpusError(f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line "
                               f"is {raw[exc.start]:#04x}); save the file as UTF-8") from exc
+        # A byte-order mark (Windows tools write one) starts the file, not the first record.
+        yield number, line.removeprefix("\ufeff") if number == 1 else line
 
 
 def _documents(records: Iterator[tuple[int, object]], path: Path, mapping: FieldMapping
                ) -> Iterator[tuple[int, Document]]:
+    first = True
     for number, record in records:
         if not isinstance(record, dict):
             raise CorpusError(f"{path}:{number}: each line must be a JSON object")
-        if number == 1:  # a wrong mapping shows at once, with the fields there are
-            mapping.check(record, f"{path} (line 1)")
-        if not isinstance(record.get("metadata") or {}, dict):
+        nested = record.get("metadata") or {}
+        if not isinstance(nested, dict):
             raise CorpusError(f"{path}:{number}: `metadata` must be an object")
+        if first:  # a wrong mapping shows at once, with the fields there are (blank lines
+            # before the first record hold none)
+            mapping.check(record, f"{path} (line {number})", nested)
+            first = False
         yield number, mapping.document(record, f"{path}:{number}")
 
 
@@ -107,6 +113,9 @@ def _parse(line: str, path: Path, number: int) -> object:
         return json.loads(line)
     except ValueError as exc:
         raise CorpusError(f"{path}:{number}: not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # json's decoder recurses once per level of nesting
+        raise CorpusError(f"{path}:{number}: a JSON value nested too deeply to read; "
+                          "flatten the record") from exc
 
 
 def read_corpus(path: Path, mapping: FieldMapping | None = None) -> Iterator[Document]:
@@ -138,6 +147,10 @@ def read_queries(path: Path) -> dict[str, str]:
                 except (ValueError, KeyError, TypeError) as exc:
                     raise CorpusError(f"{path} line {number} is not a query record "
                                       f"{{\"_id\": ..., \"text\": ...}}: {exc!r}") from exc
+                except RecursionError as exc:
+                    raise CorpusError(f"{path} line {number}: a JSON value nested too "
+                                      "deeply to read; give {\"_id\": ..., \"text\": ...}"
+                                      ) from exc
     return queries
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from indexes.doc_ids import ID_FIELD
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 
@@ -52,20 +53,45 @@ class FieldMapping(BaseModel):
     def is_default(self) -> bool:
         return self == FieldMapping()
 
-    def check(self, fields: Iterable[str], where: str) -> None:
-        """A mapping naming fields ``where`` lacks is an error listing the ones it has."""
+    def check(self, fields: Iterable[str], where: str, nested: Iterable[str] = ()) -> None:
+        """A mapping naming fields ``where`` lacks is an error listing the ones it has.
+        ``nested``: the fields of its ``metadata`` object, which ``keep`` and ``drop`` may
+        name (``document`` merges them with the top-level ones) but an id or a text not."""
         have = list(dict.fromkeys(fields))
-        named = [self.text_field, *(f for f in (self.id_field, self.title_field) if f),
-                 *(self.keep or ()), *self.drop]
+        inside = [f for f in dict.fromkeys(nested) if f not in have]
+        named = [self.text_field, *(f for f in (self.id_field, self.title_field) if f)]
         missing = [repr(f) for f in named if f not in have]
+        missing += [repr(f) for f in (*(self.keep or ()), *self.drop)
+                    if f not in have and f not in inside]
         if self.id_field is None and "_id" not in have and "id" not in have:
             missing.insert(0, "'_id' (or 'id')")
         if missing:
+            listed = ", ".join(map(repr, have)) or "none"
+            if inside:
+                listed += f" (in its metadata: {', '.join(map(repr, inside))})"
             raise CorpusError(
-                f"{where}: no field {', '.join(missing)}; its fields are "
-                f"{', '.join(map(repr, have)) or 'none'}: map them with --id-field, "
-                "--text-field, --title-field and name metadata with --keep-fields, "
-                "--drop-fields (FieldMapping in Python)")
+                f"{where}: no field {', '.join(missing)}; its fields are {listed}: map them "
+                "with --id-field, --text-field, --title-field and name metadata with "
+                "--keep-fields, --drop-fields (FieldMapping in Python)")
+        if ID_FIELD in have and self._metadata_fields([ID_FIELD]):
+            raise CorpusError(
+                f"{where}: its field {ID_FIELD!r} would be metadata (the id is "
+                f"{self.id_field!r}), but a filter on {ID_FIELD!r} means the document id: "
+                f"leave it out with --drop-fields {ID_FIELD} or make it the id with "
+                f"--id-field {ID_FIELD}")
+
+    def _metadata_fields(self, fields: Iterable[str]) -> list[str]:
+        """Those of ``fields`` that become metadata: neither a part nor left out."""
+        return [f for f in fields if f not in self.parts and f not in self.drop
+                and (self.keep is None or f in self.keep)]
+
+    @property
+    def parts(self) -> set[str]:
+        """The fields holding a document's id, text and title, never metadata. By default
+        both "_id" and "id" name the id; with --id-field they are fields like any other
+        (--keep-fields may name them)."""
+        ids = (self.id_field,) if self.id_field else ("_id", "id")
+        return {*ids, self.text_field, self.title_field or "title"}
 
     def document(self, record: Mapping[str, Any], where: str, table: bool = False
                  ) -> Document:
@@ -80,10 +106,11 @@ class FieldMapping(BaseModel):
                               f"{type(text).__name__}")
         title_field = self.title_field or "title"
         title = record.get(title_field) or ""
-        parts = {id_field, self.text_field, title_field, "_id", "id"}
         given = record.get("metadata")
         nested: dict[str, Any] = given if isinstance(given, dict) else {}
-        extra = {k: v for k, v in record.items() if k not in parts and k != "metadata"}
+        # a metadata object is merged; anything else there (a CSV column) is a field
+        parts = self.parts | ({"metadata"} if isinstance(given, dict) else set())
+        extra = {k: v for k, v in record.items() if k not in parts}
         metadata = {**nested, **extra}
         if self.keep is not None:
             metadata = {k: v for k, v in metadata.items() if k in self.keep}
@@ -113,9 +140,19 @@ def table_value(value: Any) -> Any:
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
     """Documents from a CSV (header row) or Parquet file, one per row."""
     table = _load_table(path, mapping)
-    mapping.check(table.column_names, str(path))
+    mapping.check(table.column_names, str(path), _struct_fields(table, "metadata"))
     for number, record in enumerate(table.to_pylist(), start=1):
         yield mapping.document(record, f"{path}: row {number}", table=True)
+
+
+def _struct_fields(table: Any, column: str) -> list[str]:
+    """The fields of a struct column (a Parquet ``metadata`` object), else none."""
+    import pyarrow as pa
+
+    if column not in table.column_names:
+        return []
+    kind = table.schema.field(column).type
+    return [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
 
 
 def _load_table(path: Path, mapping: FieldMapping) -> Any:
@@ -133,9 +170,12 @@ def _load_table(path: Path, mapping: FieldMapping) -> Any:
         id_fields = (mapping.id_field,) if mapping.id_field else ("_id", "id")
         texts = (*id_fields, mapping.text_field, mapping.title_field or "title")
         text_columns = {name: pa.string() for name in texts if name in header}
+        # Only an empty cell is missing: pyarrow's default null list would also take "NA"
+        # (Namibia), "null" or "N/A" (a title, an id) for one.
         return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
                                convert_options=pa_csv.ConvertOptions(
-                                   column_types=text_columns, strings_can_be_null=True))
+                                   column_types=text_columns, strings_can_be_null=True,
+                                   null_values=[""]))
     except (pa.ArrowException, OSError) as exc:
         raise CorpusError(f"cannot read {path}: {exc}") from exc
 

@@ -189,3 +189,115 @@ def test_build_and_upsert_take_the_mapping_flags(tmp_path, capsys):
     assert "acknowledged seq 1: 1 documents upserted" in capsys.readouterr().out
     assert main(["build", "--corpus", str(corpus), "--out", str(tmp_path / "x")]) == 2
     assert "no field '_id' (or 'id'), 'text'" in capsys.readouterr().err
+
+
+def test_a_line_nested_too_deeply_names_its_line(tmp_path):
+    """json's decoder recurses per level: a line nested 100k deep was a RecursionError
+    traceback out of ``retrieval build`` (and out of a queries file)."""
+    from indexes.corpus import read_queries
+
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "a", "text": "fine"}\n{"_id": "b", "text": "x", "m": ' + deep + "}\n")
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:2: a JSON value nested too deeply"):
+        list(read_corpus(path))
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text('{"_id": "q", "text": ' + deep + "}\n")
+    with pytest.raises(CorpusError, match="queries.jsonl line 1: a JSON value nested too"):
+        read_queries(queries)
+
+
+def test_a_metadata_field_name_holding_a_lone_surrogate_is_refused_before_encoding(tmp_path):
+    """JSON's "\\ud800" escape in a key reached the schema's save, a UnicodeEncodeError after
+    the whole corpus was encoded; values, ids and titles were refused up front already."""
+    from indexes import build_index
+    from indexes.manifest import EncoderInfo
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": "a", "text": "wing flutter", "\\ud800": "x"}\n')
+    documents = list(read_corpus(path))
+    info = EncoderInfo(encoder_id="given", model="given", dim=2, vector_dtype="float32")
+    with pytest.raises(CorpusError, match=r"a metadata field name '\\ud800' holding a lone"):
+        build_index(documents, tmp_path / "root", vectors=np.ones((1, 2), np.float32),
+                    encoder_info=info, progress=False)
+
+
+def test_csv_cells_that_read_like_nulls_stay_text(tmp_path):
+    """pyarrow's default null list took "NA", "null", "N/A", "NULL" and "NaN" for missing
+    values: Namibia's code vanished, a title "null" became "" and an id "NA" was refused as
+    no id. Only an empty cell is missing, and an empty id or text stays an error."""
+    path = tmp_path / "nullish.csv"
+    path.write_text("_id,text,title,country\nd1,NULL,null,NA\nNA,second,N/A,NaN\n"
+                    "d3,third,,\n")
+    assert [(d.id, d.text, d.title, d.metadata) for d in read_corpus(path)] == [
+        ("d1", "NULL", "null", {"country": "NA"}), ("NA", "second", "N/A", {"country": "NaN"}),
+        ("d3", "third", "", {})]
+    (tmp_path / "no_id.csv").write_text("_id,text\n,hello\n")
+    with pytest.raises(CorpusError, match=r"row 1: a document needs an id .*got id None"):
+        list(read_corpus(tmp_path / "no_id.csv"))
+    (tmp_path / "no_text.csv").write_text("_id,text\nd1,\n")
+    with pytest.raises(CorpusError, match=r"row 1: a document needs .*text NoneType"):
+        list(read_corpus(tmp_path / "no_text.csv"))
+
+
+def test_keep_and_drop_name_fields_of_the_nested_metadata_object(tmp_path):
+    """The mapping was checked against top-level keys only: the documented
+    ``--keep-fields department,year`` on a record with a ``metadata`` object was refused."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text("".join(json.dumps(
+        {"_id": i, "text": "wing flutter", "metadata": {"department": d, "year": 1962,
+                                                        "internal_notes": "x"}}) + "\n"
+        for i, d in [("d1", "aero"), ("d2", "fluids")]))
+    keep = FieldMapping(keep=("department", "year"))
+    assert [d.metadata for d in read_corpus(path, keep)] == [
+        {"department": "aero", "year": 1962}, {"department": "fluids", "year": 1962}]
+    drop = FieldMapping(drop=("internal_notes",))
+    assert [d.metadata for d in read_corpus(path, drop)][0] == {"department": "aero",
+                                                                  "year": 1962}
+    listing = r"no field 'departmnt'; its fields are .*'metadata' \(in its metadata: 'depa"
+    with pytest.raises(CorpusError, match=listing):
+        list(read_corpus(path, FieldMapping(keep=("departmnt",))))
+    with pytest.raises(CorpusError, match="no field 'department'"):  # a text is top-level
+        list(read_corpus(path, FieldMapping(text_field="department")))
+    table = tmp_path / "nested.parquet"
+    pq.write_table(pa.Table.from_pylist([{"_id": "d1", "text": "wing flutter",
+                                          "metadata": {"department": "aero", "year": 1962}}]),
+                   table)
+    assert [d.metadata for d in read_corpus(table, FieldMapping(keep=("year",)))] == [
+        {"year": 1962}]
+
+
+def test_with_an_id_field_the_other_id_and_metadata_columns_are_fields(tmp_path):
+    """With --id-field, columns named "_id" and "id" (and a CSV column named "metadata") were
+    dropped even when --keep-fields named them. "id" cannot be metadata (a filter on it means
+    the document id): it is refused naming the way out, not dropped."""
+    path = tmp_path / "export.csv"
+    path.write_text("body_id,body,_id,id,metadata\na,wing flutter,X1,EXT-1,m1\n")
+    keep = FieldMapping(id_field="body_id", text_field="body", keep=("_id", "metadata"))
+    assert [d.metadata for d in read_corpus(path, keep)] == [{"_id": "X1", "metadata": "m1"}]
+    mapped = FieldMapping(id_field="body_id", text_field="body")
+    with pytest.raises(CorpusError, match="its field 'id' would be metadata .*--drop-fields id"):
+        list(read_corpus(path, mapped))
+    with pytest.raises(CorpusError, match="its field 'id' would be metadata"):
+        list(read_corpus(path, keep.model_copy(update={"keep": ("id",)})))
+    dropped = mapped.model_copy(update={"drop": ("id",)})
+    assert [d.metadata for d in read_corpus(path, dropped)] == [{"_id": "X1", "metadata": "m1"}]
+    both = tmp_path / "both.jsonl"  # by default "_id" and "id" both name the id
+    both.write_text('{"_id": "z1", "id": "z2", "text": "x y"}\n')
+    assert [(d.id, d.metadata) for d in read_corpus(both)] == [("z1", {})]
+
+
+def test_a_blank_first_line_does_not_skip_the_mapping_check(tmp_path):
+    """The mapping was checked on line 1 only: after a blank line a misspelt --keep-fields
+    silently kept nothing."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('\n{"_id": "a", "text": "x", "dept": "aero"}\n')
+    with pytest.raises(CorpusError, match=r"corpus.jsonl \(line 2\): no field 'deptt'"):
+        list(read_corpus(path, FieldMapping(keep=("deptt",))))
+
+
+def test_a_jsonl_file_behind_a_byte_order_mark_is_read(tmp_path):
+    """A CSV's byte-order mark was skipped, a JSONL file's refused as invalid JSON."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n')
+    assert [d.id for d in read_corpus(path)] == ["a", "b"]
