@@ -105,20 +105,38 @@ class FieldMapping(BaseModel):
                               f"string ({self.text_field!r}); got id {doc_id!r}, text "
                               f"{type(text).__name__}")
         title_field = self.title_field or "title"
-        title = record.get(title_field) or ""
+        title = record.get(title_field)
+        check_scalar(doc_id, f"{where}: the id ({id_field!r})", (str, int))
+        check_scalar(title, f"{where}: the title ({title_field!r})", (str, int, float))
         given = record.get("metadata")
         nested: dict[str, Any] = given if isinstance(given, dict) else {}
         # a metadata object is merged; anything else there (a CSV column) is a field
         parts = self.parts | ({"metadata"} if isinstance(given, dict) else set())
         extra = {k: v for k, v in record.items() if k not in parts}
+        clash = sorted(nested.keys() & extra.keys())
+        if clash:  # the top-level value silently replaced the metadata object's
+            raise CorpusError(f"{where}: {clash[0]!r} is both a field and a key of its "
+                              "metadata object; keep one of them")
         metadata = {**nested, **extra}
         if self.keep is not None:
             metadata = {k: v for k, v in metadata.items() if k in self.keep}
         for name in self.drop:
             metadata.pop(name, None)
-        return Document(id=str(doc_id), text=text, title=str(title),
+        return Document(id=str(doc_id), text=text, title="" if title is None else str(title),
                         metadata={k: (table_value if table else cell_value)(v)
                                   for k, v in metadata.items() if v is not None})
+
+
+KIND_NAMES = {str: "string", int: "whole number", float: "number"}
+
+
+def check_scalar(value: Any, what: str, kinds: tuple[type, ...]) -> None:
+    """``value`` (None allowed) is one of ``kinds``, not a boolean: a list, an object or
+    ``true`` was stored as its Python repr ("[1]", "True"), and a title of 0 became ""."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+        wanted = " or ".join(KIND_NAMES[k] for k in kinds)
+        raise CorpusError(f"{what} is {type(value).__name__} {str(value)[:40]!r}; give "
+                          f"a {wanted}")
 
 
 def cell_value(value: Any) -> Any:

@@ -301,3 +301,26 @@ def test_a_jsonl_file_behind_a_byte_order_mark_is_read(tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"_id": "a", "text": "x"}\n{"_id": "b", "text": "y"}\n')
     assert [d.id for d in read_corpus(path)] == ["a", "b"]
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    ({"_id": [1], "text": "x"}, r"the id \('_id'\) is list '\[1\]'; give a string or whole number"),
+    ({"_id": True, "text": "x"}, r"the id \('_id'\) is bool 'True'"),
+    ({"_id": "a", "text": "x", "title": {"t": 1}}, r"the title \('title'\) is dict"),
+    ({"_id": "a", "text": "x", "dept": "aero", "metadata": {"dept": "bio"}},
+     r"'dept' is both a field and a key of its metadata object"),
+])
+def test_values_a_document_cannot_hold_as_given_are_refused(tmp_path, record, message):
+    """A list or boolean id was stored as its Python repr ("[1]", "True"), an object title
+    too, and a top-level field silently replaced its metadata object's key of that name."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(CorpusError, match=message):
+        list(read_corpus(path))
+
+
+def test_a_title_of_zero_is_kept_and_a_number_id_is_its_digits(tmp_path):
+    """``title or ""`` turned a title of 0 into no title."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"_id": 7, "text": "x", "title": 0}\n{"_id": "b", "text": "y"}\n')
+    assert [(d.id, d.title) for d in read_corpus(path)] == [("7", "0"), ("b", "")]
