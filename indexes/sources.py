@@ -17,6 +17,7 @@ and templates left out), never with regexes.
 from __future__ import annotations
 
 import datetime
+import decimal
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -142,8 +143,16 @@ def check_scalar(value: Any, what: str, kinds: tuple[type, ...]) -> None:
 def cell_value(value: Any) -> Any:
     """A source's value as JSON holds it: a date or a datetime (pyarrow reads an ISO 8601
     column of a CSV or Parquet file as one) becomes its ISO 8601 string, which the build
-    indexes as a date field."""
-    return value.isoformat() if isinstance(value, datetime.date) else value
+    indexes as a date field; a time of day its ISO string too (a keyword), a decimal a
+    number, a duration its seconds (pyarrow reads "09:00:00" in a CSV as a time, and the
+    build refused these with advice for Python callers)."""
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return value
 
 
 def table_value(value: Any) -> Any:

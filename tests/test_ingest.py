@@ -324,3 +324,21 @@ def test_a_title_of_zero_is_kept_and_a_number_id_is_its_digits(tmp_path):
     path = tmp_path / "corpus.jsonl"
     path.write_text('{"_id": 7, "text": "x", "title": 0}\n{"_id": "b", "text": "y"}\n')
     assert [(d.id, d.title) for d in read_corpus(path)] == [("7", "0"), ("b", "")]
+
+
+def test_time_decimal_and_duration_columns_are_read_as_json_holds_them(tmp_path):
+    """A CSV's "09:00:00" (read by pyarrow as a time), a Parquet decimal and a duration were
+    refused with advice for Python callers ("`.isoformat()` for a date")."""
+    import decimal
+    from datetime import timedelta
+
+    csv = tmp_path / "corpus.csv"
+    csv.write_text("_id,text,opens\na,x,09:00:00\nb,y,17:30:00\n")
+    assert [d.metadata for d in read_corpus(csv)] == [{"opens": "09:00:00"},
+                                                      {"opens": "17:30:00"}]
+    table = pa.table({"_id": ["a"], "text": ["x"],
+                      "price": pa.array([decimal.Decimal("12.50")], pa.decimal128(6, 2)),
+                      "took": pa.array([timedelta(seconds=90)], pa.duration("s"))})
+    pq.write_table(table, tmp_path / "corpus.parquet")
+    assert [d.metadata for d in read_corpus(tmp_path / "corpus.parquet")] == [
+        {"price": 12.5, "took": 90.0}]
