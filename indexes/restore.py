@@ -28,6 +28,7 @@ from indexes.errors import (
     FormatVersionError,
     MissingArtifactError,
 )
+from indexes.leftovers import sweep, temporary_path
 from indexes.manifest import CURRENT, read_manifest, resolve_build_dir, verify_build
 from indexes.snapshot import (
     FORMAT_VERSION,
@@ -80,7 +81,8 @@ def restore_snapshot(file: str | Path, root: str | Path) -> RestoreReport:
             "copy onto it; give a path to a new directory (e.g. ./restored)", root)
     _require_empty(root)
     root.parent.mkdir(parents=True, exist_ok=True)
-    staging = root.parent / f".{root.name}.restore-{secrets.token_hex(4)}"
+    sweep(root, "restore")  # what a killed restore to this root left
+    staging = temporary_path(root, "restore")
     staging.mkdir()
     try:
         info = _extract(file, staging)

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import secrets
 import tarfile
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ from indexes.errors import (
     MissingArtifactError,
 )
 from indexes.history import HISTORY, live_build_id
+from indexes.leftovers import sweep, temporary_path
 from indexes.manifest import CURRENT, MANIFEST, Manifest, read_manifest, resolve_build_dir
 from indexes.storage import fsync_path
 from indexes.wal.log import (
@@ -355,7 +355,8 @@ def _write_tar(view: _View, file: Path) -> None:
                         log_seq=view.manifest.log_seq, last_seq=view.last_seq,
                         created_at=datetime.now(UTC).isoformat(), members=view.members)
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(f".{file.name}.tmp-{secrets.token_hex(4)}")
+    sweep(file, "tmp")  # what a killed snapshot to this file left
+    tmp = temporary_path(file, "tmp")
     try:
         with open(tmp, "wb") as out:
             with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:

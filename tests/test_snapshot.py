@@ -411,6 +411,36 @@ def test_a_snapshot_or_restore_stopped_by_sigterm_leaves_no_temporary_copy(root,
     assert list((tmp_path / "restores").iterdir()) == []
 
 
+def test_a_killed_runs_copy_is_removed_by_the_next_run_to_its_target(root, tmp_path):
+    """SIGKILL (an OOM kill, a node lost) left the temporary copy of a snapshot or a restore
+    beside its target for good. The next run to that target removes this host's copies whose
+    process is gone; a running process's and another host's are its writers' to remove."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+
+    def copies(target: Path, kind: str) -> dict[str, Path]:
+        made = {"killed": target.parent / f".{target.name}.{kind}-{host}-{gone.pid}-0a1b",
+                "running": target.parent / f".{target.name}.{kind}-{host}-{os.getpid()}-2c3d",
+                "elsewhere": target.parent / f".{target.name}.{kind}-other-host-{gone.pid}-4e"}
+        for path in made.values():
+            path.mkdir(parents=True)
+            (path / "member").write_bytes(b"x" * 1000)
+        return made
+
+    snapshot_copies = copies(tmp_path / "snaps" / "snap.tar", "tmp")
+    take_snapshot(root, tmp_path / "snaps" / "snap.tar")
+    restore_copies = copies(tmp_path / "restores" / "r", "restore")
+    restore_snapshot(tmp_path / "snaps" / "snap.tar", tmp_path / "restores" / "r")
+    for made in (snapshot_copies, restore_copies):
+        assert {name for name, path in made.items() if path.exists()} == {"running", "elsewhere"}
+
+
 def test_restore_into_the_current_directory_says_why_not(root, tmp_path, monkeypatch):
     take_snapshot(root, tmp_path / "snap.tar")
     (tmp_path / "here").mkdir()
