@@ -74,7 +74,12 @@ class FieldMapping(BaseModel):
                 f"{where}: no field {', '.join(missing)}; its fields are {listed}: map them "
                 "with --id-field, --text-field, --title-field and name metadata with "
                 "--keep-fields, --drop-fields (FieldMapping in Python)")
-        if ID_FIELD in have and self._metadata_fields([ID_FIELD]):
+        self._check_reserved(have, where)
+
+    def _check_reserved(self, fields: Iterable[str], where: str) -> None:
+        """No field named ``id`` becomes metadata (checked on every record: one that only a
+        later record holds was stored where no filter reaches it)."""
+        if ID_FIELD in fields and self._metadata_fields([ID_FIELD]):
             raise CorpusError(
                 f"{where}: its field {ID_FIELD!r} would be metadata (the id is "
                 f"{self.id_field!r}), but a filter on {ID_FIELD!r} means the document id: "
@@ -99,6 +104,9 @@ class FieldMapping(BaseModel):
         """The record as a ``Document``; a missing id or a text that is not a string is an
         error naming ``where``. ``table``: a table's row, whose dates may be nested in lists
         and structs (a JSON record holds none: its lists are not walked)."""
+        if table:  # an empty cell is no value (a CSV's text cells are read as written)
+            record = {key: None if value == "" else value for key, value in record.items()}
+        self._check_reserved(record, where)
         id_field = self.id_field or ("_id" if "_id" in record else "id")
         doc_id, text = record.get(id_field), record.get(self.text_field)
         if doc_id is None or doc_id == "" or not isinstance(text, str):
@@ -197,12 +205,12 @@ def _load_table(path: Path, mapping: FieldMapping) -> Any:
         id_fields = (mapping.id_field,) if mapping.id_field else ("_id", "id")
         texts = (*id_fields, mapping.text_field, mapping.title_field or "title")
         text_columns = {name: pa.string() for name in texts if name in header}
-        # Only an empty cell is missing: pyarrow's default null list would also take "NA"
-        # (Namibia), "null" or "N/A" (a title, an id) for one.
+        # A text cell is kept as written ("NA" is Namibia, "null" a title; an empty one is
+        # missing, in ``FieldMapping.document``); in a column of numbers or dates pyarrow's
+        # null spellings ("NA", "null", "N/A") are missing values, as R and pandas write them.
         return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
                                convert_options=pa_csv.ConvertOptions(
-                                   column_types=text_columns, strings_can_be_null=True,
-                                   null_values=[""]))
+                                   column_types=text_columns, strings_can_be_null=False))
     except (pa.ArrowException, OSError) as exc:
         raise CorpusError(f"cannot read {path}: {exc}") from exc
 

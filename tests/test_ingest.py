@@ -225,12 +225,13 @@ def test_a_metadata_field_name_holding_a_lone_surrogate_is_refused_before_encodi
 def test_csv_cells_that_read_like_nulls_stay_text(tmp_path):
     """pyarrow's default null list took "NA", "null", "N/A", "NULL" and "NaN" for missing
     values: Namibia's code vanished, a title "null" became "" and an id "NA" was refused as
-    no id. Only an empty cell is missing, and an empty id or text stays an error."""
+    no id. A text cell is kept as written, an empty one is missing, and an empty id or text
+    stays an error."""
     path = tmp_path / "nullish.csv"
-    path.write_text("_id,text,title,country\nd1,NULL,null,NA\nNA,second,N/A,NaN\n"
+    path.write_text("_id,text,title,country\nd1,NULL,null,NA\nNA,second,N/A,FR\n"
                     "d3,third,,\n")
     assert [(d.id, d.text, d.title, d.metadata) for d in read_corpus(path)] == [
-        ("d1", "NULL", "null", {"country": "NA"}), ("NA", "second", "N/A", {"country": "NaN"}),
+        ("d1", "NULL", "null", {"country": "NA"}), ("NA", "second", "N/A", {"country": "FR"}),
         ("d3", "third", "", {})]
     (tmp_path / "no_id.csv").write_text("_id,text\n,hello\n")
     with pytest.raises(CorpusError, match=r"row 1: a document needs an id .*got id None"):
@@ -238,6 +239,11 @@ def test_csv_cells_that_read_like_nulls_stay_text(tmp_path):
     (tmp_path / "no_text.csv").write_text("_id,text\nd1,\n")
     with pytest.raises(CorpusError, match=r"row 1: a document needs .*text NoneType"):
         list(read_corpus(tmp_path / "no_text.csv"))
+    # In a column of numbers "NA" is still a missing number, as R and pandas write it: the
+    # column stays a number field (read as text, ``year >= 2010`` stopped working).
+    (tmp_path / "years.csv").write_text("_id,text,year\na,x,2010\nb,y,NA\nc,z,2012\n")
+    assert [d.metadata for d in read_corpus(tmp_path / "years.csv")] == [
+        {"year": 2010}, {}, {"year": 2012}]
 
 
 def test_keep_and_drop_name_fields_of_the_nested_metadata_object(tmp_path):
@@ -342,3 +348,12 @@ def test_time_decimal_and_duration_columns_are_read_as_json_holds_them(tmp_path)
     pq.write_table(table, tmp_path / "corpus.parquet")
     assert [d.metadata for d in read_corpus(tmp_path / "corpus.parquet")] == [
         {"price": 12.5, "took": 90.0}]
+
+
+def test_a_field_named_id_is_refused_in_any_record_when_another_field_is_the_id(tmp_path):
+    """Checked on the first record only: a later record's ``id`` was stored as a metadata
+    field that no filter reaches (a filter on ``id`` means the document id)."""
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"doc_id": "a", "text": "x"}\n{"doc_id": "b", "text": "y", "id": "z"}\n')
+    with pytest.raises(CorpusError, match=r"corpus.jsonl:2: its field 'id' would be metadata"):
+        list(read_corpus(path, FieldMapping(id_field="doc_id")))
