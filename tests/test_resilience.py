@@ -225,6 +225,12 @@ def test_a_skipped_half_open_probe_hands_its_turn_back() -> None:
     breaker.record_skip()
     assert breaker.state == "open" and breaker.short_circuits == 1
     assert breaker.allow() and breaker.state == "half_open"
+    # Another caller's skip (let in while the breaker was closed, its wait ending now) leaves
+    # the probe in flight: handing it back let a second probe in beside it.
+    other = threading.Thread(target=breaker.record_skip)
+    other.start()
+    other.join()
+    assert breaker.state == "half_open" and not breaker.allow()
 
 
 def test_a_probe_never_ends_an_outage_nor_clears_its_failures() -> None:

@@ -41,6 +41,7 @@ class CircuitBreaker:
         self._state: BreakerState = "closed"
         self._failures = 0
         self._opened_at = 0.0
+        self._probe: int | None = None  # the thread granted the half-open probe
         self.opens = 0
         self.short_circuits = 0
 
@@ -58,6 +59,7 @@ class CircuitBreaker:
                 return True
             if self._state == "open" and self._clock() - self._opened_at >= self.cooldown_seconds:
                 self._state = "half_open"  # this caller is the single probe
+                self._probe = threading.get_ident()
                 return True
             self.short_circuits += 1
             return False
@@ -90,7 +92,9 @@ class CircuitBreaker:
         half-open probe hands its turn back (the cool-down is over: the next caller probes)."""
         with self._lock:
             self.short_circuits += 1
-            if self._state == "half_open":
+            # Only the probe's own skip: another caller's (let in before the breaker opened)
+            # would end a probe still in flight and let a second one in.
+            if self._state == "half_open" and self._probe == threading.get_ident():
                 self._state = "open"
 
     def stats(self) -> dict[str, object]:
