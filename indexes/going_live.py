@@ -18,6 +18,7 @@ cannot append a record the new one refuses between them.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,6 +46,8 @@ from indexes.wal.log import Record, holds_after, read_all, segments
 from indexes.wal.seal import appends_paused, pinned, retire
 from indexes.wal.state import Changes
 
+log = logging.getLogger(__name__)
+
 
 def go_live(root: Path, build_id: str, how: How, note: str = "",
             replaces: str | None = None) -> tuple[FlipRecord, int]:
@@ -69,7 +72,7 @@ def go_live(root: Path, build_id: str, how: How, note: str = "",
             check_export_not_older(root, build_id, live)
         check_log_holds(root, build_id, live)
         with appends_paused(root):  # no write lands between the check and the flip
-            check_writes_fit(root, build_id)
+            check_writes_fit(root, build_id, how)
             record = flip(root, build_id, how, note)
         return record, _retire_unneeded(root)
 
@@ -137,13 +140,14 @@ def check_log_holds(root: Path, build_id: str, live: str | None) -> None:
         f"or keep the live build")
 
 
-def check_writes_fit(root: Path, build_id: str) -> None:
+def check_writes_fit(root: Path, build_id: str, how: How = "plain") -> None:
     """Refuse a build the log's writes after its ``log_seq`` cannot be applied to: upserts
     logged whole for a passage build or the reverse, of another vector width, with metadata
     its field kinds refuse, or split into passages otherwise than it splits them
     (acknowledged while a build with the other setting ran, by a writer of the live build).
     Served, every reader (or every compaction) would refuse it; refused here, the live build
-    serves on."""
+    serves on. A rollback, the emergency exit, is not refused for the passage split: it is
+    warned about (those writes wait for a rebuild to be folded)."""
     manifest = read_manifest(root / "builds" / build_id)
     records = read_all(root, after=manifest.log_seq)
     try:
@@ -152,7 +156,12 @@ def check_writes_fit(root: Path, build_id: str) -> None:
         check_fields_fit(manifest, changes)
     except InvalidWriteError as exc:
         raise PublishError(f"{exc}. Build {build_id!r} stays placed, not live") from exc
-    check_passages_fit(root, manifest, records)
+    try:
+        check_passages_fit(root, manifest, records)
+    except PublishError as exc:
+        if how != "rollback":
+            raise
+        log.warning("rolled back over pending passage writes split otherwise: %s", exc)
 
 
 def check_passages_fit(root: Path, manifest: Manifest, records: list[Record]) -> None:

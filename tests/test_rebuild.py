@@ -679,6 +679,31 @@ def test_a_build_that_splits_passages_otherwise_is_not_published_over_pending_wr
     assert served_ids(tmp_path, ["pending", "later"]) == [True, True]
 
 
+def test_a_rollback_over_passage_writes_split_otherwise_is_warned_not_refused(
+        tmp_path, docs, caplog):
+    """The check that keeps such a build from being published also refused the rollback, the
+    emergency exit, advising a rebuild in the middle of an incident."""
+    import logging
+
+    from indexes import BuildConfig, PassageConfig
+    from indexes.publish import rollback
+
+    short, long = PassageConfig(max_tokens=48, overlap_tokens=8), \
+        PassageConfig(max_tokens=128, overlap_tokens=16)
+    build_index(docs[:20], tmp_path, encoder=HashEncoder(), progress=False, dense="exact",
+                config=BuildConfig(passages=short))
+    before = resolve_build_dir(tmp_path)
+    build_index(docs[:20], tmp_path, encoder=HashEncoder(), progress=False, dense="exact",
+                config=BuildConfig(passages=long))
+    longest = max(docs[:20], key=lambda d: len(d.text))
+    with IndexWriter(tmp_path, encoder=HashEncoder()) as writer:
+        writer.upsert([Document("later", longest.text + " coda", longest.title)])
+    with caplog.at_level(logging.WARNING, logger="indexes.going_live"):
+        rollback(tmp_path)
+    assert resolve_build_dir(tmp_path) == before
+    assert "rolled back over pending passage writes split otherwise" in caplog.text
+
+
 @pytest.mark.parametrize("call", ["upsert", "delete"])
 @pytest.mark.parametrize("given", [None, 42])
 def test_a_write_of_no_list_says_what_to_pass(tmp_path, docs, call, given):
