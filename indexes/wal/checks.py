@@ -227,15 +227,15 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
     and a build decide it, whatever their order: a date then a word is a keyword field.
     Decided record by record, the first one's kind stuck (date), and a build published over
     writes of a field it lacks, checked as keyword, failed every reader at "not a date"."""
-    seen: dict[str, list[FieldKind]] = {}  # in the order first seen
+    seen: dict[str, tuple[FieldKind, set[FieldKind]]] = {}  # first write's kind, all kinds
     for record in records:
         for name, kinds_seen in new_fields(record.documents, base).items():
-            seen.setdefault(name, []).extend(sorted(kinds_seen))
+            seen.setdefault(name, (min(kinds_seen), set()))[1].update(kinds_seen)
     kinds = dict(base)
-    for name, found in seen.items():
+    for name, (first, found) in seen.items():
         # Writes checked against different builds may conflict (a number, then a word):
         # the first write's kind then, as before, and the reader's delta says which value.
-        kinds[name] = merge_kinds(set(found)) or found[0]
+        kinds[name] = merge_kinds(found) or first
     return kinds
 
 
