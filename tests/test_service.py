@@ -344,13 +344,20 @@ def test_hostile_requests_get_a_typed_4xx(served: Server, name: str, method: str
 
 def test_a_batch_past_its_deadline_degrades_over_http(served: Server) -> None:
     """The batch body's deadline is one budget for the batch: its first query searches
-    while the batch's encoder call runs, and cannot wait past a microsecond for it."""
-    late = {"queries": ["a batch with no time to embed", "nor for its second query"],
-            "deadline_ms": 0.001}
+    while the batch's encoder call runs, and cannot wait past a microsecond for it. An encoder
+    that finished while the first query's BM25 ran gives its vector at no wait (a loaded
+    host), so up to 5 batches are sent, and one must have degraded."""
+    firsts = []
     with served.client() as client:
-        response = client.post("/v1/search/batch", json=late)
-    assert response.status_code == 200, response.text
-    first = response.json()["results"][0]
+        for attempt in range(5):
+            late = {"queries": [f"a batch with no time to embed {attempt}",
+                                f"nor for its second query {attempt}"], "deadline_ms": 0.001}
+            response = client.post("/v1/search/batch", json=late)
+            assert response.status_code == 200, response.text
+            firsts.append(response.json()["results"][0])
+            if firsts[-1]["degraded"]:
+                break
+    first = firsts[-1]
     assert first["degraded"] == ["embed"] and first["hits"]
     assert all(h["vector_score"] == 0.0 for h in first["hits"])
 
