@@ -4,9 +4,11 @@ parallel, reduced once into the collection's term-frequency postings.
 The terms are ``Analyzer``'s, document for document (tests/test_analysis.py compares them):
 Python normalizes and case-folds each text (C calls; normalization is skipped for ASCII
 text, which every Unicode form leaves unchanged), ``indexes.analysis_kernels`` splits the
-words with the Unicode word-character table of Python's ``re`` (``str.isalnum()`` or ``_``),
-and stop words and stemming apply once per distinct word, not once per token. An analyzer
-with another ``token_pattern`` splits its words with ``re`` in Python; the rest is the same.
+words with the Unicode word-character table of Python's ``re`` (``str.isalnum()`` or ``_``)
+and, for ``TOKEN_PATTERN``, the combining marks of ``MARK_RANGES`` a word goes on through
+(``WORD_CHARACTER_TOKEN_PATTERN``, older builds' rule, has none), and stop words and stemming
+apply once per distinct word, not once per token. An analyzer with another ``token_pattern``
+splits its words with ``re`` in Python; the rest is the same.
 
 Parts are contiguous ranges of rows, each analyzed on its own (threads here: the kernels
 release the GIL; Ray tasks in ``indexes.ray_build``) into postings numbered by its own terms
@@ -27,7 +29,13 @@ from functools import cache
 import numpy as np
 
 from indexes.analysis_kernels import GROW_ARENA, count_terms, rehash, split_words
-from indexes.analyzer import TOKEN_PATTERN, Analyzer, AnalyzerConfig
+from indexes.analyzer import (
+    MARK_RANGES,
+    TOKEN_PATTERN,
+    WORD_CHARACTER_TOKEN_PATTERN,
+    Analyzer,
+    AnalyzerConfig,
+)
 
 BATCH = 4096  # documents encoded and split per kernel call
 
@@ -37,6 +45,27 @@ def word_characters() -> np.ndarray:
     """bool (0x110000,): the code points ``re``'s ``\\w`` matches in a str pattern."""
     return np.fromiter((chr(c).isalnum() or c == 0x5F for c in range(0x110000)),
                        dtype=np.bool_, count=0x110000)
+
+
+@cache
+def word_or_mark_characters() -> np.ndarray:
+    """bool (0x110000,): the code points ``TOKEN_PATTERN``'s class ``[\\w<marks>]`` matches:
+    the word characters and ``MARK_RANGES``."""
+    table = word_characters().copy()
+    for first, last in MARK_RANGES:
+        table[first:last + 1] = True
+    return table
+
+
+def continuation_table(token_pattern: str) -> np.ndarray | None:
+    """The code points a token goes on through under ``token_pattern``, for the patterns the
+    compiled split knows (a token starts at a word character under both); None for another
+    pattern, which ``re`` splits."""
+    if token_pattern == TOKEN_PATTERN:
+        return word_or_mark_characters()
+    if token_pattern == WORD_CHARACTER_TOKEN_PATTERN:
+        return word_characters()
+    return None
 
 
 @dataclass
@@ -150,10 +179,13 @@ def _split_compiled(texts: Sequence[str], analyzer: Analyzer, table: _WordTable
     out = np.empty(buf.shape[0] // 3 + len(texts) + 1, dtype=np.int32)
     token_ends = np.empty(len(texts), dtype=np.int64)
     table.state[2:] = 0
-    is_word = word_characters()
+    is_word, goes_on = word_characters(), continuation_table(analyzer.config.token_pattern)
+    if goes_on is None:
+        raise ValueError(f"the compiled split has no table for the token pattern "
+                         f"{analyzer.config.token_pattern!r}: split it with _split_python")
     while True:
-        code = split_words(buf, ends, int(table.state[3]), is_word, table.slots, table.records,
-                           table.arena, table.state, out, token_ends)
+        code = split_words(buf, ends, int(table.state[3]), is_word, goes_on, table.slots,
+                           table.records, table.arena, table.state, out, token_ends)
         if code == 0:
             return out[:table.state[2]], token_ends
         d = int(table.state[3])
@@ -183,7 +215,7 @@ def analyze_part(texts: Sequence[str], config: AnalyzerConfig) -> PartPostings:
     """Analyze one part's texts into postings numbered by the part's own terms."""
     analyzer = Analyzer(config)  # its own stemmer: parts run in threads
     vocabulary = _Vocabulary(analyzer)
-    compiled = config.token_pattern == TOKEN_PATTERN
+    compiled = continuation_table(config.token_pattern) is not None
     table, word_ids = _WordTable(), dict[str, int]()
     pieces, row_lengths = [], []
     for start in range(0, len(texts), BATCH):

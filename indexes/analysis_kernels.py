@@ -1,8 +1,10 @@
 """Numba kernels of the compiled analyzer (``indexes.analysis``).
 
-``split_words`` finds the tokens of ``TOKEN_PATTERN`` (maximal runs of two or more word
-characters) in UTF-8 text and gives every distinct word an id in first-occurrence order, in a
-hash table whose keys are checked byte for byte (no collision can merge two words).
+``split_words`` finds the tokens of ``TOKEN_PATTERN`` (a word character, then a maximal run of
+word characters and combining marks, two or more code points in all) or of
+``WORD_CHARACTER_TOKEN_PATTERN`` (maximal runs of two or more word characters) in UTF-8 text
+and gives every distinct word an id in first-occurrence order, in a hash table whose keys are
+checked byte for byte (no collision can merge two words).
 ``count_terms`` turns a part's word ids into term-frequency postings (row, term, tf) in the
 order the Python analyzer's ``Counter`` produced them: rows ascending, and within a row its
 terms in first-occurrence order. ``to_columns`` groups postings by term (a stable counting
@@ -110,13 +112,16 @@ def rehash(words, arena, n_words, size):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def split_words(buf, doc_ends, first_doc, is_word, slots, words, arena, state, out_words,
-                doc_token_ends):  # pragma: no cover - compiled
+def split_words(buf, doc_ends, first_doc, is_word, goes_on, slots, words, arena, state,
+                out_words, doc_token_ends):  # pragma: no cover - compiled
     """Tokenize documents ``first_doc..`` of ``buf`` (uint8, UTF-8; document d ends at byte
     ``doc_ends[d]``) into ``out_words`` (int32 word ids, document d's ending at
     ``doc_token_ends[d]``), adding new words to the table (``slots`` int64 (size, 2),
     power-of-two open addressing; ``words`` int64 (capacity, 3); their bytes in ``arena``;
-    ``state`` int64 [words, arena bytes used, tokens written, documents done]).
+    ``state`` int64 [words, arena bytes used, tokens written, documents done]). A token starts
+    at a code point ``is_word`` holds and goes on through those ``goes_on`` holds (bool tables
+    over all code points; ``goes_on`` holds every word character, so a token is a maximal run
+    and the next one starts past a code point outside it).
 
     A document is started only when the table has room for every word it could add (a word
     takes at least 2 bytes and a separator), so a document is never half done. Returns 0 when
@@ -145,7 +150,7 @@ def split_words(buf, doc_ends, first_doc, is_word, slots, words, arena, state, o
             start, chars, h, key = i, 0, FNV_OFFSET, np.uint64(0)
             while i < end:
                 cp, size = _code_point(buf, i)
-                if not is_word[cp]:
+                if not goes_on[cp]:
                     break
                 for j in range(i, i + size):
                     byte = np.uint64(buf[j])

@@ -6,7 +6,9 @@ random text; any number of parts gives the same arrays."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexes.analysis import analyze, word_characters
-from indexes.analyzer import Analyzer, AnalyzerConfig
+from indexes.analysis import (
+    analyze,
+    continuation_table,
+    word_characters,
+    word_or_mark_characters,
+)
+from indexes.analyzer import (
+    MARK_RANGES,
+    TOKEN_PATTERN,
+    WORD_CHARACTER_TOKEN_PATTERN,
+    Analyzer,
+    AnalyzerConfig,
+)
 from indexes.bm25 import BM25Index, BM25Params, idf_weights, impacts_for
 from indexes.corpus import read_corpus
 
@@ -75,19 +88,25 @@ def test_a_shipped_collection_gets_the_python_analyzers_postings(name, variant):
 
 WORDS = st.sampled_from(["the", "The", "of", "Running", "runs", "naïve", "NAÏVE", "ﬁle", "x",
                          "İstanbul", "straße", "Ⅻ", "e\u0301t\u00e9", "co-op", "a_b", "42",
-                         "٣٤", "日本語", "\ud800", "\x00", "q", "ab"])
-TEXTS = st.lists(st.lists(st.one_of(WORDS, st.text(max_size=8)), max_size=12)
-                 .map(lambda ws: " ".join(ws)), min_size=1, max_size=12)
+                         "٣٤", "日本語", "\ud800", "\x00", "q", "ab", "हिन्दी", "भाषाएँ",
+                         "สวัสดี", "தமிழ்", "ọ̀rọ̀", "x\u0301", "\u0301ab", "\u20dd", "a\u0301\u0301",
+                         "\U0001e944", "a\U0001d165", "\U000e0100z", "é"])
+SEPARATORS = st.sampled_from([" ", " ", "", "\u0301", "-"])  # a mark between words, too
+TEXTS = st.lists(st.tuples(st.lists(st.one_of(WORDS, st.text(max_size=8)), max_size=12),
+                           SEPARATORS).map(lambda p: p[1].join(p[0])), min_size=1, max_size=12)
 
 
+@pytest.mark.parametrize("pattern", [TOKEN_PATTERN, WORD_CHARACTER_TOKEN_PATTERN])
 @settings(max_examples=150, deadline=None)
-@given(TEXTS, st.integers(1, 4))
-def test_random_text_gets_the_python_analyzers_postings(texts, workers):
+@given(texts=TEXTS, workers=st.integers(1, 4))
+def test_random_text_gets_the_python_analyzers_postings(pattern, texts, workers):
     """Any text: ASCII or not, NFKC-changed (ligatures, numerals), case-changing (İ, ß),
-    digits, underscores, lone surrogates, NULs, stop words."""
-    params = BM25Params()
-    expected = reference([Analyzer()(t) for t in texts], params)
-    assert_same(compiled(texts, AnalyzerConfig(), params, workers), expected)
+    digits, underscores, lone surrogates, NULs, stop words, combining marks (in words, after
+    none, alone); by the token rule of new builds and by that of builds made before marks
+    were kept."""
+    params, config = BM25Params(), AnalyzerConfig(token_pattern=pattern)
+    expected = reference([Analyzer(config)(t) for t in texts], params)
+    assert_same(compiled(texts, config, params, workers), expected)
 
 
 @pytest.mark.parametrize("texts", [["hi"] * 4, ["ab"] * 5000, ["ab cd"] * 3000,
@@ -124,6 +143,32 @@ def test_the_word_character_table_is_res():
     pattern = re.compile(r"\w")
     table = word_characters()
     assert all(table[c] == bool(pattern.match(chr(c))) for c in range(0x110000))
+
+
+def test_the_table_a_token_goes_on_through_is_the_token_patterns_class():
+    """TOKEN_PATTERN is ``\\w[<class>]+``: its class, as ``re`` matches it, is the table."""
+    assert TOKEN_PATTERN.startswith(r"(?u)\w[") and TOKEN_PATTERN.endswith("]+")
+    goes_on = re.compile(TOKEN_PATTERN[len(r"(?u)\w"):-1])
+    table = word_or_mark_characters()
+    assert all(table[c] == bool(goes_on.match(chr(c))) for c in range(0x110000))
+
+
+def test_the_compiled_split_knows_both_default_rules_and_no_other():
+    assert continuation_table(TOKEN_PATTERN) is word_or_mark_characters()
+    assert continuation_table(WORD_CHARACTER_TOKEN_PATTERN) is word_characters()
+    assert continuation_table(r"[a-z]+") is None
+
+
+def test_the_mark_ranges_are_unicode_14s_combining_marks():
+    """The ranges are written out (the pattern, and so the fingerprint, must not change with
+    the Python's Unicode database); a mark keeps its category in later versions."""
+    listed = {c for first, last in MARK_RANGES for c in range(first, last + 1)}
+    assert all(unicodedata.category(chr(c)) in ("Mn", "Mc", "Me") for c in listed)
+    assert all(a <= b < c for (a, b), (c, _) in pairwise(MARK_RANGES))
+    if unicodedata.unidata_version == "14.0.0":
+        marks = {c for c in range(0x110000)
+                 if unicodedata.category(chr(c)) in ("Mn", "Mc", "Me")}
+        assert listed == marks
 
 
 def test_the_words_before_stemming_map_to_their_terms():

@@ -141,6 +141,16 @@ def encoder_check(live: BuildContents, candidate: BuildContents, gate: GateConfi
                  figures=figures)
 
 
+# A setting's value longer than this is cut in a check's summary (the figures keep it whole):
+# the token pattern that keeps combining marks in words is about 4 KB.
+SUMMARY_VALUE_CHARS = 60
+
+
+def shortened(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= SUMMARY_VALUE_CHARS else text[:SUMMARY_VALUE_CHARS] + "..."
+
+
 def analyzer_check(live: BuildContents, candidate: BuildContents, gate: GateConfig) -> Check:
     old, new = live.manifest, candidate.manifest
     changed = {key: [old.analyzer.get(key), new.analyzer.get(key)]
@@ -155,7 +165,8 @@ def analyzer_check(live: BuildContents, candidate: BuildContents, gate: GateConf
     if same_fingerprint and not changed:
         return Check(name="analyzer", outcome="passed", summary="same analyzer and BM25 settings",
                      threshold="unchanged unless allowed", figures=figures)
-    what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()) or "fingerprint"
+    what = ", ".join(f"{k} {shortened(a)} -> {shortened(b)}"
+                     for k, (a, b) in changed.items()) or "fingerprint"
     if gate.allow_analyzer_change:
         return Check(name="analyzer", outcome="passed", summary=f"changed: {what} (allowed)",
                      threshold="change allowed", figures=figures)
