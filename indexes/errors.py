@@ -17,6 +17,8 @@ it); ``from retrieval import ...`` gives every one of them::
     ├── EncoderMismatchError          query encoder and index disagree (model or dimension)
     ├── DistilledEncoderError         (indexes.distilled_encoder) a distilled query encoder's
     │                                 files are missing, damaged or of another format
+    ├── UnknownBackendError           (indexes.onnx_encoder; also ValueError) an encoder
+    │                                 backend name ``make_encoder`` does not know
     ├── CorpusError                   a document source cannot be read or is malformed
     │   ├── InvalidWriteError         (also ValueError) an upsert or delete refused before
     │   │   │                         anything was written (ids, text, vectors, metadata)

@@ -31,9 +31,11 @@ from indexes.encoders import (
     Encoder,
     SentenceTransformerEncoder,
     default_model_path,
+    model_modules,
     model_name,
     weights_digest,
 )
+from indexes.errors import EncoderMismatchError, RetrievalError
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 # Part of the cached file names: bump it when the export or quantization settings change, so a
@@ -64,9 +66,12 @@ def max_seq_length(model_dir: Path) -> int:
     """Tokens kept per text, as sentence-transformers truncates (256 for MiniLM).
 
     Not the tokenizer.json value: MiniLM's says 128 there, but sentence-transformers uses
-    ``sentence_bert_config.json``, capped at the model's position embeddings.
+    ``sentence_bert_config.json``'s ``max_seq_length``, else (sentence-transformers 6 saves
+    none there) ``tokenizer_config.json``'s ``model_max_length``, capped at the model's
+    position embeddings.
     """
-    configured = _read_json(model_dir / "sentence_bert_config.json").get("max_seq_length")
+    configured = (_read_json(model_dir / "sentence_bert_config.json").get("max_seq_length")
+                  or _read_json(model_dir / "tokenizer_config.json").get("model_max_length"))
     positions = _read_json(model_dir / "config.json").get("max_position_embeddings", 512)
     return int(min(configured or positions, positions))
 
@@ -76,11 +81,85 @@ def lowercases(model_dir: Path) -> bool:
     return bool(_read_json(model_dir / "sentence_bert_config.json").get("do_lower_case"))
 
 
-def check_mean_pooling(model_dir: Path) -> None:
-    """Only mean pooling is implemented; refuse a model that pools otherwise."""
-    pooling = _read_json(model_dir / "1_Pooling" / "config.json")
-    if pooling and not pooling.get("pooling_mode_mean_tokens"):
-        raise ValueError(f"{model_dir}: OnnxEncoder implements mean pooling only, got {pooling}")
+# The sentence-transformers modules OnnxEncoder reproduces, in this order: the transformer
+# (the exported graph), mean pooling and L2 normalization (``mean_pool_normalize``). Any other
+# module (a Dense head, a LayerNorm) would change the vectors torch computes from the same
+# directory, whose encoder id the ONNX one is declared compatible with.
+RUN_MODULES = ("Transformer", "Pooling", "Normalize")
+USE_TORCH = ('load it with encoder_backend="torch" (retrieval), or build with '
+             '--doc-encoder torch, which run every module of the model')
+
+
+def _refuse(path: Path, what: str) -> EncoderMismatchError:
+    return EncoderMismatchError(
+        f"{path}: {what}; the ONNX backends run a sentence-transformers model's Transformer, "
+        f"mean Pooling and Normalize modules only, so their vectors would not be the model's: "
+        f"{USE_TORCH}")
+
+
+def check_onnx_runs(model_dir: Path) -> None:
+    """Refuse (``EncoderMismatchError``, naming the file) a model whose vectors OnnxEncoder
+    would not reproduce: other modules than Transformer + mean Pooling (+ Normalize), a
+    transformer in a subfolder, or a default prompt that torch would prepend."""
+    modules = model_modules(model_dir)
+    if modules:  # no modules.json: sentence-transformers adds mean pooling itself
+        _check_module_chain(model_dir, modules)
+        check_mean_pooling(model_dir / modules[1]["path"] / "config.json")
+        if len(modules) == 3:
+            _check_normalize(model_dir / modules[2]["path"] / "config.json")
+    _check_no_default_prompt(model_dir / "config_sentence_transformers.json")
+
+
+def _module_kind(module_type: str) -> str:
+    """``sentence_transformers.models.Pooling`` (before 6.x) and
+    ``sentence_transformers.sentence_transformer.modules.pooling.Pooling`` (6.x): "Pooling";
+    a class from another package is never one of ours."""
+    package, _, name = module_type.rpartition(".")
+    return name if package.split(".")[0] == "sentence_transformers" else module_type
+
+
+def _check_module_chain(model_dir: Path, modules: list[dict[str, str]]) -> None:
+    kinds = [_module_kind(m["type"]) for m in modules]
+    if kinds not in (list(RUN_MODULES[:2]), list(RUN_MODULES)):
+        raise _refuse(model_dir / "modules.json",
+                      f"its modules are {', '.join(kinds)}")
+    if modules[0]["path"]:
+        raise _refuse(model_dir / "modules.json",
+                      f"its Transformer lies in the subfolder {modules[0]['path']!r}")
+
+
+def check_mean_pooling(pooling_config: Path) -> None:
+    """Only mean pooling is implemented; refuse a Pooling module that pools otherwise. Reads
+    both layouts of its ``config.json``: ``{"pooling_mode": "mean"}`` (sentence-transformers
+    6.x, a list when modes are concatenated) and ``pooling_mode_mean_tokens: true`` with
+    the other ``pooling_mode_*`` flags false (earlier versions)."""
+    config = _read_json(pooling_config)
+    if not config:  # no config: the Pooling module's default, mean
+        return
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        modes = mode if isinstance(mode, list) else [mode]
+    else:
+        modes = [key.removeprefix("pooling_mode_") for key, value in config.items()
+                 if key.startswith("pooling_mode_") and value is True]
+    if modes not in (["mean"], ["mean_tokens"]):
+        raise _refuse(pooling_config, f"its pooling is {modes or 'none'}, not mean")
+
+
+def _check_normalize(normalize_config: Path) -> None:
+    source = _read_json(normalize_config).get("module_input_name", "sentence_embedding")
+    if source != "sentence_embedding":
+        raise _refuse(normalize_config, f"its Normalize module normalizes {source!r}, not the "
+                                        "sentence embedding")
+
+
+def _check_no_default_prompt(config_path: Path) -> None:
+    config = _read_json(config_path)
+    name = config.get("default_prompt_name")
+    prompt = (config.get("prompts") or {}).get(name) if name else None
+    if prompt:
+        raise _refuse(config_path, f"torch prepends its default prompt {name!r} ({prompt!r}) "
+                                   "to every text")
 
 
 def load_tokenizer(model_dir: Path) -> Any:
@@ -357,7 +436,7 @@ class OnnxEncoder:
     def __init__(self, model_dir: str | Path | None = None, *, quantized: bool = False,
                  cache_dir: str | Path | None = None, threads: int | None = None) -> None:
         path = Path(model_dir) if model_dir else default_model_path()
-        check_mean_pooling(path)
+        check_onnx_runs(path)
         self.model_path = path
         self.model = model_name(path)
         self.backend = "onnx-int8" if quantized else "onnx"
@@ -371,6 +450,7 @@ class OnnxEncoder:
         self.calls = {"every_core": 0, "one_thread": 0}  # session runs, for stats and tests
         self._input_names = [i.name for i in self._alone.get_inputs()]
         self._tokenizer = load_tokenizer(path)
+        self.max_seq_length = max_seq_length(path)
         self._pad_id = _pad_id(self._tokenizer)
         self._lowercase = lowercases(path)
         self.dim = self._output_dim()
@@ -417,8 +497,19 @@ class OnnxEncoder:
         return [e.ids for e in self._tokenizer.encode_batch(texts)]
 
     def encode_ids(self, ids: Sequence[Sequence[int]]) -> np.ndarray:
-        """Already tokenized texts (special tokens included) -> float32 (n, dim), one call."""
-        return self._run([_Tokens(list(row)) for row in ids])
+        """Already tokenized texts (special tokens included) -> float32 (n, dim), one call.
+
+        A row longer than ``max_seq_length`` is cut as the tokenizer cuts a text: its first
+        ids and its last one (the closing special token) kept, ``max_seq_length`` in all.
+        """
+        if not ids:
+            return np.empty((0, self.dim), dtype=np.float32)
+        return self._run([_Tokens(self._within_window(list(row))) for row in ids])
+
+    def _within_window(self, row: list[int]) -> list[int]:
+        if len(row) <= self.max_seq_length:
+            return row
+        return row[:self.max_seq_length - 1] + row[-1:]
 
     def _run(self, encodings: Sequence[Any], single_thread: bool = False) -> np.ndarray:
         """Tokenized texts -> float32 (b, dim) sentence embeddings."""
@@ -446,6 +537,10 @@ class _Tokens:
         self.type_ids = [0] * len(ids)
 
 
+class UnknownBackendError(RetrievalError, ValueError):
+    """``make_encoder`` was given a backend name it does not know (a ``ValueError`` too)."""
+
+
 def make_encoder(backend: str, model_dir: str | Path | None = None,
                  cache_dir: str | Path | None = None) -> Encoder:
     """An encoder for ``backend`` in ``BACKENDS`` ("torch", "onnx", "onnx-int8")."""
@@ -453,4 +548,5 @@ def make_encoder(backend: str, model_dir: str | Path | None = None,
         return SentenceTransformerEncoder(model_dir)
     if backend in ("onnx", "onnx-int8"):
         return OnnxEncoder(model_dir, quantized=backend == "onnx-int8", cache_dir=cache_dir)
-    raise ValueError(f"unknown encoder backend {backend!r}; valid backends: {', '.join(BACKENDS)}")
+    raise UnknownBackendError(f"unknown encoder backend {backend!r}; valid backends: "
+                              f"{', '.join(BACKENDS)}")

@@ -6,6 +6,7 @@ sections it holds) and every error family; the error tree is drawn in ``indexes.
 
 from indexes.distilled_encoder import DistilledEncoderError
 from indexes.errors import LiveBuildChangedError, LogGapError
+from indexes.onnx_encoder import UnknownBackendError
 from indexes.publish import NoRollbackTargetError, PublishError, UnknownBuildError
 from indexes.sharding.layout import ShardCountError
 from indexes.snapshot import (
@@ -97,6 +98,7 @@ __all__ = [
     "CorpusError",
     "CorruptArtifactError",
     "DistilledEncoderError",
+    "UnknownBackendError",
     "EncoderMismatchError",
     "Explanation",
     "FeatureConfigError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
@@ -119,12 +120,28 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
             f"query is not valid Unicode (unpaired surrogate at position {exc.start}); "
             "decode the input text properly before searching"
         ) from exc
-    # Control and format characters (a zero-width space, NUL) are what tokenizers delete: a
-    # query of only those was ranked by the vector of an empty text.
-    if not any(char.isprintable() and not char.isspace() for char in query):
+    if not any(visible(char) for char in query):
         raise InvalidQueryError("query is empty or whitespace (or holds only invisible "
-                                "characters); pass the question text to search")
+                                "characters or combining marks); pass the question text to "
+                                "search")
     return query
+
+
+# Printable, yet no text of their own: U+FFFD (what undecodable bytes became, deleted by the
+# BERT tokenizers) and the Hangul fillers (blank letters, Unicode default-ignorable).
+_BLANK = frozenset("\ufffd\u115f\u1160\u3164\uffa0")
+
+
+def visible(char: str) -> bool:
+    """Whether a character gives a query some text to search for.
+
+    Not whitespace, nor a control or format character (a zero-width space, NUL: not
+    printable), nor a mark (categories Mn and Me: combining accents, which tokenizers strip,
+    variation selectors, enclosing circles): a mark only modifies the character before it, and
+    a query made of those alone was embedded as an empty text, its hits all scored alike.
+    """
+    return (char.isprintable() and not char.isspace() and char not in _BLANK
+            and unicodedata.category(char) not in ("Mn", "Me"))
 
 
 class FilterMemo:
