@@ -8,6 +8,8 @@ two-build root of shipped Cranfield documents.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,12 +18,15 @@ from typing import Any
 import pytest
 from console_index import STAGED_DOCS, console_root
 from small_index import query_encoder_fixture  # noqa: F401 (fixture)
+from starlette.requests import Request
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from indexes.field_summary import summarize_fields
 from indexes.publish import build_dir
 from retrieval import Retriever, RetrieverConfig
 from retrieval.compare import compare_results
+from retrieval.console.routes import FieldSummaries
 from retrieval.errors import ConfigError
 from retrieval.publishing.config import Canary, GateConfig
 from retrieval.publishing.gate import SearchInputs, compare_builds
@@ -93,6 +98,36 @@ def test_the_schema_is_what_describe_knows_with_the_builds(client, serving, two_
     builds = {b["build_id"]: b for b in schema["builds"]}
     assert builds[live]["serving"] and builds[live]["status"] == "live"
     assert builds[staged]["status"] == "staged" and builds[staged]["documents"] == STAGED_DOCS
+
+
+def test_the_schema_is_summarized_off_the_event_loop(client):
+    """Summarizing every field (86-252 ms for an id-like field of 100k documents) ran on the
+    event loop, which answered nothing meanwhile, not even /healthz."""
+    (route,) = [r for r in client.app.routes
+                if isinstance(r, Route) and r.path == "/v1/console/schema"]
+    request = Request({"type": "http", "method": "GET", "path": route.path, "headers": [],
+                       "query_string": b""})
+
+    async def answer() -> tuple[bool, bytes]:
+        schema = asyncio.create_task(route.endpoint(request))
+        await asyncio.sleep(0)  # one step of the handler: it hands the summary to a thread
+        yielded = not schema.done()
+        return yielded, (await schema).body
+
+    yielded, body = asyncio.run(answer())
+    assert yielded, "the schema was computed on the event loop"
+    assert json.loads(body) == client.get("/v1/console/schema").json()
+
+
+def test_the_field_summary_is_computed_once_per_snapshot(serving, two_builds):
+    root, _, staged = two_builds
+    summaries = FieldSummaries()
+    fields = summaries.of(serving.snapshot)
+    assert summaries.of(serving.snapshot) is fields  # reused while the snapshot serves
+    with Retriever.load(build_dir(root, staged), RetrieverConfig(),
+                        encoder=serving.encoder) as candidate:
+        other = summaries.of(candidate.snapshot)
+    assert other is not fields and other["department"]["of"] == STAGED_DOCS
 
 
 def test_a_side_with_other_ranking_is_with_ranking_of_the_library(client, serving):

@@ -116,6 +116,15 @@ def test_the_schema_counts_the_documents_served_as_the_index_does(client, servin
     assert rows == client.get("/v1/index").json()["documents"] == LIVE_DOCS + 1 - 3
 
 
+def test_the_schemas_fields_follow_the_writes_served(client, serving, root, encoder):
+    """The fields' summary is kept per snapshot: a write served is a new one, summarized
+    anew."""
+    assert client.get("/v1/console/schema").json()["fields"]["department"]["of"] == LIVE_DOCS
+    serving.wait_for_seq(write(root, encoder))
+    fields = client.get("/v1/console/schema").json()["fields"]
+    assert fields["department"]["of"] == LIVE_DOCS + 1 - 3
+
+
 def test_a_variant_says_it_serves_the_writes_its_snapshot_holds(serving, root, encoder):
     """``with_ranking`` over the serving snapshot holds that snapshot's live writes, and its
     ``applied_seq`` says so (it said its build's, so ``min_seq`` on it was refused); over

@@ -9,9 +9,11 @@ is ``retrieval.compare`` on their results and the gate is ``compare_builds``, th
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -32,6 +34,7 @@ from retrieval.console.schemas import (
 )
 from retrieval.console.sides import Sides
 from retrieval.errors import closest
+from retrieval.loaded_build import LoadedBuild
 from retrieval.models import SearchResult
 from retrieval.publishing.config import Canary, GateConfig, LabeledQuery
 from retrieval.publishing.gate import SearchInputs, compare_builds
@@ -53,6 +56,7 @@ PAGE_HEADERS = {"content-security-policy": "default-src 'self'; img-src 'self' d
 
 def console_routes(state: ServiceState, sides: Sides, admission: Admission) -> list[Route]:
     page = _asset("index.html")
+    summaries = FieldSummaries()
 
     async def console(_: Request) -> Response:
         return Response(page, media_type="text/html", headers=PAGE_HEADERS)
@@ -65,15 +69,21 @@ def console_routes(state: ServiceState, sides: Sides, admission: Admission) -> l
         return Response(_asset(name), media_type=ASSETS[name], headers=PAGE_HEADERS)
 
     async def schema(_: Request) -> Response:
-        return json_response(describe_console(state.retriever(), sides.root))
+        # In a worker thread, admitted like a search: summarizing an id-like field of 100k
+        # documents took 86-252 ms on the event loop, which answered nothing meanwhile.
+        with admission.admit():
+            serving = state.retriever()
+            described = await asyncio.to_thread(describe_console, serving, sides.root,
+                                                summaries)
+        return json_response(described)
 
     async def side_search(request: Request) -> Response:
         with admission.admit():
             body = await parse_body(request, SideSearchBody)
             serving = state.retriever()
             await _wait_for_writes(serving, body.min_seq)
-            retriever = await asyncio.to_thread(sides.retriever, serving, body.side)
-            result = await _search(retriever, body)
+            async with sides.alease(serving, body.side) as retriever:
+                result = await _search(retriever, body)
         return Response(result_json(result), media_type=JSON)
 
     async def compare(request: Request) -> Response:
@@ -81,9 +91,9 @@ def console_routes(state: ServiceState, sides: Sides, admission: Admission) -> l
             body = await parse_body(request, CompareBody)
             serving = state.retriever()
             await _wait_for_writes(serving, body.min_seq)
-            left, right = [await asyncio.to_thread(sides.retriever, serving, side)
-                           for side in (body.left, body.right)]
-            results = await asyncio.gather(_search(left, body), _search(right, body))
+            async with (sides.alease(serving, body.left) as left,
+                        sides.alease(serving, body.right) as right):
+                results = await asyncio.gather(_search(left, body), _search(right, body))
         k = body.k or serving.config.default_k
         passages = any(r.hits and r.hits[0].passage is not None for r in results)
         by: Literal["document", "passage"] = (
@@ -108,7 +118,28 @@ def console_routes(state: ServiceState, sides: Sides, admission: Admission) -> l
             Route("/v1/console/gate", gate, methods=["POST"])]
 
 
-def describe_console(serving: Retriever, root: Path) -> ConsoleSchema:
+class FieldSummaries:
+    """The fields' summaries of the last snapshot described, reused while it serves: a
+    snapshot never changes (a live write makes a new one), and summarizing reads every keyword
+    value and posting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one computes, a concurrent call waits and reuses it
+        self._snapshot: weakref.ref[LoadedBuild] | None = None  # not kept alive by this
+        self._fields: dict[str, dict[str, Any]] = {}
+
+    def of(self, snapshot: LoadedBuild) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            if self._snapshot is None or self._snapshot() is not snapshot:
+                self._fields = {f.name: f.as_dict()
+                                for f in summarize_fields(snapshot.metadata, TOP_VALUES)}
+                self._snapshot = weakref.ref(snapshot)
+            return self._fields
+
+
+def describe_console(serving: Retriever, root: Path,
+                     summaries: FieldSummaries | None = None) -> ConsoleSchema:
+    """What ``GET /v1/console/schema`` answers; it reads the index (run it in a thread)."""
     snapshot = serving.snapshot
     builds = [ConsoleBuild(build_id=b.build_id, created_at=b.created_at, documents=b.n_docs,
                            encoder_id=b.encoder_id, status=b.status,
@@ -120,7 +151,7 @@ def describe_console(serving: Retriever, root: Path) -> ConsoleSchema:
         # live writes retired (deleted or replaced) until the next compaction.
         build_id=serving.build_id, rows=snapshot.manifest.n_docs,
         passages=snapshot.manifest.passages is not None,
-        fields={f.name: f.as_dict() for f in summarize_fields(snapshot.metadata, TOP_VALUES)},
+        fields=(summaries or FieldSummaries()).of(snapshot),
         ranking={name: getattr(config, name) for name in RANKING_SETTINGS}
         | {"default_k": config.default_k},
         builds=builds)

@@ -1,5 +1,5 @@
 """Admission control in front of the executor: a request that takes a worker thread (a search,
-a document read or write, a console search or gate) past ``server.max_in_flight`` is shed
+a document read or write, a console search, schema or gate) past ``server.max_in_flight`` is shed
 at once (503 ``OverloadedError`` with ``Retry-After``) instead of queueing behind the worker
 threads, so the work a worker holds for clients that may have gone is bounded too.
 
