@@ -12,12 +12,15 @@ the log's segments under ``wal/``), so a restore of a restored root gets a new o
 
 from __future__ import annotations
 
+import gzip
 import json
+import lzma
 import os
 import re
 import secrets
 import shutil
 import tarfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -53,6 +56,12 @@ from indexes.wal.log import (
 
 LOG_ID = "LOG_ID"  # under wal/: the identity a restore gave the root's log
 _LOG_ID_TEXT = re.compile(r"[0-9a-f]{16}")
+
+# What reading a damaged or cut-off snapshot raises: tarfile's own errors, and the
+# decompressors' of a compressed one (``r:*``), which tarfile passes through (a .tar.gz cut
+# short in transfer raises EOFError, a flipped byte zlib.error). Never OSError as such: a
+# full disk while extracting is not a damaged snapshot.
+DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
 
 
 def log_id(root: Path) -> str:
@@ -115,6 +124,9 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
     except tarfile.TarError as exc:  # its message lists every compression tried: not shown
         raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file); take one "
                                    "with `retrieval snapshot ROOT FILE`", file) from exc
+    except DAMAGED as exc:  # a compressed snapshot cut short or damaged in its first member
+        raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
+                                   file) from exc
     with tar:
         members = _members(tar, file)
         info = _read_info(tar, next(members, None), file)
@@ -125,7 +137,7 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
             _check_listed(member.name, info, seen, file)
             try:
                 _write_member(tar, member, staging, info.members[member.name], file)
-            except tarfile.TarError as exc:  # e.g. a member cut short by a truncated file
+            except DAMAGED as exc:  # e.g. a member cut short by a truncated file
                 raise SnapshotCorruptError(f"{file}: member {member.name!r} cannot be read "
                                            f"({exc}); take the snapshot again", file,
                                            member.name) from exc
@@ -139,14 +151,17 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
 
 def _members(tar: tarfile.TarFile, file: Path) -> Iterator[tarfile.TarInfo]:
     """The tar's members, each refused before anything is written when its name or type is
-    unsafe; a damaged tar is a ``SnapshotCorruptError``."""
+    unsafe; a damaged tar is a ``SnapshotCorruptError`` naming the member it follows."""
+    last = None
     try:
         for member in tar:
             _check_safe(member, file)
             yield member
-    except tarfile.TarError as exc:
-        raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
-                                   file) from exc
+            last = member.name
+    except DAMAGED as exc:
+        where = f" after member {last!r}" if last is not None else ""
+        raise SnapshotCorruptError(f"{file} is damaged{where} ({exc}); take the snapshot "
+                                   "again", file, last) from exc
 
 
 def _check_safe(member: tarfile.TarInfo, file: Path) -> None:
@@ -169,7 +184,7 @@ def _read_info(tar: tarfile.TarFile, first: tarfile.TarInfo | None, file: Path) 
                                    file, SNAPSHOT_JSON)
     try:
         raw = source.read()
-    except tarfile.TarError as exc:  # the file cut short inside it
+    except DAMAGED as exc:  # the file cut short inside it
         raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
                                    file, SNAPSHOT_JSON) from exc
     try:

@@ -17,12 +17,18 @@ would lengthen a snapshot (so its chance of racing a compaction) and make restor
 compress the file to ship it (restore reads gzip too, ``r:*``).
 
 Consistent while writes go on, without the writer's lock: ``CURRENT`` is read first, then the
-history (a flip appends to it before replacing ``CURRENT``), the build's files are opened and
-hashed (they stay open until written, so a build removed meanwhile still yields what was
-hashed), then each segment (``ACKED`` before its bytes, as readers do), cut after its last
-whole record: later records are not included, and the snapshot's sequence is the last one it
+history (a flip appends to it before replacing ``CURRENT``), the build's files are hashed,
+then each segment (``ACKED`` before its bytes, as readers do), cut after its last whole
+record: later records are not included, and the snapshot's sequence is the last one it
 holds. A segment retired meanwhile or ``CURRENT`` naming another build at the end means a
 publish or compaction ran: start over (``ATTEMPTS`` times, then ``SnapshotConflictError``).
+
+Nothing is held between the two passes but names, sizes and hashes (``SNAPSHOT.json`` comes
+first, so every member is hashed before the tar is written): each file is opened once to hash
+it and once more to copy it, hashed again on the way, so a sharded build's thousands of files
+never need as many open descriptors, and a log of any length is never in memory (a segment
+is read a record at a time, and copied up to its cut). A file gone or changed by the second
+pass (a build collected, a segment retired, a calibration replaced) also means start over.
 
 Restore leaves nothing at ``ROOT`` until all is checked: it extracts regular files (no absolute
 or ``..`` names) into a sibling temporary directory, checks each against ``SNAPSHOT.json``,
@@ -38,12 +44,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import tarfile
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -57,6 +63,7 @@ from indexes.leftovers import sweep, temporary_path
 from indexes.manifest import CURRENT, MANIFEST, Manifest, read_manifest, resolve_build_dir
 from indexes.storage import fsync_path
 from indexes.wal.log import (
+    HEADER,
     LogCorruptionError,
     acked_end,
     scan,
@@ -136,12 +143,13 @@ class RestoreReport:
 
 @dataclass
 class _View:
-    """One consistent read of a root: open build files (hashed) and the log and history bytes."""
+    """One consistent read of a root: each member's sha256 and size, and where its bytes are:
+    the history's in memory, every other's in its file (``size`` bytes of it), read again
+    while the tar is written."""
 
     manifest: Manifest
     last_seq: int
-    handles: dict[str, IO[bytes]] = field(default_factory=dict)
-    blobs: dict[str, bytes] = field(default_factory=dict)
+    sources: dict[str, bytes | Path] = field(default_factory=dict)
     members: dict[str, Member] = field(default_factory=dict)
 
 
@@ -163,15 +171,14 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
                             f"e.g. {file / 'snapshot.tar'}", file)
     check_snapshot_file(root, file)
     for attempt in range(1, ATTEMPTS + 1):
-        with ExitStack() as stack:
-            try:
-                view = _capture(root, stack)
-            except _Changed:
-                continue
+        try:  # the tar's writing too: it reads every file again
+            view = _capture(root)
             _write_tar(view, file)
-            return SnapshotReport(file, view.manifest.build_id, view.manifest.log_seq,
-                                  view.last_seq, len(view.members),
-                                  sum(m.size for m in view.members.values()), attempts=attempt)
+        except _Changed:
+            continue
+        return SnapshotReport(file, view.manifest.build_id, view.manifest.log_seq,
+                              view.last_seq, len(view.members),
+                              sum(m.size for m in view.members.values()), attempts=attempt)
     raise SnapshotConflictError(
         f"{root} changed under each of {ATTEMPTS} snapshot attempts (a publish or compaction "
         "retired what was being read each time); retry when it is quieter, e.g. not during "
@@ -181,11 +188,20 @@ def take_snapshot(root: str | Path, file: str | Path) -> SnapshotReport:
 def check_snapshot_file(root: Path, file: Path) -> None:
     """Refuse a snapshot file inside the root (written over ``CURRENT`` it left the root
     unloadable; elsewhere there each snapshot held the ones before) and one that would
-    replace a file that is not a snapshot (run as root, ``/etc/passwd`` was replaced)."""
+    replace a file that is not a snapshot (run as root, ``/etc/passwd`` was replaced; a
+    device or FIFO, ``/dev/null`` too: its size 0 read as mktemp's empty file)."""
     if file.resolve().is_relative_to(root.resolve()):
         raise ArtifactError(f"{file} is inside the index root {root}: write the snapshot "
                             "elsewhere (a snapshot holds the whole root)", file)
-    if file.exists() and file.stat().st_size and not _is_snapshot(file):  # mktemp's: empty
+    try:
+        status = file.stat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(status.st_mode):
+        raise ArtifactError(f"{file} exists and is not a regular file (a device, a FIFO or "
+                            "a socket): it is not replaced; name a new file or a snapshot "
+                            "to replace", file)
+    if status.st_size and not _is_snapshot(file):  # mktemp's: empty
         raise ArtifactError(f"{file} exists and is not a snapshot: it is not replaced; remove "
                             "it or name another file", file)
 
@@ -200,8 +216,8 @@ def _is_snapshot(file: Path) -> bool:
     return first is not None and first.name == SNAPSHOT_JSON
 
 
-def _capture(root: Path, stack: ExitStack) -> _View:
-    """Read the live build, history, log and the root's own files; ``_Changed`` when the root
+def _capture(root: Path) -> _View:
+    """Hash the live build, history, log and the root's own files; ``_Changed`` when the root
     moved meanwhile. An error with ``CURRENT`` unchanged is real (a damaged build or log) and
     is raised."""
     name = live_build_id(root)
@@ -212,7 +228,7 @@ def _capture(root: Path, stack: ExitStack) -> _View:
         view = _View(manifest, manifest.log_seq)
         if history is not None:
             _add_blob(view, HISTORY, history)
-        _open_build(build, f"builds/{build.name}", view, stack)
+        _hash_build(build, f"builds/{build.name}", view)
         _read_log(root, view)
         _add_beside(root, view)
     except (FileNotFoundError, ArtifactError) as exc:
@@ -235,9 +251,10 @@ def _add_beside(root: Path, view: _View) -> None:
         if any(part.startswith(".") for part in relative.parts):  # locks, temporaries
             continue
         try:
-            _add_blob(view, relative.as_posix(), path.read_bytes())
+            view.members[relative.as_posix()] = _hash_file(path)
         except FileNotFoundError:
             continue  # removed meanwhile (a calibration replaced): not the root's any more
+        view.sources[relative.as_posix()] = path
 
 
 def _beside(root: Path) -> list[Path]:
@@ -264,26 +281,32 @@ def _history_bytes(root: Path) -> bytes | None:
 
 
 def _add_blob(view: _View, name: str, data: bytes) -> None:
-    view.blobs[name] = data
+    view.sources[name] = data
     view.members[name] = Member(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
-def _open_build(build: Path, prefix: str, view: _View, stack: ExitStack) -> None:
-    """Open and hash every file of the build; the hashes must match its manifests'."""
+def _hash_file(path: Path) -> Member:
+    with open(path, "rb") as handle:
+        return hash_stream(handle)
+
+
+def _hash_build(build: Path, prefix: str, view: _View) -> None:
+    """Hash every file of the build, one open at a time (a sharded build has thousands, more
+    than a process may hold open); the hashes must match its manifests'."""
     files = _expected_files(build, view.manifest)
+    found = set()
     for path in sorted(p for p in build.rglob("*") if p.is_file()):
         relative = path.relative_to(build).as_posix()
-        handle = stack.enter_context(open(path, "rb"))
-        member = hash_stream(handle)
-        handle.seek(0)
+        member = _hash_file(path)
         expected = files.get(relative)
         if expected is not None and expected != member.sha256:
             raise CorruptArtifactError(f"checksum mismatch in {path}: the live build is damaged "
                                        "and is not snapshotted; run `retrieval verify` and "
                                        "republish or restore it", path)
-        view.handles[f"{prefix}/{relative}"] = handle
+        view.sources[f"{prefix}/{relative}"] = path
         view.members[f"{prefix}/{relative}"] = member
-    missing = sorted(set(files) - {n.removeprefix(prefix + "/") for n in view.handles})
+        found.add(relative)
+    missing = sorted(set(files) - found)
     if missing:
         raise MissingArtifactError(f"{build / missing[0]} is named by the manifest but absent; "
                                    "run `retrieval verify` and rebuild", build / missing[0])
@@ -323,7 +346,7 @@ def _read_log(root: Path, view: _View) -> None:
         newer = listed[i + 1][0] if i + 1 < len(listed) else None
         if newer is not None and newer - 1 <= view.manifest.log_seq:
             continue  # every record in it is folded into the build (retired soon)
-        data, seqs = _whole_records(path, newest=newer is None)
+        member, seqs = _whole_records(path, newest=newer is None)
         for seq in (s for s in seqs if s > view.manifest.log_seq):
             if seq != view.last_seq + 1:
                 raise CorruptArtifactError(
@@ -332,21 +355,63 @@ def _read_log(root: Path, view: _View) -> None:
                     "compaction that retired them?); publish a build that folds the log first",
                     path)
             view.last_seq = seq
-        _add_blob(view, f"wal/{path.name}", data)
+        view.sources[f"wal/{path.name}"] = path
+        view.members[f"wal/{path.name}"] = member
 
 
-def _whole_records(path: Path, newest: bool) -> tuple[bytes, list[int]]:
-    """The bytes of ``path`` up to its last whole record and the seqs of its records."""
+def _whole_records(path: Path, newest: bool) -> tuple[Member, list[int]]:
+    """sha256 and length of ``path`` up to its last whole record, and the seqs of its records.
+    Read a record at a time (a segment holds every write since the last compaction: read
+    whole, a snapshot held the log in memory), then what follows the last whole one at once
+    (a tail being written, or damage), scanned as readers scan it."""
     acked = acked_end(path)  # before the data, as readers do: what it covers was whole
-    data = path.read_bytes()
-    seqs, end = [], 0
-    for seq, stop, _ in scan(data, path=path, acked=acked):
-        seqs.append(seq)
-        end = stop
-    if not newest and end < len(data):
-        raise LogCorruptionError(f"{path}: the record at byte {end} is damaged and a newer "
-                                 "segment follows; restore the log from a backup", path)
-    return data[:end], seqs
+    digest, seqs, end = hashlib.sha256(), [], 0
+    last = int(path.stem) - 1  # a segment's records run on from the seq in its name
+    with open(path, "rb") as handle:
+        while True:
+            record = _next_record(handle)
+            seq = _whole_record(record, path, end, acked, last)
+            if seq is None:
+                break
+            _check_follows(path, seq, last, end)
+            digest.update(record)
+            seqs.append(last := seq)
+            end += len(record)
+        tail = record + handle.read()
+    consumed = 0
+    for seq, stop, _ in scan(tail, path=path, after=last, origin=end, acked=acked):
+        _check_follows(path, seq, last, end + consumed)
+        seqs.append(last := seq)
+        consumed = stop
+    if not newest and consumed < len(tail):
+        raise LogCorruptionError(f"{path}: the record at byte {end + consumed} is damaged and "
+                                 "a newer segment follows; restore the log from a backup", path)
+    digest.update(tail[:consumed])
+    return Member(sha256=digest.hexdigest(), size=end + consumed), seqs
+
+
+def _next_record(handle: IO[bytes]) -> bytes:
+    """The bytes of the record starting at ``handle``'s position (fewer at the file's end)."""
+    head = handle.read(HEADER.size)
+    if len(head) < HEADER.size:
+        return head
+    return head + handle.read(HEADER.unpack(head)[0])
+
+
+def _whole_record(record: bytes, path: Path, at: int, acked: int, last: int) -> int | None:
+    """The seq of ``record`` (which starts at byte ``at``) when it is whole and intact; None
+    else (what follows decides whether it is a tail or damage)."""
+    if len(record) < HEADER.size:
+        return None
+    found = next(scan(record, path=path, after=last, origin=at, acked=acked), None)
+    return found[0] if found is not None else None
+
+
+def _check_follows(path: Path, seq: int, last: int, at: int) -> None:
+    if seq != last + 1:
+        raise LogCorruptionError(f"{path}: the record at byte {at} is seq {seq}, not "
+                                 f"{last + 1}: the log has lost (or repeated) writes; restore "
+                                 "it from a backup", path)
 
 
 def _write_tar(view: _View, file: Path) -> None:
@@ -362,10 +427,11 @@ def _write_tar(view: _View, file: Path) -> None:
             with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 head = info.model_dump_json(indent=1).encode()
                 _add(tar, SNAPSHOT_JSON, io.BytesIO(head), len(head))
-                for name, data in view.blobs.items():
-                    _add(tar, name, io.BytesIO(data), len(data))
-                for name, handle in view.handles.items():
-                    _add(tar, name, handle, view.members[name].size)
+                for name, source in view.sources.items():
+                    if isinstance(source, bytes):
+                        _add(tar, name, io.BytesIO(source), len(source))
+                    else:
+                        _add_file(tar, name, source, view.members[name])
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, file)
@@ -375,7 +441,48 @@ def _write_tar(view: _View, file: Path) -> None:
     fsync_path(file.parent)
 
 
-def _add(tar: tarfile.TarFile, name: str, data: IO[bytes], size: int) -> None:
+def _add_file(tar: tarfile.TarFile, name: str, path: Path, hashed: Member) -> None:
+    """The first ``hashed.size`` bytes of ``path``, hashed again on their way into the tar:
+    the file gone or its bytes changed since they were hashed means the root moved on (a
+    build collected, a segment retired, a calibration replaced): ``_Changed``."""
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError as exc:
+        raise _Changed from exc
+    with handle:
+        reader = _HashingReader(handle, hashed.size)
+        _add(tar, name, reader, hashed.size)
+    if reader.member() != hashed:
+        raise _Changed
+
+
+class _Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class _HashingReader:
+    """At most ``limit`` bytes of ``source``, hashed as they are read; ``_Changed`` when it
+    ends sooner (the file was cut since it was hashed)."""
+
+    def __init__(self, source: IO[bytes], limit: int) -> None:
+        self.source, self.left = source, limit
+        self.digest, self.size = hashlib.sha256(), 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = self.left if size < 0 else min(size, self.left)
+        chunk = self.source.read(want)
+        if len(chunk) < want:
+            raise _Changed
+        self.digest.update(chunk)
+        self.left -= len(chunk)
+        self.size += len(chunk)
+        return chunk
+
+    def member(self) -> Member:
+        return Member(sha256=self.digest.hexdigest(), size=self.size)
+
+
+def _add(tar: tarfile.TarFile, name: str, data: _Readable, size: int) -> None:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mode = 0o644

@@ -5,13 +5,22 @@ nothing behind."""
 
 from __future__ import annotations
 
+import gzip
 import io
+import os
+import resource
 import shutil
+import signal
+import stat
 import tarfile
+import tempfile
 import threading
 import time
+import tracemalloc
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 from live_index import build_small, scifact_docs, unit_vectors
 
@@ -448,3 +457,131 @@ def test_restore_into_the_current_directory_says_why_not(root, tmp_path, monkeyp
     with pytest.raises(RestoreTargetError, match="is the current directory"):
         restore_snapshot(tmp_path / "snap.tar", Path("."))
     assert list(Path(".").iterdir()) == []
+
+
+def gzipped_with_a_bad_block_in(file: Path, name: str) -> bytes:
+    """``file`` gzipped, with the deflate block that starts midway through member ``name``'s
+    data damaged (its type bits set to the reserved 11): reading it raises zlib.error."""
+    offset, size = member_offsets(file)[name]
+    data, at = file.read_bytes(), offset + size // 2
+    deflate = zlib.compressobj(wbits=31)  # gzip framing
+    head = deflate.compress(data[:at]) + deflate.flush(zlib.Z_FULL_FLUSH)  # a block ends here
+    tail = bytearray(deflate.compress(data[at:]) + deflate.flush())
+    tail[0] |= 0b110
+    return head + bytes(tail)
+
+
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_a_damaged_gzipped_snapshot_names_the_member_and_leaves_no_root(root, tmp_path,
+                                                                       damage):
+    """The module says to compress a snapshot to ship it and restore reads gzip: cut short
+    in transfer (EOFError) or with a damaged byte (zlib.error), the decompressor's error came
+    through as a traceback."""
+    name = "calibration.bin"  # a member long enough that the damage is read inside it
+    (root / name).write_bytes(np.random.default_rng(0).bytes(1 << 20))
+    file = tmp_path / "snap.tar"
+    take_snapshot(root, file)
+    gzipped = tmp_path / "snap.tar.gz"
+    if damage == "cut":
+        whole = gzip.compress(file.read_bytes())
+        gzipped.write_bytes(whole[:int(len(whole) * 0.6)])
+    else:
+        gzipped.write_bytes(gzipped_with_a_bad_block_in(file, name))
+    with pytest.raises(SnapshotCorruptError, match="take the snapshot again") as caught:
+        restore_snapshot(gzipped, tmp_path / "restored")
+    assert caught.value.member is not None and caught.value.member in str(caught.value)
+    if damage == "flipped":
+        assert caught.value.member == name
+    assert not (tmp_path / "restored").exists()
+    assert not list(tmp_path.glob(".restored.restore-*"))
+
+
+def test_a_fifo_or_device_is_not_replaced_by_a_snapshot(root, tmp_path):
+    """Size 0 read as mktemp's empty file: a FIFO, or /dev/null when run as root, was
+    replaced by a regular file holding the snapshot."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ArtifactError, match="is not a regular file") as caught:
+        take_snapshot(root, fifo)
+    assert caught.value.path == fifo
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_sharded_build_with_more_files_than_open_descriptors_allowed_snapshots(
+        docs, tmp_path):
+    """Every file of the build stayed open until the tar was written: a build of 40 shards
+    (1,203 files) failed with EMFILE under the usual soft limit of 1024."""
+    source = tmp_path / "source"
+    build_small(source, docs[:N_BASE], shards=8)
+    files = sum(1 for p in resolve_build_dir(source).rglob("*") if p.is_file())
+    margin = 48  # the snapshot's own few, and whatever the process opens meanwhile
+    assert files > 3 * margin
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + margin, hard))
+    try:
+        report = take_snapshot(source, tmp_path / "snap.tar")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert report.files == files + 1  # the history too
+    restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+
+
+def test_a_long_log_is_not_held_in_memory(root, docs, tmp_path):
+    """Every segment since the live build was read whole and held until the tar was written:
+    a service answering /v1/snapshot held the whole uncompacted log."""
+    text = "lorem ipsum dolor sit amet " * 8000  # 216 KB a record
+    with IndexWriter(root) as writer:
+        for i in range(40):
+            writer.upsert([Document(f"long-{i}", text + str(i), "t", {})],
+                          vectors=unit_vectors(1, 50 + i))
+    log_bytes = sum(path.stat().st_size for _, path in segments(root))
+    assert log_bytes > 8 << 20
+    tracemalloc.start()
+    try:
+        report = take_snapshot(root, tmp_path / "snap.tar")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < log_bytes // 2, (peak, log_bytes)
+    assert report.last_seq == 44
+    restored = restore_snapshot(tmp_path / "snap.tar", tmp_path / "restored")
+    assert restored.last_seq == 44
+
+
+ADMIN_KEY = "admin-key-0123456789"
+
+
+def test_no_room_for_the_services_copy_is_a_503_naming_the_setting(root, tmp_path,
+                                                                    monkeypatch):
+    """A full disk while /v1/snapshot wrote its copy was a bare 500 "internal error". The
+    disk filling is the file size limit here (EFBIG, as ENOSPC would be): only files written
+    past it fail, and only while the request runs."""
+    from starlette.testclient import TestClient
+
+    from retrieval.service.app import create_app
+    from retrieval.service.auth import ApiKeys
+    from retrieval.service.settings import ServeConfig
+
+    (root / "extra.bin").write_bytes(bytes(1 << 20))  # travels with the root: over the limit
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # as TMPDIR would
+    (tmp_path / "tmp").mkdir()
+    app = create_app(root, ServeConfig(), keys=ApiKeys([(ADMIN_KEY, "admin")]),
+                     loader=lambda: load(root))
+    with TestClient(app, raise_server_exceptions=False,
+                    headers={"authorization": f"Bearer {ADMIN_KEY}"}) as client:
+        assert client.post("/v1/snapshot").status_code == 200
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+        handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else it ends the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, limit[1]))
+        try:
+            response = client.post("/v1/snapshot")
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+            signal.signal(signal.SIGXFSZ, handler)
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"]
+    error = response.json()["error"]
+    assert error["type"] == "ServiceUnavailableError"
+    assert "no room for a copy of the index root" in error["message"]
+    assert "TMPDIR" in error["message"]
+    assert list((tmp_path / "tmp").iterdir()) == []  # its copy removed

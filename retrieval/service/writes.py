@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import errno
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from indexes.snapshot import take_snapshot
 from indexes.writer import IndexWriter
 from retrieval.service.admission import Admission
 from retrieval.service.bodies import json_response, parse_body
+from retrieval.service.errors import ServiceUnavailableError
 from retrieval.service.schemas import (
     DeleteBody,
     FetchBody,
@@ -103,9 +107,10 @@ def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings,
     async def snapshot(_: Request) -> Response:
         """The root as one snapshot file (admin scope), taken while writes go on; restore
         it with ``retrieval restore FILE ROOT`` where the new root is to be served."""
-        directory = tempfile.mkdtemp(prefix="retrieval-snapshot-")
+        with room_for_a_copy():
+            directory = tempfile.mkdtemp(prefix="retrieval-snapshot-")
         try:
-            with admission.admit():
+            with admission.admit(), room_for_a_copy():
                 report = await asyncio.to_thread(take_snapshot, writes.root,
                                                  Path(directory) / "snapshot.tar")
         except BaseException:
@@ -121,6 +126,26 @@ def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings,
             Route("/v1/documents/delete", delete, methods=["POST"]),
             Route("/v1/documents/get", fetch, methods=["POST"]),
             Route("/v1/snapshot", snapshot, methods=["POST"])]
+
+
+# A write refused for want of room: the disk full, a quota reached, a file size limit.
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextmanager
+def room_for_a_copy() -> Iterator[None]:
+    """A snapshot is written whole to the server's temporary directory before it is sent:
+    no room there is the server's condition (a 503 saying so), not a bug (a bare 500)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in NO_ROOM:
+            raise
+        raise ServiceUnavailableError(
+            "the server's temporary directory has no room for a copy of the index root "
+            f"({exc.strerror}): a snapshot is written there whole before it is sent; free "
+            "space there, or start the server with TMPDIR naming a directory on a file "
+            "system with room for the whole root") from exc
 
 
 def _upsert(writes: Writes, documents: list[dict[str, Any]], vectors: np.ndarray | None,
