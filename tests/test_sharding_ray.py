@@ -329,7 +329,14 @@ def test_a_hung_shard_is_left_out_of_a_root_with_live_writes(cluster, dataset, t
     """After a live write, searches run on a live snapshot over the Ray-served shards. With
     a shard hung and ``allow_partial``, a search raised ``ShardUnavailableError``, or left
     the shard's hits out with no ``partial:`` flag, and the thread kept leaving it out once
-    it was back (its per-search state was never reset)."""
+    it was back (its per-search state was never reset).
+
+    A strict retriever connected before the write (``late``), with the shard hung: only a
+    search whose own deadline cut the wait says ``by_deadline`` (a single flight's followers
+    with time left retry on that alone); the documents of the shard that answers are
+    fetched (every id's rows were asked of every shard: each fetch failed), the hung one's
+    fail naming it; the write waits for the hung shard's texts, saying so, and is applied
+    once it is back."""
     import os
     import signal
 
@@ -344,6 +351,8 @@ def test_a_hung_shard_is_left_out_of_a_root_with_live_writes(cluster, dataset, t
     live = {**CONFIG, "live_lag_seconds": None}
     retriever = Retriever.connect(root, live, allow_partial=True, app_name="live-partial",
                                   retry_seconds=2.0, timeout_seconds=1.0)
+    late = Retriever.connect(root, live, app_name="live-partial", retry_seconds=2.0,
+                             timeout_seconds=1.0)
     try:
         with IndexWriter(root) as writer:
             writer.upsert([Document("live-1", "cell growth in tumors, a new study")],
@@ -359,6 +368,7 @@ def test_a_hung_shard_is_left_out_of_a_root_with_live_writes(cluster, dataset, t
             os.kill(pid, signal.SIGSTOP)
         try:
             hung = retriever.search("cell growth in tumors", None, 10, query_vector=vector)
+            cut, failed, fetched, unreachable, held = _on_a_hung_shard(late, vector, docs)
         finally:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
@@ -367,6 +377,34 @@ def test_a_hung_shard_is_left_out_of_a_root_with_live_writes(cluster, dataset, t
         again = retriever.search("cell growth in tumors", None, 10, query_vector=vector)
         assert [h.doc_id for h in again.hits] == [h.doc_id for h in healthy.hits]
         assert not again.degraded
+        assert (cut.shard, cut.by_deadline) == ("shard-001", True)
+        assert (failed.shard, failed.by_deadline) == ("shard-001", False)
+        assert [d.id for d in fetched] == [docs[0].id]
+        assert unreachable.shard == "shard-001"
+        assert held.shard == "shard-001" and "live writes" in str(held)
+        assert late.applied_seq == 0 and late.refresh() and late.applied_seq == 1
+        assert [d.id for d in late.get_documents(["live-1", docs[60].id])] == \
+            ["live-1", docs[60].id]
     finally:
         retriever.close()
+        late.close()
         serve.delete("live-partial")
+
+
+def _on_a_hung_shard(late: Retriever, vector: np.ndarray, docs: list[Document]
+                     ) -> tuple[ShardUnavailableError, ShardUnavailableError,
+                                list[Document | None], ShardUnavailableError,
+                                ShardUnavailableError]:
+    """What a strict retriever that has fetched nothing yet meets with shard-001 hung: a
+    search's error within a deadline shorter than the shard calls' timeout and without one,
+    the documents of each shard, and the write waiting for it (``refresh``)."""
+    with pytest.raises(ShardUnavailableError) as cut:
+        late.search("cell growth in tumors", None, 10, query_vector=vector, deadline_ms=300)
+    with pytest.raises(ShardUnavailableError) as failed:
+        late.search("cell growth in tumors", None, 10, query_vector=vector)
+    fetched = late.get_documents([docs[0].id])
+    with pytest.raises(ShardUnavailableError) as unreachable:
+        late.get_documents([docs[60].id])
+    with pytest.raises(ShardUnavailableError) as held:
+        late.refresh()
+    return cut.value, failed.value, fetched, unreachable.value, held.value

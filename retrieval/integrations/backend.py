@@ -2,13 +2,18 @@
 
 Adapters depend on ``SearchBackend``, not on ``Retriever``: any object with the four search
 methods (the in-process ``Retriever``, or a remote client with the same signatures) plugs in.
+A backend written to an older protocol, whose methods lack a keyword option such as
+``deadline_ms``, works until an adapter is asked for that option; then the adapter refuses
+with ``NotASearchBackendError`` (``check_options``) rather than drop it or let the backend's
+call fail on an unexpected keyword.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from retrieval.errors import InvalidQueryError, MalformedFilterError
@@ -29,13 +34,15 @@ PASSAGE_KEYS = ("parent_id", "passage", "start", "end")
 # document holds). A framework hands its caller documents only, so this is where they go.
 NOTE_KEYS = ("degraded", "warnings")
 _METHODS = ("search", "search_batch", "asearch", "asearch_batch")
+# (backend class, method) -> the keywords it takes (None: any); a few entries per program.
+_CLASS_KEYWORDS: dict[tuple[type, str], frozenset[str] | None] = {}
 
 
 @runtime_checkable
 class SearchBackend(Protocol):
     """The public search API of ``Retriever``, as the adapters call it: the keyword options
     ``group_by``, ``context``, ``min_score``, ``min_seq`` and ``deadline_ms`` are passed only
-    when set."""
+    when set, and only to a method that takes them (``check_options``)."""
 
     def search(self, query: str, filters: FilterSpec = None, k: int | None = None, *,
                candidates: int | None = None, **options: Any) -> SearchResult: ...
@@ -60,6 +67,51 @@ def check_backend(backend: object) -> SearchBackend:
             "client with the same search methods"
         )
     return backend  # type: ignore[return-value]  # the methods were checked just above
+
+
+def check_options(backend: object, methods: Sequence[str], options: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """``options`` for a call of each of ``methods`` of ``backend``, as a dict;
+    ``NotASearchBackendError`` naming the first option a method does not take (a backend
+    written before the option existed): a deadline or a read-your-writes bound asked for is
+    never dropped, and the backend's own call never fails on an unexpected keyword. Each
+    method's signature is read once per class."""
+    for method in methods:
+        taken = _keywords_taken(backend, method)
+        refused = [] if taken is None else [name for name in options if name not in taken]
+        if refused:
+            raise NotASearchBackendError(
+                f"{type(backend).__name__}.{method} takes no {refused[0]} keyword (it follows "
+                f"an older search protocol), so the adapter cannot pass "
+                f"{refused[0]}={options[refused[0]]!r}; add {refused[0]} (or **options) to "
+                f"its {', '.join(_METHODS)}, pass a retrieval.Retriever or RemoteRetriever, "
+                f"or leave {refused[0]} unset")
+    return dict(options)
+
+
+def _keywords_taken(backend: object, method: str) -> frozenset[str] | None:
+    """The keyword arguments ``backend.method`` takes; None when it takes any (``**options``)
+    or has no signature to read. Cached per class, unless the object holds the method
+    itself."""
+    cls = type(backend)
+    if method in getattr(backend, "__dict__", ()) or not hasattr(cls, method):
+        return _keywords(getattr(backend, method))
+    key = (cls, method)
+    if key not in _CLASS_KEYWORDS:  # two threads may both read it: the same answer
+        _CLASS_KEYWORDS[key] = _keywords(getattr(cls, method))
+    return _CLASS_KEYWORDS[key]
+
+
+def _keywords(function: Callable[..., Any]) -> frozenset[str] | None:
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: the call itself will tell
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters
+                     if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                   inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
 
 def check_count(name: str, value: object) -> int | None:

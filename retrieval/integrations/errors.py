@@ -3,7 +3,8 @@
     RetrievalError
     └── IntegrationError               an adapter cannot be built or used as asked
         ├── MissingExtraError          the framework's extra is not installed (also ImportError)
-        ├── NotASearchBackendError     the wrapped object lacks the search methods (also TypeError)
+        ├── NotASearchBackendError     the wrapped object lacks the search methods, or an
+        │                              option set on the adapter (also TypeError)
         └── UnsupportedFilterError     a framework filter has no exact translation
                                        (also InvalidQueryError: it is bad search input)
 """
@@ -29,7 +30,9 @@ class MissingExtraError(IntegrationError, ImportError):
 
 
 class NotASearchBackendError(IntegrationError, TypeError):
-    """The object given to an adapter is neither a Retriever nor anything with its methods."""
+    """The object given to an adapter is neither a Retriever nor anything with its methods,
+    or its methods do not take an option set on the adapter (``deadline_ms`` on a backend
+    written to an older protocol)."""
 
 
 class UnsupportedFilterError(IntegrationError, InvalidQueryError):

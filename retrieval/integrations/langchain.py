@@ -5,6 +5,8 @@
 ``retriever.invoke("q", k=3, min_seq=ack.seq)``. ``ainvoke`` awaits the engine's async search
 (the loop is never blocked); ``batch`` and ``abatch`` search all inputs in one
 ``search_batch`` call (one encoder call for the batch; a deadline is one budget for it all).
+Over a backend whose methods lack an option that is set (an older protocol), the adapter
+raises ``NotASearchBackendError``: at construction for a configured option, else on the call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from retrieval.integrations.backend import (
     check_backend,
     check_count,
     check_filters,
+    check_options,
     grouping_options,
     hit_id,
     hit_metadata,
@@ -54,6 +57,8 @@ except ImportError as exc:
 
 __all__ = ["LangChainRetriever", "to_documents"]
 
+# The backend's methods this adapter calls.
+_BACKEND_METHODS = ("search", "search_batch", "asearch", "asearch_batch")
 # Options ``invoke`` forwards that are the framework's own, not search options.
 _FRAMEWORK_KWARGS = frozenset({"verbose"})
 _SEARCH_OPTIONS = ("k", "filters", "candidates", "group_by", "context", "min_score",
@@ -109,6 +114,7 @@ class LangChainRetriever(BaseRetriever):
                          candidates=check_count("candidates", candidates), group_by=group_by,
                          context=context, min_score=check_min_score(min_score),
                          **read_options(min_seq, deadline_ms), **fields)
+        self._options({}, *_BACKEND_METHODS)  # a configured option the backend cannot take
 
     # -- one query ----------------------------------------------------------------------------
 
@@ -123,11 +129,11 @@ class LangChainRetriever(BaseRetriever):
         return await self._asearch(query, options)
 
     def _search(self, query: str, overrides: dict[str, Any]) -> list[Document]:
-        filters, k, search = self._options(overrides)
+        filters, k, search = self._options(overrides, "search")
         return to_documents(self.retriever.search(query, filters, k, **search))
 
     async def _asearch(self, query: str, overrides: dict[str, Any]) -> list[Document]:
-        filters, k, search = self._options(overrides)
+        filters, k, search = self._options(overrides, "asearch")
         return to_documents(await self.retriever.asearch(query, filters, k, **search))
 
     # -- many queries: one engine call ----------------------------------------------------------
@@ -143,7 +149,7 @@ class LangChainRetriever(BaseRetriever):
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
                 for query, config_ in zip(inputs, configs, strict=True)]
         try:
-            filters, k, search = self._options(kwargs)
+            filters, k, search = self._options(kwargs, "search_batch")
             results = self.retriever.search_batch(inputs, filters, k, **search)
         except Exception as exc:
             if not return_exceptions:
@@ -173,7 +179,7 @@ class LangChainRetriever(BaseRetriever):
                     None, query, name=self._run_name(config_), run_id=config_.pop("run_id", None))
                 for query, config_ in zip(inputs, configs, strict=True)]
         try:
-            filters, k, search = self._options(kwargs)
+            filters, k, search = self._options(kwargs, "asearch_batch")
             results = await self.retriever.asearch_batch(inputs, filters, k, **search)
         except Exception as exc:
             if not return_exceptions:
@@ -217,10 +223,10 @@ class LangChainRetriever(BaseRetriever):
 
     # -- helpers --------------------------------------------------------------------------------
 
-    def _options(self, overrides: dict[str, Any]
+    def _options(self, overrides: dict[str, Any], *methods: str
                  ) -> tuple[FilterSpec, int | None, dict[str, Any]]:
-        """(filters, k, the other search arguments): the per-call value where given, else the
-        configured one."""
+        """(filters, k, the other search arguments) for a call of the backend's ``methods``:
+        the per-call value where given, else the configured one (``check_options``)."""
         unknown = overrides.keys() - _ALLOWED_KWARGS
         if unknown:
             raise InvalidQueryError(f"unknown search option(s) {', '.join(sorted(unknown))}; "
@@ -233,7 +239,7 @@ class LangChainRetriever(BaseRetriever):
                                      overrides.get("min_score", self.min_score)),
                   **read_options(overrides.get("min_seq", self.min_seq),
                                  overrides.get("deadline_ms", self.deadline_ms))}
-        return filters, k, search
+        return filters, k, check_options(self.retriever, methods, search)
 
     def _run_name(self, config: RunnableConfig) -> str:
         return config.get("run_name") or self.get_name()

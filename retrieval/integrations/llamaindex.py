@@ -5,7 +5,9 @@
 ``min_seq`` (read-your-writes) and ``deadline_ms`` are set at construction and can be
 overridden per call: ``retriever.retrieve("q", min_seq=ack.seq)`` (LlamaIndex's own
 ``retrieve`` takes only the query). ``_aretrieve`` awaits the engine's async search, so
-``aretrieve`` never blocks the loop.
+``aretrieve`` never blocks the loop. Over a backend whose ``search`` / ``asearch`` lack an
+option that is set (an older protocol), it raises ``NotASearchBackendError``: at construction
+for a configured option, else on the call.
 
 Nodes are ``TextNode(id_=doc id)`` whose metadata also carries ``doc_id``: LlamaIndex
 de-duplicates on ``node.hash`` (text + metadata) in places such as ``QueryFusionRetriever``,
@@ -26,6 +28,7 @@ from retrieval.integrations.backend import (
     check_backend,
     check_count,
     check_filters,
+    check_options,
     grouping_options,
     hit_id,
     hit_metadata,
@@ -50,6 +53,8 @@ from retrieval.integrations.llamaindex_filters import translate_filters
 
 __all__ = ["LlamaIndexRetriever", "to_nodes", "translate_filters"]
 
+# The backend's methods this adapter calls.
+_BACKEND_METHODS = ("search", "asearch")
 # Bookkeeping keys kept out of the text LlamaIndex puts in prompts and embeds.
 _HIDDEN_KEYS = [*SCORE_KEYS, *PASSAGE_KEYS, *NOTE_KEYS, "doc_id"]
 _ACCEPTED_FILTERS = "MetadataFilters, a dict, a DSL string or None"
@@ -93,10 +98,11 @@ class LlamaIndexRetriever(BaseRetriever):
                  min_score: float | None = None, min_seq: int | None = None,
                  deadline_ms: float | None = None) -> None:
         self.retriever = check_backend(retriever)
-        self.search_options = {"candidates": check_count("candidates", candidates),
-                               **grouping_options(*check_grouping(group_by, context),
-                                                  min_score),
-                               **read_options(min_seq, deadline_ms)}
+        self.search_options = check_options(
+            self.retriever, _BACKEND_METHODS,
+            {"candidates": check_count("candidates", candidates),
+             **grouping_options(*check_grouping(group_by, context), min_score),
+             **read_options(min_seq, deadline_ms)})
         self.k = check_count("k", k)
         self.candidates = check_count("candidates", candidates)
         self.filters = (translate_filters(filters) if isinstance(filters, MetadataFilters)
@@ -124,17 +130,18 @@ class LlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return to_nodes(self.retriever.search(query_bundle.query_str, self.filters, self.k,
-                                              **self._search_options()))
+                                              **self._search_options("search")))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         result = await self.retriever.asearch(query_bundle.query_str, self.filters, self.k,
-                                              **self._search_options())
+                                              **self._search_options("asearch"))
         return to_nodes(result)
 
-    def _search_options(self) -> dict[str, Any]:
-        """The configured search options, with those given to the running ``retrieve`` call
-        of this retriever (a call of another retriever in the same context does not count)."""
+    def _search_options(self, method: str) -> dict[str, Any]:
+        """The configured search options (checked against the backend at construction), with
+        those given to the running ``retrieve`` call of this retriever (a call of another
+        retriever in the same context does not count), for the backend's ``method``."""
         call = _CALL_OPTIONS.get()
         if call is None or call[0] is not self:
             return self.search_options
-        return {**self.search_options, **call[1]}
+        return check_options(self.retriever, (method,), {**self.search_options, **call[1]})

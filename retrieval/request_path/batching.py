@@ -8,6 +8,10 @@ load, queries that arrive while the encoders are busy form the next batches. Unl
 OnnxEncoder) gets one worker per core, each call on one thread; any other encoder (torch, or a
 wrapper without that parameter) spreads every call over all cores and gets one worker, so
 batches do not compete with each other for the cores.
+
+An encoder that refuses a call (``InvalidQueryError``) is asked again in halves of it, down to
+the first text it refuses on its own (``encode_until_refused``): the search that sent that text
+hears of it, the others sharing the call get their vectors.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -23,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
+from indexes.errors import InvalidQueryError
 from retrieval.errors import RetrieverClosedError
 
 
@@ -129,21 +135,69 @@ class EncodeBatcher:
     def _encode(self, batch: list[_Job]) -> None:
         # A search that stopped waiting (its deadline) cancelled its job: not encoded.
         batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
-        if not batch:
-            return
+        while batch:
+            batch = self._encode_until_refused(batch)
+
+    def _encode_until_refused(self, batch: list[_Job]) -> list[_Job]:
+        """Settle the jobs up to the first whose text the encoder refuses on its own (its
+        search alone hears of it); the jobs after that one are returned, still to encode."""
         started = time.perf_counter()
+        rest: list[_Job] = []
         try:
-            texts = [job.text for job in batch]
-            vectors = (self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
-                       if self._narrow else self.encoder.encode(texts))
+            vectors = list(encode_until_refused(self._encode_texts, [job.text for job in batch]))
+        except RefusedInBatch as refused:
+            vectors, rest = refused.vectors, batch[refused.position + 1:]
+            batch[refused.position].future.set_exception(refused.error)
         except BaseException as exc:  # every waiter must hear about the failure
             for job in batch:
                 job.future.set_exception(exc)
-            return
+            return []
         elapsed_ms = (time.perf_counter() - started) * 1e3
-        with self._lock:
-            self._calls += 1
-            self._encoded += len(batch)
-            self._largest = max(self._largest, len(batch))
-        for job, vector in zip(batch, vectors, strict=True):
+        if vectors:
+            with self._lock:
+                self._calls += 1
+                self._encoded += len(vectors)
+                self._largest = max(self._largest, len(vectors))
+        for job, vector in zip(batch[:len(vectors)], vectors, strict=True):
             job.future.set_result((vector, elapsed_ms))
+        return rest
+
+    def _encode_texts(self, texts: list[str]) -> np.ndarray:
+        if self._narrow:
+            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
+        return self.encoder.encode(texts)
+
+
+class RefusedInBatch(Exception):
+    """The encoder refused the text at ``position`` of a call's texts on its own
+    (``error``, its ``InvalidQueryError``); ``vectors``: the rows of the texts before it."""
+
+    def __init__(self, vectors: list[np.ndarray], position: int,
+                 error: InvalidQueryError) -> None:
+        super().__init__(f"text {position} of the encoder call: {error}")
+        self.vectors, self.position, self.error = vectors, position, error
+
+
+def encode_until_refused(encode: Callable[[list[str]], np.ndarray], texts: list[str]
+                         ) -> np.ndarray:
+    """``encode(texts)``, one call; when the encoder refuses the call (``InvalidQueryError``),
+    its halves are encoded apart, down to the first text it refuses on its own:
+    ``RefusedInBatch`` names that text's position and holds the vectors of those before it.
+    Texts refused only together (a call too large for a remote model) are encoded in smaller
+    calls, to the same vectors. Only a refused call pays for the extra calls (at most two per
+    halving)."""
+    try:
+        return encode(texts)
+    except InvalidQueryError as error:
+        if not texts:  # nothing to split: the call itself is refused
+            raise
+        if len(texts) == 1:
+            raise RefusedInBatch([], 0, error) from None
+    middle = len(texts) // 2
+    head = encode_until_refused(encode, texts[:middle])  # its refusal's position is the same
+    try:
+        tail = encode_until_refused(encode, texts[middle:])
+    except RefusedInBatch as refused:
+        raise RefusedInBatch([*head, *refused.vectors], middle + refused.position,
+                             refused.error) from None
+    return np.concatenate([head, tail])

@@ -50,3 +50,20 @@ def within(deadline: Deadline) -> Iterator[None]:
         yield
     finally:
         CURRENT.reset(token)
+
+
+class DeadlineBound:
+    """Mixed into an error class whose failures a search's own deadline may cause: a wait on
+    another machine (a Ray shard's answer) cut short when the budget ran out, where the
+    other side may only be slower than that budget. ``by_deadline`` says whether this one
+    was; each instance sets it (``False``: a failure of its own, another search would meet
+    it too)."""
+
+    by_deadline: bool = False
+
+
+def caused_by_deadline(error: BaseException) -> bool:
+    """Whether ``error`` is a failure its search's deadline caused (``DeadlineBound``): a
+    search with more time left may not meet it, so it is not to be shared with one
+    (``RequestPath``'s single flight)."""
+    return isinstance(error, DeadlineBound) and error.by_deadline

@@ -9,9 +9,12 @@ Every stage is timed (``StageTimer``); what waits on something else takes what i
 search's ``Deadline``: the embedding wait gives up when the budget is spent (the search then
 ranks by BM25 alone), the feature read is skipped past it, and a Ray shard that has not
 answered is left out (``deadline.CURRENT``). The stages that compute always run (``limits``
-bound them). A degraded result is returned, counted and never cached. ``search_batch`` has one
-budget for the whole call; given one, its one encoder call runs in another thread and each
-query waits for its vector no longer than what is left.
+bound them). A degraded result is returned, counted and never cached. Identical concurrent
+cache misses compute once (single flight); a search that joined one computes for itself,
+time left, when the leader's deadline degraded or failed it (``caused_by_deadline``): any
+other failure is shared, so a failing backend is not asked again by every follower.
+``search_batch`` has one budget for the whole call; given one, its one encoder call runs in
+another thread and each query waits for its vector no longer than what is left.
 Searches past ``max_in_flight`` are refused with ``OverloadedError`` before any work.
 ``search`` runs it all in the caller's thread; ``begin`` + ``resume`` split it at the cache
 lookup, so an event loop can serve in-process cache hits itself (``Retriever.asearch``).
@@ -39,9 +42,9 @@ from retrieval.errors import RetrieverClosedError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, SearchResult
 from retrieval.relevance import Calibration
-from retrieval.request_path.batching import EncodeBatcher
+from retrieval.request_path.batching import EncodeBatcher, RefusedInBatch, encode_until_refused
 from retrieval.request_path.cache_lookup import Lookup, RequestCache
-from retrieval.request_path.deadline import NO_DEADLINE, Deadline, within
+from retrieval.request_path.deadline import NO_DEADLINE, Deadline, caused_by_deadline, within
 from retrieval.request_path.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.request_path.feature_stage import FeatureStage
 from retrieval.request_path.grouping import grouping_key
@@ -201,7 +204,14 @@ class RequestPath:
         if lookup is None:
             return self._done(compute(), timer)
         assert self.cache is not None
-        result = self.cache.once(lookup.result_key, compute, begun.deadline.remaining())
+        try:
+            result = self.cache.once(lookup.result_key, compute, begun.deadline.remaining())
+        except Exception as exc:
+            if ran or not caused_by_deadline(exc) or begun.deadline.expired():
+                raise  # its own failure, or one any search would meet: shared, no stampede
+            # The leader's deadline failed it (a shard slower than that budget): this search
+            # has time left, so it computes for itself, once, as for a degraded result.
+            return self._done(compute(), timer)
         if not ran:  # another search's result: its query text, timings and hit list
             # are not this one's, and a result its deadline degraded is recomputed here
             result = compute() if result.degraded else served_from_cache(result, request,
@@ -289,12 +299,16 @@ class RequestPath:
         Without a deadline the call runs here. With one it runs in the encode pool and each
         query waits for its row at most what is left of the budget (``BatchRow``): a query
         whose vector is not in by then ranks by BM25 alone, and the encode finishes unwatched
-        (its vectors are not cached: no search is left to hand them to)."""
-        if not deadline.active or self.encoder is None:  # no encoder: ``encode`` says so
+        (its vectors are not cached: no search is left to hand them to).
+
+        A text the encoder refuses on its own (``encode_until_refused``) fails the batch when
+        its query's turn comes, so the caller's ``in_batch`` names that query's position."""
+        if self.encoder is None:
+            self.encode(texts)  # raises: this index has no query encoder
+        if not deadline.active:
             started = time.perf_counter()
-            vectors = self.encode(texts)
-            return ([ReadyVector(v) for v in vectors],
-                    {"embed": (time.perf_counter() - started) * 1e3})
+            pending = ready_rows(self.encode, texts)
+            return pending, {"embed": (time.perf_counter() - started) * 1e3}
         try:
             future = self._pool.submit(timed_encode_all, self.encode, texts)
         except RuntimeError as exc:  # the pool shut down: closed while this searched
@@ -477,21 +491,52 @@ def timer_after(before: dict[str, float]) -> StageTimer:
 
 class BatchRow(FutureVector):
     """Row ``row`` of a batch's one encoder call, running in another thread: every query of
-    the batch waits on the same call, each for at most what is left of the batch's budget."""
+    the batch waits on the same call, each for at most what is left of the batch's budget.
+    From the row whose text the encoder refused on its own, ``get`` raises the encoder's
+    error (the rows before it have their vectors)."""
 
     def __init__(self, future: Future[tuple[np.ndarray, float]], row: int) -> None:
         super().__init__(future)
         self._row = row
 
     def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
-        vectors, ms = super().get(timeout)
+        try:
+            vectors, ms = super().get(timeout)
+        except RefusedInBatch as refused:
+            if self._row < refused.position:
+                return refused.vectors[self._row], None
+            raise refused.error from None
         return (None, None) if vectors is None else (vectors[self._row], ms)
+
+
+class RefusedRow(PendingVector):
+    """A row of a batch the encoder did not encode: its text, or one before it in the same
+    call, was refused; ``get`` raises the encoder's error."""
+
+    def __init__(self, error: InvalidQueryError) -> None:
+        self._error = error
+
+    def get(self, timeout: float | None = None) -> tuple[np.ndarray | None, float | None]:
+        raise self._error
+
+
+def ready_rows(encode: Callable[[list[str]], np.ndarray], texts: list[str]
+               ) -> list[PendingVector]:
+    """The vectors of a batch's texts, encoded here; the rows from the first text the encoder
+    refuses on its own raise its error (``RefusedRow``)."""
+    try:
+        vectors = list(encode_until_refused(encode, texts))
+    except RefusedInBatch as refused:
+        return ([ReadyVector(v) for v in refused.vectors]
+                + [RefusedRow(refused.error)] * (len(texts) - refused.position))
+    return [ReadyVector(v) for v in vectors]
 
 
 def timed_encode_all(encode: Callable[[list[str]], np.ndarray], texts: list[str]
                      ) -> tuple[np.ndarray, float]:
-    """``encode(texts)`` (shape (len(texts), dim)) and the ms it took."""
+    """``encode(texts)`` (shape (len(texts), dim)) and the ms it took; ``RefusedInBatch``
+    when the encoder refuses a text of them on its own (``encode_until_refused``)."""
     started = time.perf_counter()
-    vectors = encode(texts)
+    vectors = encode_until_refused(encode, texts)
     return vectors, (time.perf_counter() - started) * 1e3
 

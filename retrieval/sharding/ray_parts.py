@@ -34,7 +34,7 @@ from indexes.typos import LiveTypos, TypoIndex
 from indexes.vectors import VectorStore
 from retrieval.request_path.deadline import CURRENT
 from retrieval.sharding.errors import ShardUnavailableError
-from retrieval.sharding.whole import MaskSlices, RowOwners, merged_top
+from retrieval.sharding.whole import MaskSlices, RowOwners, ShardedDocs, merged_top
 
 # What a dead or unreachable replica (or a deployment being redeployed, or too busy) raises;
 # anything else (a bad request) is not retried.
@@ -70,31 +70,58 @@ class ShardCalls:
         remaining = CURRENT.get().remaining()
         deadline_end = (started + max(remaining, SHARD_GRACE_SECONDS) if remaining is not None
                         else float("inf"))
-        answer_by = min(started + self.timeout_seconds, deadline_end)
-        give_up = min(started + self.retry_seconds, deadline_end)
+        window = Window(answer_by=min(started + self.timeout_seconds, deadline_end),
+                        give_up=min(started + self.retry_seconds, deadline_end),
+                        cut_at=deadline_end if deadline_end < started + max(
+                            self.timeout_seconds, self.retry_seconds) else float("inf"))
         pending = {shard: self._send(shard, method, a) for shard, a in args.items()}
-        return {shard: self._collect(shard, method, args[shard], response, answer_by, give_up)
+        return {shard: self._collect(shard, method, args[shard], response, window)
                 for shard, response in pending.items()}
 
     def _send(self, shard: int, method: str, args: tuple[Any, ...]) -> DeploymentResponse:
         return getattr(self.handles[shard], method).remote(self.dirs[shard], *args)
 
     def _collect(self, shard: int, method: str, args: tuple[Any, ...],
-                 response: DeploymentResponse, answer_by: float, give_up: float) -> Any:
+                 response: DeploymentResponse, window: Window) -> Any:
+        answer_by = window.answer_by
         while True:
             try:
                 return response.result(timeout_s=max(0.0, answer_by - time.monotonic()))
             except REPLICA_LOST as exc:
                 if isinstance(exc, TimeoutError):
                     response.cancel()  # queued with no replica to take it: do not run it later
-                if time.monotonic() >= give_up:
-                    return ShardUnavailableError(
-                        f"shard {self.names[shard]} has no live replica (last error: "
-                        f"{type(exc).__name__}); retry later or add replicas", self.names[shard])
+                now = time.monotonic()
+                if now >= window.give_up:
+                    return self._unavailable(shard, exc, by_deadline=now >= window.cut_at)
                 time.sleep(0.05)
                 answer_by = max(answer_by, min(time.monotonic() + self.timeout_seconds,
-                                               give_up))  # a re-sent call's own wait
+                                               window.give_up))  # a re-sent call's own wait
                 response = self._send(shard, method, args)
+
+    def _unavailable(self, shard: int, exc: BaseException, by_deadline: bool
+                     ) -> ShardUnavailableError:
+        name = self.names[shard]
+        if by_deadline:
+            return ShardUnavailableError(
+                f"shard {name} did not answer within the search's deadline (last error: "
+                f"{type(exc).__name__}); a longer deadline_ms may get its answer, or "
+                "allow_partial leaves it out", name, by_deadline=True)
+        return ShardUnavailableError(
+            f"shard {name} has no live replica (last error: {type(exc).__name__}); retry "
+            "later or add replicas", name)
+
+
+@dataclass(frozen=True)
+class Window:
+    """When one fan-out stops waiting for an answer (``answer_by``, a re-sent call's own
+    wait added), gives up re-sending (``give_up``), both cut by the search's deadline; and
+    from when giving up is the deadline's doing (``cut_at``: the deadline's end when it
+    came before the shard calls' own ``timeout_seconds`` and ``retry_seconds``, else never):
+    the error then says ``by_deadline``."""
+
+    answer_by: float
+    give_up: float
+    cut_at: float
 
 
 @dataclass
@@ -284,11 +311,17 @@ class RemoteDense(ExactDense):
 
 
 class RemoteDocs(DocStore):
-    """The shard deployments' documents: a hit list is one trip to each owning shard."""
+    """The shard deployments' documents: a hit list is one trip to each owning shard.
 
-    def __init__(self, parts: RemoteParts, n_docs: int) -> None:
+    Which document id each row holds is read here instead (``ids``: the shards' doc stores
+    mapped in this process at connect, as their metadata is, and read for ids alone): it
+    is part of the index, so finding a document's rows (``get_documents``, the id filter, a
+    write replacing a document) never waits on a shard, and works with one down."""
+
+    def __init__(self, parts: RemoteParts, n_docs: int, ids: ShardedDocs) -> None:
         self.parts = parts
         self._n = n_docs
+        self._ids_of = ids
         self._ids: list[str] | None = None
         self._rows: dict[str, int] | None = None
 
@@ -299,9 +332,12 @@ class RemoteDocs(DocStore):
         return self.get_many([row])[0]
 
     def doc_id(self, row: int) -> str:
-        return self.get(row).id
+        return self._ids_of.doc_id(row)
 
     def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
+        """The documents of ``rows``; ``ShardUnavailableError`` naming the first shard asked
+        that has no live replica (the rows of the others are there to read: ask for them
+        alone)."""
         rows = np.asarray(rows, np.int64)
         split = self.parts.owners.split(rows)
         found = self.parts.calls.gather("documents", {k: (local,) for k, _, local in split})
@@ -309,25 +345,29 @@ class RemoteDocs(DocStore):
         for k, at, _ in split:
             docs = found[k]
             if isinstance(docs, ShardUnavailableError):
-                raise docs
+                raise unreadable(docs)
             for position, doc in zip(at.tolist(), docs, strict=True):
                 out[position] = doc
         return out  # type: ignore[return-value]
 
     def all_ids(self) -> list[str]:
         if self._ids is None:
-            found = self.parts.calls.gather("all_ids", {k: () for k in
-                                                        range(len(self.parts.calls.names))})
-            ids: list[str] = []
-            for k in sorted(found):
-                answer = found[k]
-                if isinstance(answer, ShardUnavailableError):
-                    raise answer
-                ids.extend(answer)
-            self._ids = ids
+            self._ids = self._ids_of.all_ids()
         return self._ids
 
     def row_of(self, doc_id: str) -> int | None:
         if self._rows is None:  # a dict: applying a log batch looks up every id it replaced
             self._rows = {doc_id: row for row, doc_id in enumerate(self.all_ids())}
         return self._rows.get(doc_id)
+
+
+def unreadable(error: ShardUnavailableError) -> ShardUnavailableError:
+    """``error`` said of the documents a shard with no live replica keeps from being read
+    (one only slower than a search's deadline says so itself). Reading every shard's texts
+    is also what applying the first live writes on a build takes (its keyword statistics):
+    the write-ahead log's failure then says why those writes wait."""
+    if error.by_deadline:
+        return error
+    return ShardUnavailableError(
+        f"the documents of shard {error.shard} cannot be read until it answers again (live "
+        f"writes that need its texts wait for it too): {error}", error.shard)

@@ -7,7 +7,10 @@ calls to the shard deployments, so the caller's ``Retriever`` runs the same requ
 a whole build (validation, caches, deadlines, features, grouping, hydration). Its metadata is
 one index joined from the shards' at connect (read from the build directory, which the
 replicas load too), so filters, named filters and features are evaluated by the caller; each
-shard receives its slice of the mask.
+shard receives its slice of the mask. The document id of each row is read there too (the
+shards' doc stores mapped at connect), so finding a document's rows never waits on a shard:
+with one down, ``get_documents`` answers for the other shards' ids, and a call asking for an
+id it holds fails naming it.
 
 Three round trips a search, all shards at once in each: BM25 top C; the dense leg with the
 cosines of the shard's merged candidates and the BM25 scores of its dense rows (so re-rank and
@@ -15,8 +18,9 @@ fusion need no further trip; without the dense leg, the cosines alone); hydratio
 hits. A call whose replica died is sent again (Serve routes it to another replica); when every
 attempt fails within ``retry_seconds`` the search fails with ``ShardUnavailableError`` naming
 the shard, or, with ``allow_partial``, the other shards answer and the result is flagged
-``partial:<shard>``. Every call names the shard build it is for, so a caller that reloads a
-newly published build flips all shards at once (``ShardReplica``).
+``partial:<shard>``; one the search's deadline cut short says ``by_deadline`` (a search
+with more time may get its answer). Every call names the shard build it is for, so a caller
+that reloads a newly published build flips all shards at once (``ShardReplica``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ except ImportError as exc:
     raise MissingExtraError("ray", "ray[data,serve]", __name__) from exc
 
 from indexes.bm25 import BM25Index
-from indexes.docstore import Document
+from indexes.docstore import DocStore, Document
 from indexes.errors import RetrievalError
 from indexes.fan_out import search_alone
 from indexes.manifest import current_build_dir, read_manifest
@@ -59,7 +63,7 @@ from retrieval.sharding.ray_parts import (
     RemoteVectors,
     ShardCalls,
 )
-from retrieval.sharding.whole import RowOwners, joined_metadata
+from retrieval.sharding.whole import RowOwners, ShardedDocs, joined_metadata
 
 APP_NAME = "retrieval-shards"
 
@@ -198,9 +202,17 @@ class RayShardedBuild(LoadedBuild):
                    bm25=RemoteBM25(parts, first_bm25.vocab_list, manifest.n_docs,
                                    np.asarray(doc_freqs), first_bm25.params, first_bm25.typos),
                    metadata=metadata,
-                   vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs),
+                   vectors=vectors, docs=RemoteDocs(parts, manifest.n_docs,
+                                                    local_ids(shard_dirs, owners)),
                    dense=RemoteDense(parts, vectors),
                    passages=joined_passages(directory, layout), remote=parts)
+
+
+def local_ids(shard_dirs: Sequence[Path], owners: RowOwners) -> ShardedDocs:
+    """The shards' doc stores mapped here (nothing read yet) for ``RemoteDocs`` to read their
+    ids from: mapped at connect, they stay readable if a shard's directory is lost later."""
+    return ShardedDocs([DocStore.load(d / "docstore", mmap=True, prefault=False)
+                        for d in shard_dirs], owners)
 
 
 def prepared(names: list[str], dirs: list[str], app_name: str, retry_seconds: float,

@@ -1,0 +1,109 @@
+"""A query the encoder refuses, inside a call shared with other queries: the error names
+that query (its position in a batch), and the queries sharing the call are not blamed.
+
+The encoder is the real ONNX query encoder behind a wrapper that refuses one text, as a
+remote model's client refuses an input it cannot take.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
+
+from retrieval import Retriever
+from retrieval.errors import InvalidQueryError
+from retrieval.request_path.batching import BatchingConfig, EncodeBatcher
+
+REFUSED = "a query the model refuses"
+
+
+class RefusingEncoder:
+    """The real encoder, refusing every call that holds ``REFUSED``; with ``most`` set, also
+    every call of more than ``most`` texts (a model server's limit on one request)."""
+
+    def __init__(self, inner, most: int | None = None) -> None:
+        self.inner, self.most = inner, most
+        self.encoder_id, self.model, self.dim = inner.encoder_id, inner.model, inner.dim
+        self.calls: list[int] = []
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        texts = list(texts)
+        self.calls.append(len(texts))
+        if REFUSED in texts:
+            raise InvalidQueryError("the model cannot encode this text")
+        if self.most is not None and len(texts) > self.most:
+            raise InvalidQueryError(f"the model takes at most {self.most} texts a call")
+        return self.inner.encode(texts)
+
+
+@pytest.mark.parametrize("cache", ["none", "memory"])
+@pytest.mark.parametrize("deadline_ms", [None, 60_000])
+def test_a_refused_query_is_named_by_its_position(index, query_encoder, cache, deadline_ms):
+    """With a deadline the call ran in another thread and its error surfaced at query 0's
+    wait, labelled "query 0"; without one it named no query at all."""
+    batch = [QUERIES[0], QUERIES[1], REFUSED, QUERIES[2]]
+    with Retriever.load(index, {"cache": {"backend": cache}},
+                        encoder=RefusingEncoder(query_encoder)) as retriever:
+        for _ in range(2):  # the second time the cache holds the queries before the refused
+            with pytest.raises(InvalidQueryError, match="^query 2 of the batch: the model "
+                                                        "cannot encode this text$"):
+                retriever.search_batch(batch, k=3, deadline_ms=deadline_ms)
+
+
+@pytest.mark.parametrize("deadline_ms", [None, 60_000])
+def test_texts_refused_only_together_are_encoded_in_smaller_calls(index, query_encoder,
+                                                                   deadline_ms):
+    limited = RefusingEncoder(query_encoder, most=2)
+    config = {"cache": {"backend": "none"}}
+    with Retriever.load(index, config, encoder=query_encoder) as plain, \
+            Retriever.load(index, config, encoder=limited) as retriever:
+        expected = plain.search_batch(QUERIES[:5], k=3)
+        limited.calls.clear()
+        results = retriever.search_batch(QUERIES[:5], k=3, deadline_ms=deadline_ms)
+    assert [r.hits for r in results] == [r.hits for r in expected]
+    assert [r.degraded for r in results] == [[]] * 5
+    assert limited.calls == [5, 2, 3, 1, 2]  # halves until the model takes each call
+
+
+class HeldRefusingEncoder(RefusingEncoder):
+    """Its first call waits for ``release``, so the searches submitted meanwhile queue up
+    and form the batcher's next call together."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.release.wait(30), "the test never released the encoder"
+        return super().encode(texts, batch_size=batch_size, progress=progress)
+
+
+def test_a_refused_search_does_not_fail_the_searches_batched_with_it(query_encoder):
+    """Concurrent searches share the batcher's encoder calls: one search's refused text
+    failed every search in its call with that search's error."""
+    held = HeldRefusingEncoder(query_encoder)
+    batcher = EncodeBatcher(held, BatchingConfig(enabled=True, workers=1))
+    try:
+        first = batcher.submit(QUERIES[0])
+        assert held.entered.wait(30)
+        queued = [batcher.submit(text) for text in (QUERIES[1], REFUSED, QUERIES[2])]
+        held.release.set()
+        assert first.result(30)[0].shape == (held.dim,)
+        good, refused, after = (future.exception(30) for future in queued)
+        assert good is None and after is None
+        assert isinstance(refused, InvalidQueryError)
+        assert str(refused) == "the model cannot encode this text"
+        expected = query_encoder.encode([QUERIES[1], QUERIES[2]])
+        vectors = [queued[0].result()[0], queued[2].result()[0]]
+        np.testing.assert_allclose(vectors, expected, atol=1e-5)
+        assert held.calls == [1, 3, 1, 2, 1, 1]  # the call of 3, halving to the refused, the rest
+    finally:
+        batcher.close()
