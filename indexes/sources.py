@@ -19,7 +19,8 @@ from __future__ import annotations
 import datetime
 import decimal
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,37 @@ class FieldMapping(BaseModel):
                 "--keep-fields, --drop-fields (FieldMapping in Python)")
         self._check_reserved(have, where)
 
+    def columns_to_read(self, columns: Sequence[str], where: str) -> list[str]:
+        """The columns of a table to read, each name once. A row becomes a record holding one
+        value per name, so of two columns named alike all but the last were lost silently: a
+        repeated name is an error, unless the mapping leaves that field out of the documents
+        (``drop``, or not among ``keep``), when neither column is read."""
+        counts = Counter(columns)
+        repeated = [name for name, count in counts.items() if count > 1]
+        read = [name for name in repeated if self._is_read(name)]
+        if read:
+            raise CorpusError(self._repeated_columns(columns, read, where))
+        return [name for name in columns if counts[name] == 1]
+
+    def _is_read(self, name: str) -> bool:
+        """Whether a field of that name reaches a document (as a part, the merged metadata
+        object or a metadata field)."""
+        return name in self.parts or name == "metadata" or bool(self._metadata_fields([name]))
+
+    def _repeated_columns(self, columns: Sequence[str], names: list[str], where: str) -> str:
+        def positions(name: str) -> str:
+            found = [str(i) for i, column in enumerate(columns, start=1) if column == name]
+            return ", ".join(found[:-1]) + " and " + found[-1]
+
+        given = "; ".join(f"columns {positions(name)} are named {name!r}" for name in names)
+        message = (f"{where}: {given}, and a row keeps one value per name (all but the last "
+                   "column's would be lost): rename the columns so each name is distinct")
+        droppable = [name for name in names if name not in self.parts and name != "metadata"]
+        if droppable:
+            message += (" (or, if neither column is needed, leave both out with --drop-fields "
+                        f"{','.join(droppable)}; FieldMapping(drop=...) in Python)")
+        return message
+
     def _check_reserved(self, fields: Iterable[str], where: str) -> None:
         """No field named ``id`` becomes metadata (checked on every record: one that only a
         later record holds was stored where no filter reaches it)."""
@@ -109,6 +141,9 @@ class FieldMapping(BaseModel):
         self._check_reserved(record, where)
         id_field = self.id_field or ("_id" if "_id" in record else "id")
         doc_id, text = record.get(id_field), record.get(self.text_field)
+        if table and text is None:  # an empty cell of the text column (``check`` found the
+            # column): how a CSV writes an empty text, JSON's ""
+            text = ""
         if doc_id is None or doc_id == "" or not isinstance(text, str):
             raise CorpusError(f"{where}: a document needs an id ({id_field!r}) and a text "
                               f"string ({self.text_field!r}); got id {doc_id!r}, text "
@@ -174,8 +209,8 @@ def table_value(value: Any) -> Any:
 
 def read_table(path: Path, mapping: FieldMapping) -> Iterator[Document]:
     """Documents from a CSV (header row) or Parquet file, one per row."""
-    table = _load_table(path, mapping)
-    mapping.check(table.column_names, str(path), _struct_fields(table, "metadata"))
+    table, columns = _load_table(path, mapping)
+    mapping.check(columns, str(path), _struct_fields(table, "metadata"))
     for number, record in enumerate(table.to_pylist(), start=1):
         yield mapping.document(record, f"{path}: row {number}", table=True)
 
@@ -190,14 +225,20 @@ def _struct_fields(table: Any, column: str) -> list[str]:
     return [kind.field(i).name for i in range(kind.num_fields)] if pa.types.is_struct(kind) else []
 
 
-def _load_table(path: Path, mapping: FieldMapping) -> Any:
+def _load_table(path: Path, mapping: FieldMapping) -> tuple[Any, list[str]]:
+    """The table, less the columns of a repeated name the mapping leaves out
+    (``FieldMapping.columns_to_read``), and the names of all its columns."""
     import pyarrow as pa  # here: serving never reads tables
     import pyarrow.csv as pa_csv
     import pyarrow.parquet as pq
 
     try:
         if TABLE_SUFFIXES[path.suffix.lower()] == "Parquet":
-            return pq.read_table(path)
+            schema = pq.read_schema(path)  # the footer: names are checked before any row
+            columns = mapping.columns_to_read(schema.names, str(path))
+            _check_struct_names(schema, columns, str(path))
+            read = pq.read_table(path, columns=columns if columns != schema.names else None)
+            return read, schema.names
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
         # Ids, texts and titles stay text even when they look like numbers ("00123" must
         # not become 123, a title "2" not "2.0").
@@ -206,13 +247,44 @@ def _load_table(path: Path, mapping: FieldMapping) -> Any:
         texts = (*id_fields, mapping.text_field, mapping.title_field or "title")
         text_columns = {name: pa.string() for name in texts if name in header}
         # A text cell is kept as written ("NA" is Namibia, "null" a title; an empty one is
-        # missing, in ``FieldMapping.document``); in a column of numbers or dates pyarrow's
-        # null spellings ("NA", "null", "N/A") are missing values, as R and pandas write them.
-        return pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
-                               convert_options=pa_csv.ConvertOptions(
-                                   column_types=text_columns, strings_can_be_null=False))
+        # missing, in ``FieldMapping.document``, or an empty text in the text column); in a
+        # column of numbers or dates pyarrow's null spellings ("NA", "null", "N/A") are
+        # missing values, as R and pandas write them.
+        table = pa_csv.read_csv(path, parse_options=pa_csv.ParseOptions(delimiter=delimiter),
+                                convert_options=pa_csv.ConvertOptions(
+                                    column_types=text_columns, strings_can_be_null=False))
     except (pa.ArrowException, OSError) as exc:
         raise CorpusError(f"cannot read {path}: {exc}") from exc
+    return table.select(mapping.columns_to_read(table.column_names, str(path))), table.column_names
+
+
+def _check_struct_names(schema: Any, columns: Iterable[str], where: str) -> None:
+    """No struct among ``columns`` (a Parquet ``metadata`` object, nested at any depth) names
+    two fields alike: pyarrow cannot turn such a row into a record (a bare ValueError)."""
+    for name in columns:
+        found = _repeated_inside(schema.field(name).type, name)
+        if found is not None:
+            path, field = found
+            raise CorpusError(f"{where}: the struct {path!r} holds two fields named {field!r}; "
+                              "rename one so each name is distinct")
+
+
+def _repeated_inside(kind: Any, path: str) -> tuple[str, str] | None:
+    """(struct path, field name) of the first struct in ``kind`` naming a field twice."""
+    import pyarrow as pa
+
+    children = [kind.field(i) for i in range(kind.num_fields)]
+    is_struct = pa.types.is_struct(kind)
+    if is_struct:
+        names = [child.name for child in children]
+        repeated = next((name for name in names if names.count(name) > 1), None)
+        if repeated is not None:
+            return path, repeated
+    for child in children:  # a list's or a map's items, a struct's fields
+        found = _repeated_inside(child.type, f"{path}.{child.name}" if is_struct else path)
+        if found is not None:
+            return found
+    return None
 
 
 def _csv_header(path: Path, delimiter: str) -> list[str]:

@@ -62,6 +62,9 @@ BAD_UPSERTS = [
     ("no id", [{"text": "a text"}], None, "no id"),
     ("empty id", [{"id": " ", "text": "a text"}], None, "no id"),
     ("no text", [{"id": "x1"}], None, "has no text"),
+    # "" is a text (a build takes it too); one of another type is none
+    ("text not a string", [{"id": "x1", "text": 3}], None,
+     r"'x1' has no text: give it a text string \(\"\" for none\), not int"),
     ("duplicate", [{"id": "x1", "text": "a"}, {"id": "x1", "text": "b"}], None, "duplicate id"),
     ("wrong dim", [{"id": "x1", "text": "a"}], np.zeros((1, DIM + 1)), r"expected \(1, 8\)"),
     ("vector count", [{"id": "x1", "text": "a"}], np.zeros((2, DIM)), "one 8-dimensional row"),

@@ -142,7 +142,7 @@ def test_scopes_limits_and_malformed_writes_log_nothing(written, corpus, encoder
         many = {"documents": [{"id": f"m{i}", "text": "short"} for i in range(51)]}
         too_many = client.post("/v1/documents", json=many)
         assert too_many.status_code == 413 and "max_write_documents" in too_many.text
-        for bad, kind in [({**doc, "text": " "}, "InvalidWriteError"),
+        for bad, kind in [({**doc, "id": " "}, "InvalidWriteError"),
                           ({**doc, "vector": doc["vector"][:10]}, "InvalidWriteError"),
                           ({**doc, "vector": "not base64!"}, "InvalidWriteError"),
                           ({**doc, "vector": "AAAA"}, "InvalidWriteError"),  # 3 bytes

@@ -137,8 +137,10 @@ def as_document(item: Document | dict[str, Any], position: int) -> Document:
     if not isinstance(doc.id, str) or not doc.id.strip():
         raise InvalidWriteError(f"document {position} has no id: every document needs a "
                                 "non-empty string id")
-    if not isinstance(doc.text, str) or not doc.text.strip():
-        raise InvalidWriteError(f"document {doc.id!r} has no text: give it a non-empty text")
+    if not isinstance(doc.text, str):  # "" is a text, as a build takes it: corpora hold
+        # documents with none (two of Cranfield's), and a caller's vector may be all there is
+        raise InvalidWriteError(f"document {doc.id!r} has no text: give it a text string "
+                                f"(\"\" for none), not {type(doc.text).__name__}")
     if not isinstance(doc.title, str) or not isinstance(doc.metadata, dict):
         raise InvalidWriteError(f"document {doc.id!r}: title must be a string and metadata "
                                 "an object")
