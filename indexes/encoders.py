@@ -115,26 +115,24 @@ def _weights_below(folder: Path) -> list[Path]:
 
 
 def weights_files(model_dir: Path) -> list[Path]:
-    """Every weights file the model computes with: its top-level weights file, else every
-    weights file below it (a Transformer module in a subdirectory, sharded safetensors); then
-    the weights of the modules in their own folders (a Dense head's ``2_Dense/``), in
-    ``modules.json`` order.
+    """The weights of a sentence-transformers model directory: its top-level weights file,
+    else every weights file below it (a Transformer module in a subdirectory, sharded
+    safetensors).
 
-    A model without module weights (the packaged MiniLM: Pooling and Normalize have none) is
-    digested from its top-level file alone, as before module weights counted, so its name,
-    and every encoder id and index that holds it, stay the same.
+    A module's own weights (a Dense head's ``2_Dense/``) are not digested when a top-level
+    file exists: every index built with such a model records the name made from the
+    top-level file alone, and a digest covering the head would make each of them refuse its
+    query encoder (and every rebuild encode the corpus again). Retraining only a head in place
+    keeps the name; give the retrained model a directory of its own.
     """
-    top = [model_dir / name for name in WEIGHT_FILES if (model_dir / name).is_file()][:1]
-    found = top or _weights_below(model_dir)
+    for name in WEIGHT_FILES:
+        if (model_dir / name).is_file():
+            return [model_dir / name]
+    found = _weights_below(model_dir)
     if not found:
         raise MissingArtifactError(f"no {' or '.join(WEIGHT_FILES)} (nor any .safetensors or "
                                    f".bin file) in {model_dir}: give a sentence-transformers "
                                    "model directory")
-    if top:  # the subdirectories were not read: add the modules' own weights
-        for module in model_modules(model_dir):
-            if module["path"] and (model_dir / module["path"]).is_dir():
-                found += [p for p in _weights_below(model_dir / module["path"])
-                          if p not in found]
     return found
 
 
