@@ -129,9 +129,6 @@ class ShardReplica:
     def documents(self, shard_dir: str, rows: np.ndarray) -> list[Document]:
         return self.build(shard_dir).docs.get_many(rows)
 
-    def all_ids(self, shard_dir: str) -> list[str]:
-        return self.build(shard_dir).docs.all_ids()
-
 
 def start_dir(shard_dir: str, root: str | None) -> str:
     """The shard build a replica loads as it starts: the deployed one, or, once a ``gc`` has
