@@ -585,3 +585,42 @@ def test_no_room_for_the_services_copy_is_a_503_naming_the_setting(root, tmp_pat
     assert "no room for a copy of the index root" in error["message"]
     assert "TMPDIR" in error["message"]
     assert list((tmp_path / "tmp").iterdir()) == []  # its copy removed
+
+
+def test_a_client_gone_mid_download_leaves_no_copy_behind(root, tmp_path, monkeypatch):
+    """/v1/snapshot removed its copy in a background task, which runs only after a complete
+    send: a client gone mid-download (the server's send raising, as ASGI 2.4 servers do) left
+    a whole copy of the index root in TMPDIR, one per abandoned download."""
+    from starlette.testclient import TestClient
+
+    from retrieval.service.app import create_app
+    from retrieval.service.auth import ApiKeys
+    from retrieval.service.settings import ServeConfig
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # as TMPDIR would
+    (tmp_path / "tmp").mkdir()
+    app = create_app(root, ServeConfig(), keys=ApiKeys([(ADMIN_KEY, "admin")]),
+                     loader=lambda: load(root))
+    sent: list[str] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message["type"])
+        if message["type"] == "http.response.body":
+            raise OSError("the client went away")
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
+             "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/snapshot", "raw_path": b"/v1/snapshot", "query_string": b"",
+             "root_path": "", "client": ("127.0.0.1", 50000), "server": ("testserver", 80),
+             "headers": [(b"host", b"testserver"),
+                         (b"authorization", f"Bearer {ADMIN_KEY}".encode())]}
+    with TestClient(app) as client:
+        scope["state"] = dict(client.app_state)
+        with pytest.raises(OSError, match="went away"):
+            client.portal.call(app, scope, receive, send)
+        assert client.get("/healthz").status_code == 200  # still serving
+    assert sent[:2] == ["http.response.start", "http.response.body"]
+    assert list((tmp_path / "tmp").iterdir()) == []

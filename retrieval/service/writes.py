@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
@@ -116,16 +115,32 @@ def write_routes(state: ServiceState, writes: Writes, settings: ServerSettings,
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        return FileResponse(report.file, media_type="application/x-tar",
-                            filename=f"{report.build_id}+{report.last_seq}.tar",
-                            headers={"x-snapshot-build": report.build_id,
-                                     "x-snapshot-seq": str(report.last_seq)},
-                            background=BackgroundTask(shutil.rmtree, directory, True))
+        return TemporaryFileResponse(Path(directory), report.file,
+                                     media_type="application/x-tar",
+                                     filename=f"{report.build_id}+{report.last_seq}.tar",
+                                     headers={"x-snapshot-build": report.build_id,
+                                              "x-snapshot-seq": str(report.last_seq)})
 
     return [Route("/v1/documents", upsert, methods=["POST"]),
             Route("/v1/documents/delete", delete, methods=["POST"]),
             Route("/v1/documents/get", fetch, methods=["POST"]),
             Route("/v1/snapshot", snapshot, methods=["POST"])]
+
+
+class TemporaryFileResponse(FileResponse):
+    """A file response that removes the file's folder however the sending ends. A
+    background task would run only after a complete send, so a client gone mid-download (the
+    server's send raising) would leave a whole copy of the index root in TMPDIR."""
+
+    def __init__(self, directory: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.directory = directory
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # inline, not awaited: a cancelled request would skip an await here
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 # A write refused for want of room: the disk full, a quota reached, a file size limit.
