@@ -12,6 +12,7 @@ the log's segments under ``wal/``), so a restore of a restored root gets a new o
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 import lzma
@@ -20,6 +21,7 @@ import re
 import secrets
 import shutil
 import tarfile
+import traceback
 import zlib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -60,8 +62,27 @@ _LOG_ID_TEXT = re.compile(r"[0-9a-f]{16}")
 # What reading a damaged or cut-off snapshot raises: tarfile's own errors, and the
 # decompressors' of a compressed one (``r:*``), which tarfile passes through (a .tar.gz cut
 # short in transfer raises EOFError, a flipped byte zlib.error). Never OSError as such: a
-# full disk while extracting is not a damaged snapshot.
+# full disk while extracting is not a damaged snapshot. The bz2 decompressor's damaged data is
+# an OSError though, told apart by ``damaged``: catch ``READ_ERRORS`` and ask it.
 DAMAGED = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
+READ_ERRORS = (*DAMAGED, OSError)
+
+
+def damaged(exc: BaseException) -> bool:
+    """Whether ``exc``, raised reading a snapshot, says the file is damaged: one of
+    ``DAMAGED``, or the bz2 decompressor's "Invalid data stream" (a .tar.bz2 damaged
+    mid-stream), an OSError without an errno raised inside the bz2 module. An OSError with an
+    errno (ENOSPC, EIO) is the disk's, not the snapshot's."""
+    if isinstance(exc, DAMAGED):
+        return True
+    return isinstance(exc, OSError) and exc.errno is None and _raised_in_bz2(exc)
+
+
+def _raised_in_bz2(exc: BaseException) -> bool:
+    """Whether a frame of ``exc``'s traceback runs the bz2 module's code (its reader: the
+    decompressor itself, in C, has no frame)."""
+    frames = traceback.walk_tb(exc.__traceback__)
+    return any(frame.f_globals.get("__name__") == bz2.__name__ for frame, _ in frames)
 
 
 def log_id(root: Path) -> str:
@@ -124,7 +145,9 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
     except tarfile.TarError as exc:  # its message lists every compression tried: not shown
         raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file); take one "
                                    "with `retrieval snapshot ROOT FILE`", file) from exc
-    except DAMAGED as exc:  # a compressed snapshot cut short or damaged in its first member
+    except READ_ERRORS as exc:  # a compressed snapshot cut short or damaged in its first member
+        if not damaged(exc):
+            raise
         raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
                                    file) from exc
     with tar:
@@ -137,7 +160,9 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
             _check_listed(member.name, info, seen, file)
             try:
                 _write_member(tar, member, staging, info.members[member.name], file)
-            except DAMAGED as exc:  # e.g. a member cut short by a truncated file
+            except READ_ERRORS as exc:  # e.g. a member cut short by a truncated file
+                if not damaged(exc):
+                    raise
                 raise SnapshotCorruptError(f"{file}: member {member.name!r} cannot be read "
                                            f"({exc}); take the snapshot again", file,
                                            member.name) from exc
@@ -158,7 +183,9 @@ def _members(tar: tarfile.TarFile, file: Path) -> Iterator[tarfile.TarInfo]:
             _check_safe(member, file)
             yield member
             last = member.name
-    except DAMAGED as exc:
+    except READ_ERRORS as exc:
+        if not damaged(exc):
+            raise
         where = f" after member {last!r}" if last is not None else ""
         raise SnapshotCorruptError(f"{file} is damaged{where} ({exc}); take the snapshot "
                                    "again", file, last) from exc
@@ -184,7 +211,9 @@ def _read_info(tar: tarfile.TarFile, first: tarfile.TarInfo | None, file: Path) 
                                    file, SNAPSHOT_JSON)
     try:
         raw = source.read()
-    except DAMAGED as exc:  # the file cut short inside it
+    except READ_ERRORS as exc:  # the file cut short inside it
+        if not damaged(exc):
+            raise
         raise SnapshotCorruptError(f"{file} is damaged ({exc}); take the snapshot again",
                                    file, SNAPSHOT_JSON) from exc
     try:

@@ -5,6 +5,8 @@ nothing behind."""
 
 from __future__ import annotations
 
+import bz2
+import errno
 import gzip
 import io
 import os
@@ -471,29 +473,72 @@ def gzipped_with_a_bad_block_in(file: Path, name: str) -> bytes:
     return head + bytes(tail)
 
 
+def bzipped_with_a_flipped_byte_in(file: Path, name: str) -> bytes:
+    """``file`` bzip2-compressed in blocks of 100 kB, with a byte flipped about where member
+    ``name``'s data is halfway (random data barely compresses): the block holding it fails
+    its check, and reading it raises OSError("Invalid data stream") without an errno."""
+    offset, size = member_offsets(file)[name]
+    data = file.read_bytes()
+    compressed = bytearray(bz2.compress(data, compresslevel=1))
+    compressed[(offset + size // 2) * len(compressed) // len(data)] ^= 0x01
+    return bytes(compressed)
+
+
+COMPRESSIONS = {"gz": (gzip.compress, gzipped_with_a_bad_block_in),
+                "bz2": (bz2.compress, bzipped_with_a_flipped_byte_in)}
+
+
 @pytest.mark.parametrize("damage", ["cut", "flipped"])
-def test_a_damaged_gzipped_snapshot_names_the_member_and_leaves_no_root(root, tmp_path,
-                                                                       damage):
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_a_damaged_compressed_snapshot_names_the_member_and_leaves_no_root(
+        root, tmp_path, compression, damage):
     """The module says to compress a snapshot to ship it and restore reads gzip: cut short
     in transfer (EOFError) or with a damaged byte (zlib.error), the decompressor's error came
-    through as a traceback."""
+    through as a traceback. A .tar.bz2 with a damaged byte still did: the bz2 decompressor
+    raises a bare OSError ("Invalid data stream")."""
     name = "calibration.bin"  # a member long enough that the damage is read inside it
     (root / name).write_bytes(np.random.default_rng(0).bytes(1 << 20))
     file = tmp_path / "snap.tar"
     take_snapshot(root, file)
-    gzipped = tmp_path / "snap.tar.gz"
+    compress, damaged_copy = COMPRESSIONS[compression]
+    compressed = tmp_path / f"snap.tar.{compression}"
     if damage == "cut":
-        whole = gzip.compress(file.read_bytes())
-        gzipped.write_bytes(whole[:int(len(whole) * 0.6)])
+        whole = compress(file.read_bytes())
+        compressed.write_bytes(whole[:int(len(whole) * 0.6)])
     else:
-        gzipped.write_bytes(gzipped_with_a_bad_block_in(file, name))
+        compressed.write_bytes(damaged_copy(file, name))
     with pytest.raises(SnapshotCorruptError, match="take the snapshot again") as caught:
-        restore_snapshot(gzipped, tmp_path / "restored")
+        restore_snapshot(compressed, tmp_path / "restored")
     assert caught.value.member is not None and caught.value.member in str(caught.value)
     if damage == "flipped":
         assert caught.value.member == name
     assert not (tmp_path / "restored").exists()
     assert not list(tmp_path.glob(".restored.restore-*"))
+
+
+def test_a_full_disk_restoring_a_bzipped_snapshot_is_not_a_damaged_snapshot(root, tmp_path):
+    """The bz2 decompressor's damaged data is an OSError: one with an errno (the disk filling
+    while the restore writes, EFBIG here from the file size limit, as ENOSPC would be) is
+    the disk's, and stays an OSError."""
+    (root / "calibration.bin").write_bytes(np.random.default_rng(0).bytes(1 << 20))
+    file = tmp_path / "snap.tar"
+    take_snapshot(root, file)
+    bzipped = tmp_path / "snap.tar.bz2"
+    bzipped.write_bytes(bz2.compress(file.read_bytes(), compresslevel=1))
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else it ends the process
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, limit[1]))
+    try:
+        with pytest.raises(OSError) as caught:
+            restore_snapshot(bzipped, tmp_path / "restored")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert caught.value.errno == errno.EFBIG
+    assert not isinstance(caught.value, SnapshotCorruptError)
+    assert not (tmp_path / "restored").exists()
+    assert not list(tmp_path.glob(".restored.restore-*"))
+    assert restore_snapshot(bzipped, tmp_path / "restored").files  # whole, once there is room
 
 
 def test_a_fifo_or_device_is_not_replaced_by_a_snapshot(root, tmp_path):
