@@ -19,11 +19,18 @@ NOTHING_TO_SEARCH = [
     "\u034f\u200b",  # combining grapheme joiner (Mn) and a zero-width space (Cf)
     "\ufffd\ufffd",  # replacement characters: undecodable input, deleted by the tokenizer
     "\u3164 \u115f",  # Hangul fillers: blank letters
+    "\u2800\u2800 \u2800",  # braille pattern blank (So): a cell with no dot, not White_Space
+    "\U0001f3fb",  # an emoji modifier alone (Sk, light skin tone)
+    "\U0001f3fc\U0001f3ff",  # skin tones: the tokenizer made [UNK] of them, hits all alike
+    "\u2800\U0001f3fd\u0301",  # a blank, a skin tone and a mark
 ]
 SOMETHING_TO_SEARCH = [
     "cafe\u0301",  # a mark on a letter
     "\u2764\ufe0f",  # an emoji and its variation selector
     "\u093e",  # a Devanagari vowel sign: a spacing mark (Mc), visible alone
+    "\U0001f44d\U0001f3fd",  # an emoji and its skin tone
+    "\u2801",  # a braille cell with a dot raised
+    "^",  # a modifier symbol (Sk) other than a skin tone
     "7",
 ]
 

@@ -121,15 +121,24 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
             "decode the input text properly before searching"
         ) from exc
     if not any(visible(char) for char in query):
-        raise InvalidQueryError("query is empty or whitespace (or holds only invisible "
-                                "characters or combining marks); pass the question text to "
-                                "search")
+        raise InvalidQueryError("query is empty or whitespace (or holds only invisible or "
+                                "blank characters, combining marks or skin tones); pass the "
+                                "question text to search")
     return query
 
 
-# Printable, yet no text of their own: U+FFFD (what undecodable bytes became, deleted by the
-# BERT tokenizers) and the Hangul fillers (blank letters, Unicode default-ignorable).
-_BLANK = frozenset("\ufffd\u115f\u1160\u3164\uffa0")
+# Printable characters that give a query no text, beyond the categories ``visible`` rules out
+# (Unicode names no property holding them all):
+# - the printable default-ignorable code points (DerivedCoreProperties): every other one is a
+#   format character (Cf), a mark (Mn) or unassigned; these are the Hangul fillers, blank
+#   letters (Lo);
+# - the braille pattern blank (So): a cell with no dot raised, a blank like a space, though
+#   not White_Space;
+# - U+FFFD (So): what undecodable bytes became, deleted by the BERT tokenizers.
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\ufffd")
+# Unicode's Emoji_Modifier property (emoji-data.txt): the skin tones (Sk), each modifying the
+# emoji before it as a mark does a letter. Other modifier symbols (Sk: ^, `) are text.
+_EMOJI_MODIFIERS = range(0x1F3FB, 0x1F400)
 
 
 def visible(char: str) -> bool:
@@ -137,11 +146,13 @@ def visible(char: str) -> bool:
 
     Not whitespace, nor a control or format character (a zero-width space, NUL: not
     printable), nor a mark (categories Mn and Me: combining accents, which tokenizers strip,
-    variation selectors, enclosing circles): a mark only modifies the character before it, and
-    a query made of those alone was embedded as an empty text, its hits all scored alike.
+    variation selectors, enclosing circles) or an emoji modifier (a skin tone): those only
+    modify the character before them, nor a blank (``_BLANK``). A query made of those alone
+    was embedded as an empty or unknown text ([UNK]), its hits all scored alike.
     """
     return (char.isprintable() and not char.isspace() and char not in _BLANK
-            and unicodedata.category(char) not in ("Mn", "Me"))
+            and unicodedata.category(char) not in ("Mn", "Me")
+            and ord(char) not in _EMOJI_MODIFIERS)
 
 
 class FilterMemo:
