@@ -15,15 +15,16 @@ import pytest
 from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
 
 from retrieval import Retriever
-from retrieval.errors import InvalidQueryError
+from retrieval.errors import EncoderMismatchError, InvalidQueryError
 from retrieval.request_path.batching import BatchingConfig, EncodeBatcher
 
 REFUSED = "a query the model refuses"
 
 
 class RefusingEncoder:
-    """The real encoder, refusing every call that holds ``REFUSED``; with ``most`` set, also
-    every call of more than ``most`` texts (a model server's limit on one request)."""
+    """The real encoder, refusing every call that holds a text starting with ``REFUSED``; with
+    ``most`` set, also every call of more than ``most`` texts (a model server's limit on one
+    request)."""
 
     def __init__(self, inner, most: int | None = None) -> None:
         self.inner, self.most = inner, most
@@ -34,7 +35,7 @@ class RefusingEncoder:
                ) -> np.ndarray:
         texts = list(texts)
         self.calls.append(len(texts))
-        if REFUSED in texts:
+        if any(text.startswith(REFUSED) for text in texts):
             raise InvalidQueryError("the model cannot encode this text")
         if self.most is not None and len(texts) > self.most:
             raise InvalidQueryError(f"the model takes at most {self.most} texts a call")
@@ -107,3 +108,69 @@ def test_a_refused_search_does_not_fail_the_searches_batched_with_it(query_encod
         assert held.calls == [1, 3, 1, 2, 1, 1]  # the call of 3, halving to the refused, the rest
     finally:
         batcher.close()
+
+
+@pytest.mark.parametrize("refused", [set(range(64)), {0, 5, 6, 31, 32, 63}, {17}],
+                         ids=["all", "some", "one"])
+def test_refused_texts_cost_the_batcher_at_most_two_calls_a_text(query_encoder, refused):
+    """The batcher halved its call down to the first refused text, then encoded every text
+    after it anew: a batch of 64 texts all refused took 328 encoder calls, n log n."""
+    texts = [f"{REFUSED} {i}" if i in refused else f"{QUERIES[i % len(QUERIES)]} {i}"
+             for i in range(64)]
+    held = HeldRefusingEncoder(query_encoder)
+    batcher = EncodeBatcher(held, BatchingConfig(enabled=True, workers=1, max_batch=64))
+    try:
+        first = batcher.submit(QUERIES[0])
+        assert held.entered.wait(30)
+        futures = [batcher.submit(text) for text in texts]  # one call of 64 once released
+        held.release.set()
+        assert first.result(30)[0].shape == (held.dim,)
+        errors = [future.exception(30) for future in futures]
+    finally:
+        batcher.close()
+    batch_calls = held.calls[1:]
+    assert batch_calls[0] == len(texts)  # the whole batch, in one call
+    assert len(batch_calls) <= 2 * len(texts) - 1
+    if len(refused) == len(texts):
+        assert len(batch_calls) == 2 * len(texts) - 1  # each node of the halving tree, once
+    assert [i for i, error in enumerate(errors) if error is not None] == sorted(refused)
+    assert {str(errors[i]) for i in refused} == {"the model cannot encode this text"}
+    assert all(isinstance(errors[i], InvalidQueryError) for i in refused)
+    good = [i for i in range(len(texts)) if i not in refused]
+    if good:
+        expected = query_encoder.encode([texts[i] for i in good])
+        np.testing.assert_allclose([futures[i].result()[0] for i in good], expected,
+                                   atol=1e-5)
+
+
+class ShortEncoder(HeldRefusingEncoder):
+    """Held like its parent, then dropping the last row of every call of more than one text
+    (a remote model's client that loses an item)."""
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        vectors = super().encode(texts, batch_size=batch_size, progress=progress)
+        return vectors[:-1] if len(vectors) > 1 else vectors
+
+
+def test_an_encoder_returning_too_few_rows_fails_its_batch_with_a_typed_error(query_encoder):
+    """A call answered with fewer rows than texts left the last jobs with a StopIteration, or
+    before that killed the batcher's worker so their searches waited out their deadlines."""
+    short = ShortEncoder(query_encoder)
+    batcher = EncodeBatcher(short, BatchingConfig(enabled=True, workers=1, max_batch=8))
+    try:
+        first = batcher.submit(QUERIES[0])
+        assert short.entered.wait(30)
+        futures = [batcher.submit(text) for text in QUERIES[1:5]]  # one call of 4 once released
+        short.release.set()
+        assert first.result(30)[0].shape == (short.dim,)
+        errors = [future.exception(30) for future in futures]
+        alone = batcher.submit(QUERIES[0]).result(30)  # the batcher still serves
+    finally:
+        batcher.close()
+    assert short.calls[1] == 4
+    for error in errors:
+        assert isinstance(error, EncoderMismatchError), error
+        assert str(error) == ("the query encoder returned 3 vectors for 4 texts: an encoder's "
+                              "encode(texts) must return one row per text, in order")
+    np.testing.assert_allclose(alone[0], query_encoder.encode([QUERIES[0]])[0], atol=1e-5)

@@ -10,8 +10,8 @@ wrapper without that parameter) spreads every call over all cores and gets one w
 batches do not compete with each other for the cores.
 
 An encoder that refuses a call (``InvalidQueryError``) is asked again in halves of it, down to
-the first text it refuses on its own (``encode_until_refused``): the search that sent that text
-hears of it, the others sharing the call get their vectors.
+each text it refuses on its own (``encode_each``): the search that sent that text hears of it,
+the others sharing the call get their vectors.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
-from indexes.errors import InvalidQueryError
+from indexes.errors import EncoderMismatchError, InvalidQueryError
 from retrieval.errors import RetrieverClosedError
 
 
@@ -133,39 +133,47 @@ class EncodeBatcher:
         return batch, False
 
     def _encode(self, batch: list[_Job]) -> None:
+        """Settle every job: its vector, or the encoder's error when it refused the job's text
+        on its own. A job hears as soon as the call holding its text returns."""
         # A search that stopped waiting (its deadline) cancelled its job: not encoded.
         batch = [job for job in batch if job.future.set_running_or_notify_cancel()]
-        while batch:
-            batch = self._encode_until_refused(batch)
-
-    def _encode_until_refused(self, batch: list[_Job]) -> list[_Job]:
-        """Settle the jobs up to the first whose text the encoder refuses on its own (its
-        search alone hears of it); the jobs after that one are returned, still to encode."""
+        if not batch:
+            return
         started = time.perf_counter()
-        rest: list[_Job] = []
-        try:
-            vectors = list(encode_until_refused(self._encode_texts, [job.text for job in batch]))
-        except RefusedInBatch as refused:
-            vectors, rest = refused.vectors, batch[refused.position + 1:]
-            batch[refused.position].future.set_exception(refused.error)
-        except BaseException as exc:  # every waiter must hear about the failure
-            for job in batch:
-                job.future.set_exception(exc)
-            return []
-        elapsed_ms = (time.perf_counter() - started) * 1e3
-        if vectors:
-            with self._lock:
+        outcomes = encode_each(self._encode_texts, [job.text for job in batch])
+        encoded = 0
+        for position, job in enumerate(batch):
+            try:
+                outcome = next(outcomes)
+            except BaseException as exc:  # every waiter left must hear about the failure
+                for waiting in batch[position:]:
+                    waiting.future.set_exception(exc)
+                return
+            if isinstance(outcome, InvalidQueryError):
+                job.future.set_exception(outcome)  # its search alone hears of it
+                continue
+            encoded += 1
+            self._count(encoded)  # before the result: a search that has it sees it counted
+            job.future.set_result((outcome, (time.perf_counter() - started) * 1e3))
+
+    def _count(self, encoded: int) -> None:
+        """Count a vector, the ``encoded``-th of its batch (the first counts the batch)."""
+        with self._lock:
+            if encoded == 1:
                 self._calls += 1
-                self._encoded += len(vectors)
-                self._largest = max(self._largest, len(vectors))
-        for job, vector in zip(batch[:len(vectors)], vectors, strict=True):
-            job.future.set_result((vector, elapsed_ms))
-        return rest
+            self._encoded += 1
+            self._largest = max(self._largest, encoded)
 
     def _encode_texts(self, texts: list[str]) -> np.ndarray:
         if self._narrow:
-            return self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
-        return self.encoder.encode(texts)
+            vectors = self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
+        else:
+            vectors = self.encoder.encode(texts)
+        if len(vectors) != len(texts):  # else searches would get another's vector, or none
+            raise EncoderMismatchError(
+                f"the query encoder returned {len(vectors)} vectors for {len(texts)} texts: "
+                "an encoder's encode(texts) must return one row per text, in order")
+        return vectors
 
 
 class RefusedInBatch(Exception):
@@ -181,7 +189,7 @@ class RefusedInBatch(Exception):
 def encode_until_refused(encode: Callable[[list[str]], np.ndarray], texts: list[str]
                          ) -> np.ndarray:
     """``encode(texts)``, one call; when the encoder refuses the call (``InvalidQueryError``),
-    its halves are encoded apart, down to the first text it refuses on its own:
+    its halves are encoded apart (``_halves``), down to the first text it refuses on its own:
     ``RefusedInBatch`` names that text's position and holds the vectors of those before it.
     Texts refused only together (a call too large for a remote model) are encoded in smaller
     calls, to the same vectors. Only a refused call pays for the extra calls (at most two per
@@ -191,13 +199,50 @@ def encode_until_refused(encode: Callable[[list[str]], np.ndarray], texts: list[
     except InvalidQueryError as error:
         if not texts:  # nothing to split: the call itself is refused
             raise
-        if len(texts) == 1:
-            raise RefusedInBatch([], 0, error) from None
-    middle = len(texts) // 2
-    head = encode_until_refused(encode, texts[:middle])  # its refusal's position is the same
+        refused = error
+    vectors: list[np.ndarray] = []
+    for run in _halves(encode, texts, refused):  # no call past the refused text's
+        if isinstance(run, InvalidQueryError):
+            raise RefusedInBatch(vectors, len(vectors), run) from None
+        vectors.extend(run)
+    return np.stack(vectors)
+
+
+def encode_each(encode: Callable[[list[str]], np.ndarray], texts: list[str]
+                ) -> Iterator[np.ndarray | InvalidQueryError]:
+    """Each text's vector, in order, or the encoder's error where it refuses the text on its
+    own: ``encode(texts)``, one call, or when the encoder refuses it, its halves encoded apart
+    (``_halves``). Each call is a node of one halving tree over the texts, so n texts take at
+    most 2n - 1 calls (all refused); encoding the texts after each refused one anew took
+    n log n (328 calls for 64 texts all refused). The vectors come as each call returns."""
     try:
-        tail = encode_until_refused(encode, texts[middle:])
-    except RefusedInBatch as refused:
-        raise RefusedInBatch([*head, *refused.vectors], middle + refused.position,
-                             refused.error) from None
-    return np.concatenate([head, tail])
+        vectors = encode(texts)
+    except InvalidQueryError as error:
+        if not texts:  # nothing to split: the call itself is refused
+            raise
+        runs: Iterable[np.ndarray | InvalidQueryError] = _halves(encode, texts, error)
+    else:
+        runs = (vectors,)
+    for run in runs:
+        if isinstance(run, InvalidQueryError):
+            yield run
+        else:
+            yield from run
+
+
+def _halves(encode: Callable[[list[str]], np.ndarray], texts: list[str],
+            error: InvalidQueryError) -> Iterator[np.ndarray | InvalidQueryError]:
+    """The rows of ``texts``, which the encoder refused in one call (``error``), in runs: each
+    half's call's rows, or its halves' when refused in turn, down to a single text refused on
+    its own (the encoder's error in its place)."""
+    if len(texts) == 1:
+        yield error
+        return
+    middle = len(texts) // 2
+    for half in (texts[:middle], texts[middle:]):
+        try:
+            vectors = encode(half)
+        except InvalidQueryError as refused:
+            yield from _halves(encode, half, refused)
+        else:
+            yield vectors
