@@ -35,10 +35,24 @@ def read_jsonl(path: Path, mapping: FieldMapping | None = None) -> Iterator[Docu
 
 
 def _read_lines(path: Path, mapping: FieldMapping) -> Iterator[Document]:
-    with open(path, "rb") as handle:  # decoded line by line: an error names its line
-        records = ((number, _parse(line, path, number))
-                   for number, line in _decoded(handle, path) if line.strip())
-        yield from checked(_documents(records, path, mapping), path)
+    with open(path, "rb") as handle:
+        yield from checked(_documents(_records(handle, path), path, mapping), path)
+
+
+def check_lines(path: Path) -> None:
+    """Every line of a JSONL file decoded and parsed as ``read_jsonl`` does (UTF-8, valid
+    JSON, no key repeated in an object), a ``CorpusError`` naming the file and the line: for
+    readers that parse the file their own way and would keep a repeated key's last value."""
+    with open(path, "rb") as handle:
+        for _ in _records(handle, path):
+            pass
+
+
+def _records(handle: Iterable[bytes], path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, parsed value) of each non-blank line; decoded line by line, so an error
+    names its line."""
+    return ((number, _parse(line, path, number))
+            for number, line in _decoded(handle, path) if line.strip())
 
 
 def _decoded(lines: Iterable[bytes], path: Path) -> Iterator[tuple[int, str]]:

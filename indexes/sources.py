@@ -320,12 +320,12 @@ def file_document(path: Path, doc_id: str) -> Document:
     except (OSError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read {path} as UTF-8 text: {exc}") from exc
     kind = FILE_SUFFIXES[path.suffix.lower()]
+    # An empty file (or one of whitespace, or of tags only) is a document with an empty text,
+    # as JSONL's "text": "" is: its id and metadata are still filterable and deletable.
     if kind == "html":
         title, text = html_text(raw, path)
     else:
         title, text = (markdown_title(raw) if kind == "markdown" else ""), raw.strip()
-    if not text:
-        raise CorpusError(f"{path} holds no text: remove it or give it content")
     return Document(id=doc_id, text=text, title=title,
                     metadata={"format": kind, "folder": str(Path(doc_id).parent)})
 
@@ -352,7 +352,9 @@ def html_text(html: str, path: Path) -> tuple[str, str]:
     html = _XML_DECLARATION.sub("", html, count=1)
     try:
         tree = lxml.html.document_fromstring(html)
-    except (ParserError, ValueError) as exc:
+    except ParserError:  # "Document is empty": no element at all (blank, or comments only)
+        return "", ""
+    except ValueError as exc:
         raise CorpusError(f"cannot parse {path} as HTML: {exc}") from exc
     found = tree.findtext(".//title") or tree.findtext(".//h1") or ""
     for element in list(tree.iter(*UNREADABLE)):

@@ -218,6 +218,26 @@ def test_source_errors(tmp_path: Path) -> None:
     assert LocalStore(tmp_path / "fs").snapshot_ids("quality") == []  # nothing half-written
 
 
+def test_a_column_named_twice_is_refused_naming_it(tmp_path: Path) -> None:
+    """pyarrow read the first of two CSV columns named "clicks" (a Parquet file's last): the
+    other's values were lost silently. A repeated column the view does not read is left
+    alone, as a corpus's dropped field is."""
+    header = "doc_id,clicks,quality,authority,spam,note,clicks,note"
+    path = tmp_path / "twice.csv"
+    path.write_text(f"{header}\ndoc-1,10,0.5,0.1,false,a,99,b\n")
+    store = LocalStore(tmp_path / "fs")
+    with pytest.raises(FeatureSchemaError, match=r"twice.csv': columns 2 and 7 are named "
+                                                 r"'clicks', .* rename the columns so each "
+                                                 "name is distinct") as caught:
+        materialize(quality_view(), path, store, progress=False)
+    assert caught.value.column == "clicks"
+    assert store.snapshot_ids("quality") == []  # refused before any snapshot was begun
+    path.write_text(f"{header.replace(',clicks,note', ',extra,note')}\n"
+                    "doc-1,10,0.5,0.1,false,a,99,b\n")
+    materialize(quality_view(), path, store, progress=False)
+    assert store.read("quality", ["doc-1"]).values["clicks"].tolist() == [10]
+
+
 def test_callable_may_return_an_arrow_table(tmp_path: Path) -> None:
     table = pa.Table.from_pylist(quality_rows(4))
     store = LocalStore(tmp_path / "fs")

@@ -176,6 +176,21 @@ def test_a_folder_of_markdown_text_and_html_files(tmp_path):
         list(read_corpus(tmp_path / "empty"))
 
 
+def test_an_empty_file_in_a_folder_is_a_document_with_an_empty_text(tmp_path):
+    """An empty file stopped the whole folder's build, while JSONL's "text": "" and a CSV's
+    empty cell are built as documents with an empty text."""
+    (tmp_path / "blank.md").write_text("")
+    (tmp_path / "spaces.txt").write_text("  \n\t\n")
+    (tmp_path / "tags.html").write_text("<html><head><title>Only a title</title></head>"
+                                        "<body><p> </p></body></html>")
+    (tmp_path / "nothing.html").write_text("<!-- a comment, no element -->\n")
+    (tmp_path / "full.txt").write_text("Wing flutter.")
+    docs = {d.id: (d.text, d.title) for d in read_corpus(tmp_path)}
+    assert docs == {"blank.md": ("", ""), "spaces.txt": ("", ""),
+                    "tags.html": ("", "Only a title"), "nothing.html": ("", ""),
+                    "full.txt": ("Wing flutter.", "")}
+
+
 def test_build_and_upsert_take_the_mapping_flags(tmp_path, capsys):
     corpus = write_csv(tmp_path / "corpus.csv")
     out = tmp_path / "index"

@@ -48,15 +48,32 @@ class FeatureSource(ABC):
 
 def _columns(view: FeatureView, available: Iterable[str], source: str) -> list[str]:
     """The columns to read: entity, features, and the timestamp when the source has it;
-    ``source`` names the source in the error for a missing column."""
-    present = set(available)
+    ``source`` names the source in the error for a missing or a repeated column."""
+    names = list(available)
+    present = set(names)
     wanted = [view.entity_key, *view.feature_names]
     missing = [column for column in wanted if column not in present]
     if missing:  # check_schema words the error; reuse it with a schema of the names present
         check_schema(view, pa.schema([(name, pa.null()) for name in present]), source)
     if view.timestamp_field in present:
         wanted.append(view.timestamp_field)
+    _check_distinct(wanted, names, source)
     return wanted
+
+
+def _check_distinct(wanted: Iterable[str], names: list[str], source: str) -> None:
+    """No column the view reads is named twice: pyarrow reads one of them (a CSV's first, a
+    Parquet file's last) and the other's values were lost silently. A repeated column the view
+    does not read is left alone, as the corpus readers leave a dropped one."""
+    for column in wanted:
+        positions = [str(i) for i, name in enumerate(names, start=1) if name == column]
+        if len(positions) > 1:
+            raise FeatureSchemaError(
+                f"source {source}: columns {', '.join(positions[:-1])} and {positions[-1]} are "
+                f"named {column!r}, and only one of them would be read: rename the columns so "
+                "each name is distinct",
+                column,
+            )
 
 
 def _missing_file(path: Path) -> FeatureSourceError:
