@@ -6,14 +6,17 @@ Needs the ``ray`` extra and a connected cluster (``ray.init()`` or ``ray.init(AD
 
 Sources: a BEIR folder (its corpus.jsonl), JSONL files, Parquet files, or a directory of either
 (many files). Rows are read in file order (Ray Data's ``preserve_order``), so row i of the build
-is the i-th document of the sources, as in a local build. Vectors are reused from the live
-build by content hash first; only the remaining documents travel to the encoder actors.
+is the i-th document of the sources, as in a local build. A JSONL file is first checked line by
+line as the local reader checks it: a key repeated in one object is a ``CorpusError`` naming
+the file and the line (Ray Data's reader keeps the last value). Vectors are reused from the
+live build by content hash first; only the remaining documents travel to the encoder actors.
 
-What runs where: reading and parsing, encoding and the analysis (``indexes.analysis``: one Ray
-task per contiguous part, ``BuildConfig.analysis_workers`` of them, default ``workers``) run
-on the cluster; merging the parts' postings, the global BM25 reduce (N, df per term, avgdl,
-the okapi idf floor over the whole vocabulary) and writing run on the driver, which also holds
-every document once. The BM25 arrays are those of a local build, byte for byte.
+What runs where: reading and parsing (and the JSONL check: one Ray task per file, a second
+parse of it), encoding and the analysis (``indexes.analysis``: one Ray task per contiguous
+part, ``BuildConfig.analysis_workers`` of them, default ``workers``) run on the cluster;
+merging the parts' postings, the global BM25 reduce (N, df per term, avgdl, the okapi idf
+floor over the whole vocabulary) and writing run on the driver, which also holds every
+document once. The BM25 arrays are those of a local build, byte for byte.
 
 A collection too large for one process is built with ``indexes.shard_build.build_streamed``
 and ``ray_runner()``: each shard is read, analyzed and written by its own Ray task, and the
@@ -40,6 +43,7 @@ from indexes.build import (
     content_hashes,
     passage_counter,
 )
+from indexes.corpus import check_lines
 from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.long_documents import split_documents
@@ -79,6 +83,8 @@ def read_documents(source: str | Path) -> list[Document]:
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     kind, files = source_files(source)
+    if kind == "json":
+        _check_json_files(files)
     dataset = (ray.data.read_json(files, lines=True) if kind == "json"
                else ray.data.read_parquet(files))
     mapping = FieldMapping()
@@ -87,6 +93,22 @@ def read_documents(source: str | Path) -> list[Document]:
     if not documents:
         raise CorpusError(f"the corpus {source} is empty: give at least one document")
     return documents
+
+
+def _check_json_files(files: Sequence[str]) -> None:
+    """Each JSONL file parsed by the local reader's check (``indexes.corpus.check_lines``), one
+    Ray task per file: Ray Data reads JSON lines with pandas, which keeps the last value of a
+    key repeated in one object, and its rows do not know their line. A refusal is raised
+    as the ``CorpusError`` it is, not wrapped in Ray's task error."""
+    import ray
+
+    check = ray.remote(num_cpus=1)(check_lines)
+    try:
+        ray.get([check.remote(Path(file)) for file in files])
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, CorpusError):
+            raise exc.cause from None
+        raise
 
 
 def _plain(row: Any) -> dict[str, Any]:

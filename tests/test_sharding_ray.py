@@ -131,6 +131,22 @@ def test_ray_data_build_equals_the_local_build(cluster, dataset, encoder, tmp_pa
         build_on_ray(many, tmp_path / "too-many", workers=1, shards=100)
 
 
+def test_a_key_repeated_in_a_json_object_is_refused_on_ray_as_here(cluster, tmp_path):
+    """Ray Data's JSON lines reader kept the last value of a repeated key: document b was
+    built with the text "second", where a local build refuses the line."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "a.jsonl").write_text('{"_id": "a", "text": "fine"}\n')
+    (parts / "b.jsonl").write_text('{"_id": "c", "text": "x"}\n\n'
+                                   '{"_id": "b", "text": "first", "text": "second"}\n')
+    message = r"b.jsonl:3: the key 'text' appears twice in one object"
+    with pytest.raises(CorpusError, match=message):
+        list(read_corpus(parts / "b.jsonl"))
+    with pytest.raises(CorpusError, match=message) as caught:
+        read_documents(parts)
+    assert type(caught.value) is CorpusError  # not Ray's task error wrapping it
+
+
 def test_a_ray_passage_build_equals_the_local_one(cluster, long_docs, encoder, tmp_path):
     """Passages are cut on the driver as a local build cuts them; only their encoding runs
     on the cluster: the same passage map, BM25 postings and (within float noise) vectors."""
@@ -299,6 +315,45 @@ def test_a_shard_with_no_live_replica_fails_naming_it_or_answers_partial(on_ray,
         want = alone.search(texts[1], None, 10, query_vector=vectors[1])
     assert [h.doc_id for h in answered.hits] == [h.doc_id for h in want.hits]
     assert set(h.doc_id for h in answered.hits) <= set(first.docs.all_ids())
+
+
+def test_a_shard_lost_at_hydration_drops_its_hits_with_allow_partial(cluster, dataset,
+                                                                    tmp_path):
+    """Shard-001 answers the BM25 and dense trips, then its replica dies reading the hits'
+    documents (its text blob truncated under the replica's memory map: a lost disk). With
+    ``allow_partial`` the search failed with ``ShardUnavailableError``, where a shard lost at
+    an earlier trip is left out: now its hits are dropped and the result says
+    ``partial:shard-001``. Without, the error still names the shard."""
+    import os
+
+    from live_index import build_small, scifact_docs, unit_vectors
+
+    root = tmp_path / "root"
+    docs = scifact_docs(dataset("scifact"), 120)
+    build_small(root, docs, shards=2)
+    serve_shards(root, CONFIG, app_name="lost-texts", replicas=1)
+    options = {"app_name": "lost-texts", "retry_seconds": 2.0, "timeout_seconds": 1.0}
+    partial = Retriever.connect(root, CONFIG, allow_partial=True, **options)
+    strict = Retriever.connect(root, CONFIG, **options)
+    vector = unit_vectors(1, 99)[0]
+    second = {d.id for d in docs[60:]}
+    try:
+        healthy = partial.search("cell growth in tumors", None, 10, query_vector=vector)
+        assert not healthy.degraded
+        assert {h.doc_id in second for h in healthy.hits} == {True, False}  # both shards'
+        directory, layout = read_layout(root)
+        os.truncate(layout.shard_dir(directory, 1) / "docstore" / "text.bin.npy", 0)
+        answered = partial.search("cell growth in tumors", None, 10, query_vector=vector)
+        with pytest.raises(ShardUnavailableError, match="shard-001") as caught:
+            strict.search("cell growth in tumors", None, 10, query_vector=vector)
+    finally:
+        partial.close()
+        strict.close()
+        serve.delete("lost-texts")
+    assert answered.degraded == ["partial:shard-001"]
+    assert [h.doc_id for h in answered.hits] == \
+        [h.doc_id for h in healthy.hits if h.doc_id not in second]
+    assert caught.value.shard == "shard-001"
 
 
 

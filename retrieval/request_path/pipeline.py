@@ -174,7 +174,8 @@ def run_pipeline(
     hits = [make_hit(snapshot, int(rows[i]), doc, fused[i], bm25[i], cosine[i], values,
                      request.context, why, score, found)
             for i, doc, values, why, score, found in zip(order, documents, per_hit, whys,
-                                                         scores, found_as, strict=True)]
+                                                         scores, found_as, strict=True)
+            if doc is not None]  # on a remote shard lost since ranking (allow_partial)
     timer.lap("hydrate")
     degraded.extend(snapshot.degradations())
     # A vector from the cache or a batch's one encoder call comes with its status; without

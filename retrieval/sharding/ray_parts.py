@@ -32,7 +32,7 @@ from indexes.bm25_strategy import Kernel
 from indexes.docstore import DocStore, Document
 from indexes.typos import LiveTypos, TypoIndex
 from indexes.vectors import VectorStore
-from retrieval.request_path.deadline import CURRENT
+from retrieval.request_path.deadline import CURRENT, NO_DEADLINE
 from retrieval.sharding.errors import ShardUnavailableError
 from retrieval.sharding.whole import MaskSlices, RowOwners, ShardedDocs, merged_top
 
@@ -160,6 +160,39 @@ class RemoteParts:
         snapshot may make no BM25 trip), and at its BM25 trip."""
         self._local.fetched = Fetched(tokens=list(tokens))
         return self._local.fetched
+
+    def begin_search(self) -> None:
+        """A search starts on this thread, in the context its deadline is set for
+        (``deadline.within``, one per search)."""
+        self.start([])
+        self._local.search = CURRENT.get()
+
+    def end_search(self) -> list[str]:
+        """What the search on this thread left out (``partial:<shard>``), taken once at its
+        end."""
+        fetched = self.fetched
+        left_out, fetched.left_out = fetched.left_out, []
+        self._local.search = None
+        return left_out
+
+    def drops_unreadable_hits(self) -> bool:
+        """Whether the documents of a shard that cannot be read are left out (None) instead
+        of failing: with ``allow_partial``, in a search only. ``get_documents`` and live
+        writes reading texts need every document they ask for. The search is known by its
+        deadline, still this context's: one that raised before its end leaves no lenience
+        behind on its thread."""
+        search = getattr(self._local, "search", None)
+        return (self.allow_partial and search is not None and search is not NO_DEADLINE
+                and search is CURRENT.get())
+
+    def is_left_out(self, shard: int) -> bool:
+        """Whether this thread's search does without ``shard`` (not asked again)."""
+        return f"partial:{self.calls.names[shard]}" in self.fetched.left_out
+
+    def leave_out(self, name: str) -> None:
+        """Record that this thread's search does without shard ``name``."""
+        if f"partial:{name}" not in self.fetched.left_out:
+            self.fetched.left_out.append(f"partial:{name}")
 
     def answers(self, method: str, args: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
         """Each shard's answer; an unavailable shard raises, or is left out (and recorded)
@@ -329,7 +362,8 @@ class RemoteDocs(DocStore):
         return self._n
 
     def get(self, row: int) -> Document:
-        return self.get_many([row])[0]
+        # Asked for by itself (get_documents, a passage's context): never dropped
+        return self.documents([row], drop_unreadable=False)[0]
 
     def doc_id(self, row: int) -> str:
         return self._ids_of.doc_id(row)
@@ -337,17 +371,31 @@ class RemoteDocs(DocStore):
     def get_many(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
         """The documents of ``rows``; ``ShardUnavailableError`` naming the first shard asked
         that has no live replica (the rows of the others are there to read: ask for them
-        alone)."""
+        alone). A search's hits with ``allow_partial`` are the exception: such a shard's
+        documents are None, the search drops those hits, and its result says
+        ``partial:<shard>`` (``RemoteParts.drops_unreadable_hits``)."""
+        return self.documents(rows, self.parts.drops_unreadable_hits())
+
+    def documents(self, rows: Sequence[int] | np.ndarray, drop_unreadable: bool
+                  ) -> list[Document]:
+        """The documents of ``rows``, one trip to each owning shard; with
+        ``drop_unreadable`` those of a shard that cannot be read (or that the search already
+        left out: not asked again) are None and the shard is left out."""
         rows = np.asarray(rows, np.int64)
         split = self.parts.owners.split(rows)
-        found = self.parts.calls.gather("documents", {k: (local,) for k, _, local in split})
+        found = self.parts.calls.gather("documents", {
+            k: (local,) for k, _, local in split
+            if not (drop_unreadable and self.parts.is_left_out(k))})
         out: list[Document | None] = [None] * rows.size
         for k, at, _ in split:
-            docs = found[k]
+            docs = found.get(k)
             if isinstance(docs, ShardUnavailableError):
-                raise unreadable(docs)
-            for position, doc in zip(at.tolist(), docs, strict=True):
-                out[position] = doc
+                if not drop_unreadable:
+                    raise unreadable(docs)
+                self.parts.leave_out(docs.shard)
+            elif docs is not None:
+                for position, doc in zip(at.tolist(), docs, strict=True):
+                    out[position] = doc
         return out  # type: ignore[return-value]
 
     def all_ids(self) -> list[str]:

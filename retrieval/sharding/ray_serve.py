@@ -18,8 +18,9 @@ fusion need no further trip; without the dense leg, the cosines alone); hydratio
 hits. A call whose replica died is sent again (Serve routes it to another replica); when every
 attempt fails within ``retry_seconds`` the search fails with ``ShardUnavailableError`` naming
 the shard, or, with ``allow_partial``, the other shards answer and the result is flagged
-``partial:<shard>``; one the search's deadline cut short says ``by_deadline`` (a search
-with more time may get its answer). Every call names the shard build it is for, so a caller
+``partial:<shard>`` (a shard lost at hydration, after it answered the earlier trips: its hits
+are dropped); one the search's deadline cut short says ``by_deadline`` (a search with more
+time may get its answer). Every call names the shard build it is for, so a caller
 that reloads a newly published build flips all shards at once (``ShardReplica``).
 """
 
@@ -164,13 +165,11 @@ class RayShardedBuild(LoadedBuild):
 
     def begin_search(self) -> None:
         assert self.remote is not None
-        self.remote.start([])
+        self.remote.begin_search()
 
     def degradations(self) -> list[str]:
         assert self.remote is not None
-        fetched = self.remote.fetched
-        left_out, fetched.left_out = fetched.left_out, []
-        return left_out
+        return self.remote.end_search()
 
     @classmethod
     def connect(cls, path: str | Path, config: RetrieverConfig, *, app_name: str = APP_NAME,
