@@ -15,7 +15,7 @@ import pytest
 from small_index import QUERIES, index_fixture, query_encoder_fixture  # noqa: F401
 
 from retrieval import Retriever
-from retrieval.errors import EncoderMismatchError, InvalidQueryError
+from retrieval.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from retrieval.request_path.batching import BatchingConfig, EncodeBatcher
 
 REFUSED = "a query the model refuses"
@@ -174,3 +174,46 @@ def test_an_encoder_returning_too_few_rows_fails_its_batch_with_a_typed_error(qu
         assert str(error) == ("the query encoder returned 3 vectors for 4 texts: an encoder's "
                               "encode(texts) must return one row per text, in order")
     np.testing.assert_allclose(alone[0], query_encoder.encode([QUERIES[0]])[0], atol=1e-5)
+
+
+class RowDroppingEncoder(RefusingEncoder):
+    """Refusing like its parent, and dropping the last row of every call of more than one
+    text."""
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        vectors = super().encode(texts, batch_size=batch_size, progress=progress)
+        return vectors[:-1] if len(vectors) > 1 else vectors
+
+
+def test_a_batch_search_with_too_few_rows_back_fails_with_a_typed_error(index, query_encoder):
+    """search_batch's own encoder call was not checked: with a text refused, the rows came
+    back one short and shifted, one query got another's vector and the wrong one was named
+    refused."""
+    dropping = RowDroppingEncoder(query_encoder)
+    with Retriever.load(index, {"cache": {"backend": "none"}}, encoder=dropping) as retriever:
+        for batch in ([*QUERIES[:3], REFUSED, QUERIES[3]], QUERIES[:4]):
+            with pytest.raises(EncoderMismatchError, match="returned 3 vectors for 4 texts|"
+                                                           "returned 1 vectors for 2 texts"):
+                retriever.search_batch(batch, k=3)
+
+
+class NanEncoder(RefusingEncoder):
+    """A broken model: NaN for every text."""
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False
+               ) -> np.ndarray:
+        vectors = super().encode(texts, batch_size=batch_size, progress=progress)
+        return np.full_like(vectors, np.nan)
+
+
+def test_the_batchers_calls_are_checked_for_nan_as_a_lone_searchs_are(query_encoder):
+    """A lone search's encode refused NaN, naming the encoder; concurrent searches, whose
+    queries the batcher encodes, took the NaN vectors and ranked every document alike."""
+    batcher = EncodeBatcher(NanEncoder(query_encoder), BatchingConfig(enabled=True, workers=1))
+    try:
+        error = batcher.submit(QUERIES[0]).exception(30)
+    finally:
+        batcher.close()
+    assert isinstance(error, RetrievalError)
+    assert "gave NaN or infinity for these queries" in str(error)

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
-from indexes.errors import EncoderMismatchError, InvalidQueryError
+from indexes.errors import EncoderMismatchError, InvalidQueryError, RetrievalError
 from retrieval.errors import RetrieverClosedError
 
 
@@ -169,11 +169,21 @@ class EncodeBatcher:
             vectors = self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         else:
             vectors = self.encoder.encode(texts)
-        if len(vectors) != len(texts):  # else searches would get another's vector, or none
-            raise EncoderMismatchError(
-                f"the query encoder returned {len(vectors)} vectors for {len(texts)} texts: "
-                "an encoder's encode(texts) must return one row per text, in order")
-        return vectors
+        return checked_rows(self.encoder, texts, vectors)
+
+
+def checked_rows(encoder: Encoder, texts: list[str], vectors: np.ndarray) -> np.ndarray:
+    """``vectors``, the encoder's answer to ``texts``, refused where it cannot be their
+    vectors: another row count would give searches one another's vectors (or none), and NaN
+    scores every document alike (no hits at all)."""
+    if len(vectors) != len(texts):
+        raise EncoderMismatchError(
+            f"the query encoder returned {len(vectors)} vectors for {len(texts)} texts: "
+            "an encoder's encode(texts) must return one row per text, in order")
+    if not np.isfinite(vectors).all():
+        raise RetrievalError(f"the query encoder {encoder.encoder_id!r} gave NaN or "
+                             "infinity for these queries; it is broken, not the query")
+    return vectors
 
 
 class RefusedInBatch(Exception):

@@ -34,7 +34,7 @@ import numpy as np
 
 from indexes.cpu import usable_cores
 from indexes.encoders import Encoder, takes_single_thread
-from indexes.errors import InvalidQueryError, RetrievalError
+from indexes.errors import InvalidQueryError
 from indexes.fan_out import search_alone
 from retrieval.cache.base import CacheCounters
 from retrieval.config import RetrieverConfig
@@ -42,7 +42,12 @@ from retrieval.errors import RetrieverClosedError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, SearchResult
 from retrieval.relevance import Calibration
-from retrieval.request_path.batching import EncodeBatcher, RefusedInBatch, encode_until_refused
+from retrieval.request_path.batching import (
+    EncodeBatcher,
+    RefusedInBatch,
+    checked_rows,
+    encode_until_refused,
+)
 from retrieval.request_path.cache_lookup import Lookup, RequestCache
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline, caused_by_deadline, within
 from retrieval.request_path.encode_policy import InFlight, StageOverlap, batching_on
@@ -400,10 +405,7 @@ class RequestPath:
             vectors = self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         else:
             vectors = self.encoder.encode(texts)
-        if not np.isfinite(vectors).all():  # NaN scored every document alike: no hits at all
-            raise RetrievalError(f"the query encoder {self.encoder.encoder_id!r} gave NaN or "
-                                 "infinity for these queries; it is broken, not the query")
-        return vectors
+        return checked_rows(self.encoder, texts, vectors)
 
     def _embedding(self, text: str, query_vector: np.ndarray | None, snapshot: LoadedBuild,
                    deadline: Deadline = NO_DEADLINE) -> PendingVector:
