@@ -85,6 +85,21 @@ def _raised_in_bz2(exc: BaseException) -> bool:
     return any(frame.f_globals.get("__name__") == bz2.__name__ for frame, _ in frames)
 
 
+# The magic numbers of what ``r:*`` decompresses: a file starting with one is compressed,
+# so a tar that cannot be read from it is more likely damaged than not a tar.
+MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz"}
+
+
+def _compressed_as(file: Path) -> str | None:
+    """The compression ``file`` starts with the magic number of, if any."""
+    try:
+        with open(file, "rb") as handle:
+            head = handle.read(6)
+    except OSError:
+        return None
+    return next((name for magic, name in MAGIC.items() if head.startswith(magic)), None)
+
+
 def log_id(root: Path) -> str:
     """The identity a restore gave ``root``'s log (``wal/LOG_ID``); "" for a root never
     restored (its log is the original one). Written before the restored root exists, never
@@ -143,6 +158,11 @@ def _extract(file: Path, staging: Path) -> SnapshotInfo:
     except FileNotFoundError as exc:
         raise MissingArtifactError(f"no snapshot file {file}", file) from exc
     except tarfile.TarError as exc:  # its message lists every compression tried: not shown
+        compression = _compressed_as(file)
+        if compression is not None:  # its first block would not decompress to a tar
+            raise SnapshotCorruptError(
+                f"{file} is {compression} data that does not read as a snapshot: damaged (take "
+                "the snapshot again), or not a snapshot", file) from exc
         raise SnapshotCorruptError(f"{file} is not a snapshot (not a tar file); take one "
                                    "with `retrieval snapshot ROOT FILE`", file) from exc
     except READ_ERRORS as exc:  # a compressed snapshot cut short or damaged in its first member

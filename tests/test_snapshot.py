@@ -669,3 +669,25 @@ def test_a_client_gone_mid_download_leaves_no_copy_behind(root, tmp_path, monkey
         assert client.get("/healthz").status_code == 200  # still serving
     assert sent[:2] == ["http.response.start", "http.response.body"]
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("compression", sorted(COMPRESSIONS))
+def test_damage_in_a_compressed_snapshots_first_block_says_damaged(root, tmp_path, compression):
+    """tarfile decompresses a first block (900 kB of a .tar.bz2) before it reads any member:
+    damage there was called "not a snapshot (not a tar file); take one", although the file
+    was one, damaged."""
+    file = tmp_path / "snap.tar"
+    take_snapshot(root, file)
+    compress, _ = COMPRESSIONS[compression]
+    compressed = bytearray(compress(file.read_bytes()))
+    compressed[20] ^= 0xFF  # inside the first block, past the header
+    damaged_file = tmp_path / f"snap.tar.{compression}"
+    damaged_file.write_bytes(bytes(compressed))
+    with pytest.raises(SnapshotCorruptError, match="does not read as a snapshot: damaged "
+                                                   r"\(take the snapshot again\)"):
+        restore_snapshot(damaged_file, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+    plain_text = tmp_path / "notes.txt"
+    plain_text.write_text("not a snapshot at all")
+    with pytest.raises(SnapshotCorruptError, match=r"not a snapshot \(not a tar file\)"):
+        restore_snapshot(plain_text, tmp_path / "restored")
