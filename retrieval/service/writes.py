@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -139,8 +140,9 @@ class TemporaryFileResponse(FileResponse):
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
-        finally:  # inline, not awaited: a cancelled request would skip an await here
-            shutil.rmtree(self.directory, ignore_errors=True)
+        finally:  # shielded: a cancelled request (a server shutting down) still removes it
+            with anyio.CancelScope(shield=True):  # in a thread: a large copy takes a while
+                await anyio.to_thread.run_sync(shutil.rmtree, self.directory, True)
 
 
 # A write refused for want of room: the disk full, a quota reached, a file size limit.
