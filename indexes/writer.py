@@ -148,10 +148,12 @@ class IndexWriter:
 
     def _catch_up(self) -> None:
         """Read what other writers appended since this one last held the lock; reopen on a
-        new live build or a new segment (rare: compaction and builds)."""
+        new live build or a new segment (rare: compaction and builds), or when an earlier
+        reopen failed and left no segment open."""
         build = resolve_build_dir(self.root)
         existing = segments(self.root)
-        if build != self._build or not existing or existing[-1][0] != self._segment:
+        if (build != self._build or not existing or existing[-1][0] != self._segment
+                or self._fd < 0):
             self._reopen(build)
             return
         path = existing[-1][1]
@@ -216,12 +218,23 @@ class IndexWriter:
                 self._requests[record.request[0]] = (record.seq, record.request[1])
 
     def _start_segment(self, first_seq: int) -> None:
+        """Create segment ``first_seq`` and append to it from now on. The segment appended to
+        until now is closed only once the new one is open: had creating it failed (no inodes
+        or descriptors left) after the close, the writer kept a closed descriptor's number,
+        and its next acknowledged write went to whatever file was opened under it next."""
         path = wal_dir(self.root) / segment_name(first_seq)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.fsync(self._fd)
-        fsync_path(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.fsync(fd)
+            fsync_path(path.parent)
+        except BaseException:  # the old segment stays ours; the next catch-up finds this
+            os.close(fd)  # one if it was created, and reopens on it
+            raise
+        previous, self._fd = self._fd, fd
         self._segment = first_seq
         self._end = 0
+        if previous >= 0:
+            os.close(previous)
         write_acked(self._acked_fd, first_seq, 0)
 
     def caught_up(self) -> int:
@@ -233,8 +246,6 @@ class IndexWriter:
         """Start a new segment for the next record; returns the last seq before it (the
         prefix compaction folds)."""
         with self._locked():
-            if self._fd >= 0:
-                os.close(self._fd)
             self._start_segment(self.last_seq + 1)
             return self.last_seq
 

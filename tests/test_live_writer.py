@@ -3,6 +3,7 @@ torn tails truncated at open, and no acknowledged write lost when the writer is 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import random
@@ -78,6 +79,8 @@ BAD_UPSERTS = [
      "'year' holds .* which is no number"),
     ("infinite number", [{"id": "x1", "text": "a", "metadata": {"year": float("-inf")}}],
      None, "-inf is no number a filter can compare"),
+    ("nan number", [{"id": "x1", "text": "a", "metadata": {"year": float("nan")}}],
+     None, "nan is no number a filter can compare"),
     ("id field", [{"id": "x1", "text": "a", "metadata": {"id": "custom-7"}}], None,
      "'id' is reserved"),
     # A field named 1 and one named "1" were two fields to the writer and one once logged:
@@ -639,3 +642,71 @@ def test_a_write_after_close_is_a_typed_error(root):
         with pytest.raises(WriterClosedError, match="writer of .* is closed"):
             write()
     assert read_all(root) == []
+
+
+def test_damage_spanning_records_past_the_acknowledged_end_is_loud_not_a_torn_tail(root):
+    """Records 11 and 12 of 30 zeroed, ``wal/ACKED`` lagging at record 5 (a power loss may
+    leave it so): only seq 12 or 13 right after the damage was looked for, so the 18 whole
+    acknowledged records after it read as a torn tail, and the writer truncated them."""
+    with IndexWriter(root) as writer:
+        for n in range(5):
+            writer.delete([f"d{n}"])
+        lagging = (wal_dir(root) / ACKED).read_bytes()
+        for n in range(5, 30):
+            writer.delete([f"d{n}"])
+    (_, path), = segments(root)
+    ends, at = [], 0
+    for record in read_all(root):
+        at += len(encode_record(record))
+        ends.append(at)
+    damaged = bytearray(path.read_bytes())
+    damaged[ends[9]:ends[11]] = bytes(ends[11] - ends[9])  # seqs 11 and 12
+    path.write_bytes(bytes(damaged))
+    (wal_dir(root) / ACKED).write_bytes(lagging)
+    with pytest.raises(LogCorruptionError, match=rf"byte {ends[9]} \(after seq 10\) is damaged "
+                                                 rf"and whole records follow it \(seq 13 at "
+                                                 rf"byte {ends[11]}\)"):
+        read_all(root)
+    with pytest.raises(LogCorruptionError, match="whole records follow"):
+        check_log(root, live_seq=0)  # as ``retrieval verify`` calls it
+    with pytest.raises(LogCorruptionError):
+        IndexWriter(root)
+    assert path.read_bytes() == bytes(damaged)  # nothing truncated
+    garbage = bytes(damaged[:ends[9]]) + bytes(range(256)) * 8  # no whole record after it
+    path.write_bytes(garbage)
+    assert [r.seq for r in read_all(root)] == list(range(1, 11))
+    assert check_log(root, live_seq=0) == (10, len(garbage) - ends[9])
+
+
+def test_a_segment_that_cannot_be_created_leaves_the_writer_on_its_old_segment(
+        root, tmp_path, monkeypatch):
+    """``rotate`` closed the segment's descriptor before creating the next segment; when the
+    creation failed (no inode or descriptor left) the writer kept the closed number, and its
+    next acknowledged write went to the file opened under that number next, not to the log.
+    Now the rotation raises, and the writer goes on appending to the segment it had."""
+    real_open = os.open
+    writer = IndexWriter(root)
+    first = writer.delete(["d1"])
+    refused = str(wal_dir(root) / segment_name(first + 1))
+
+    def open_out_of_descriptors(path, flags, mode=0o777, **kwargs):
+        if str(path) == refused:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), refused)
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_out_of_descriptors)
+    with pytest.raises(OSError, match="Too many open files"):
+        writer.rotate()  # compaction's first step
+    monkeypatch.undo()
+    unrelated = tmp_path / "unrelated.bin"
+    with open(unrelated, "wb"):  # the next file the process opens
+        second = writer.delete(["d2"])
+        assert second == first + 1
+    assert unrelated.stat().st_size == 0
+    assert writer.rotate() == second  # creating a segment works again
+    third = writer.delete(["d3"])
+    writer.close()
+    assert [start for start, _ in segments(root)] == [1, third]
+    assert [r.seq for r in read_all(root)] == [first, second, third]
+    with IndexWriter(root) as fresh:
+        assert fresh.last_seq == third

@@ -58,6 +58,7 @@ SUFFIX = ".wal"
 ACKED = "ACKED"
 HEADER = struct.Struct("<IQI")  # payload length, seq, crc32
 JSON_LEN = struct.Struct("<I")
+MIN_RECORD = HEADER.size + JSON_LEN.size  # a record's header and its payload's JSON length
 ACK = struct.Struct("<QQI")  # newest segment's first seq, end of its last acknowledged record
 
 
@@ -225,25 +226,45 @@ def _raise_if_acked(at: int, last: int | None, path: Path | None, origin: int, a
 
 def _raise_if_followed(data: bytes, at: int, last: int | None, path: Path | None,
                        origin: int) -> None:
-    """Raise when a whole record starts after the damaged one at ``at``. Sequence numbers are
-    consecutive, so the next whole record is seq ``last + 1`` or ``last + 2`` (when the damaged
-    one is ``last + 1``): a byte search for those finds it without walking the tail."""
+    """Raise when a whole record with a later seq starts after the damaged one at ``at``:
+    acknowledged writes follow the damage, however many records it spans."""
     if last is None:  # a segment's first record: its own header gives the expected seq
         last = HEADER.unpack_from(data, at)[1] - 1 if at + HEADER.size <= len(data) else 0
-    for seq in (last + 1, last + 2):
-        found = data.find(struct.pack("<Q", seq), at + 5)
-        while found != -1 and found + 12 <= len(data):  # a whole header holds the seq
-            begin = found - 4
-            length, _, crc = HEADER.unpack_from(data, begin)
-            end = begin + HEADER.size + length
-            if end <= len(data) and zlib.crc32(
-                    data[found:found + 8] + data[begin + HEADER.size:end]) == crc:
-                raise LogCorruptionError(
-                    f"{path}: the record at byte {origin + at} (after seq {last}) is damaged and "
-                    f"whole records follow it (seq {seq} at byte {origin + begin}): "
-                    "acknowledged writes would "
-                    "be lost; restore the log from a backup", path or Path("."))
-            found = data.find(struct.pack("<Q", seq), found + 1)
+    found = _whole_record_after(data, at, last)
+    if found is not None:
+        seq, begin = found
+        raise LogCorruptionError(
+            f"{path}: the record at byte {origin + at} (after seq {last}) is damaged and "
+            f"whole records follow it (seq {seq} at byte {origin + begin}): acknowledged "
+            "writes would be lost; restore the log from a backup", path or Path("."))
+
+
+def _whole_record_after(data: bytes, at: int, last: int) -> tuple[int, int] | None:
+    """(seq, offset) of the first whole, checksum-valid record starting past ``at`` whose
+    seq follows ``last``; None when there is none (a torn tail).
+
+    Every offset is tried: the damage may span several records or change a length, so where
+    the records after it start is unknown. Only seqs a record could have there are checksummed
+    (each record takes at least ``MIN_RECORD`` bytes, so seqs run at most one per that many
+    bytes past ``last``), which leaves next to no candidates in random bytes."""
+    lowest = max(last, 0)
+    highest = min(lowest + 1 + (len(data) - at) // MIN_RECORD, 2**64 - 1)
+    starts: list[int] = []
+    for shift in range(8):  # a u64 read at every offset, in eight aligned passes
+        first = at + 1 + shift + 4  # the seq field of a header at ``at + 1 + shift``
+        count = (len(data) - first - 8 - 4) // 8 + 1  # whole headers only
+        if count <= 0:
+            continue
+        seqs = np.frombuffer(data, dtype="<u8", count=count, offset=first)
+        hits = np.flatnonzero((seqs > lowest) & (seqs <= highest))
+        starts.extend(int(first + 8 * i - 4) for i in hits)
+    for begin in sorted(starts):
+        length, seq, crc = HEADER.unpack_from(data, begin)
+        end = begin + HEADER.size + length
+        if end <= len(data) and zlib.crc32(
+                data[begin + 4:begin + 12] + data[begin + HEADER.size:end]) == crc:
+            return seq, begin
+    return None
 
 
 def read_from(path: Path, offset: int, newest: bool = True, after: int | None = None
