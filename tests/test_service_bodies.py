@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import numpy as np
 import pytest
 from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
 
 from indexes.errors import InvalidWriteError
-from retrieval.service.bodies import describe_validation
+from retrieval.service.bodies import Body, describe_validation, parse_body
 from retrieval.service.errors import MalformedRequestError, RequestFieldError
 from retrieval.service.schemas import (
     BatchBody,
@@ -104,3 +106,80 @@ def test_base64_rows_decode_in_one_go_as_float32() -> None:
                                vector=base64.b64encode(row.tobytes()).decode())
                  for i, row in enumerate(rows)]
     assert np.array_equal(given_vectors(documents), rows)
+
+
+# -- parse_body: what a request must be besides its fields --------------------------------
+
+
+def parse(model: type[Body], raw: bytes, headers: dict[str, str] | None = None,
+          query: bytes = b"") -> Body:
+    """``parse_body`` of a POST carrying ``raw``: a real Starlette request over an ASGI scope,
+    as the service's routes receive it (JSON content type unless ``headers`` say otherwise)."""
+    given = {"content-type": "application/json"} if headers is None else headers
+    scope = {"type": "http", "method": "POST", "path": "/v1/search", "query_string": query,
+             "headers": [(k.encode(), v.encode()) for k, v in given.items()]}
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    return asyncio.run(parse_body(Request(scope, receive), model))
+
+
+def test_a_body_without_a_content_type_is_refused() -> None:
+    """A page on any website may POST without a Content-Type and no CORS preflight (fetch of
+    a Blob, mode "no-cors"): read as JSON, it planted documents under server.open_writes."""
+    raw = b'{"documents": [{"id": "planted", "text": "from another site"}]}'
+    with pytest.raises(MalformedRequestError,
+                       match="no Content-Type; send the JSON body with the header "
+                             "'content-type: application/json'"):
+        parse(UpsertBody, raw, headers={})
+    assert parse(UpsertBody, raw).documents[0].id == "planted"
+    declared = {"content-type": "application/merge-patch+json; charset=utf-8"}
+    assert parse(DeleteBody, b'{"ids": ["a"]}', headers=declared).ids == ["a"]
+
+
+REPEATED = [
+    (DeleteBody, b'{"ids": ["dupB"], "ids": ["1"]}', "ids"),  # deleted "1"
+    (SearchBody, b'{"query": "heat", "filters": {"year": {"gte": 3000}}, "filters": null}',
+     "filters"),  # searched unfiltered
+    (SearchBody, b'{"query": "heat", "filters": {"year": {"gte": 3000}, "year": {"gte": 0}}}',
+     "year"),
+    (UpsertBody, b'{"documents": [{"id": "dupA", "text": "t", "id": "dupB"}]}', "id"),
+    (SearchBody, b'{"query": "heat", "k": 5, "k": "many"}', "k"),  # not a 422 about k
+    (SearchBody, ('{"query": "x", ' + "".join(f'"f{i}": 1, ' for i in range(50_000))
+                  + '"f0": 2}').encode(), "f0"),  # 50,000 unknown fields: found by a set
+]
+
+
+@pytest.mark.parametrize(("model", "raw", "key"), REPEATED,
+                         ids=["delete ids", "search filters", "filter field", "document id",
+                              "wrong second value", "many keys"])
+def test_a_key_given_twice_in_one_object_is_refused_by_name(model: type[BaseModel], raw: bytes,
+                                                            key: str) -> None:
+    """pydantic keeps the last value silently; the corpus reader refuses the same thing."""
+    with pytest.raises(MalformedRequestError,
+                       match=f"the key '{key}' appears twice in one object of the body"):
+        parse(model, raw)
+
+
+def test_the_same_key_in_different_objects_is_no_repeat() -> None:
+    raw = (b'{"documents": [{"id": "a", "text": "x", "metadata": {"id2": 1, "n": 1e400}}, '
+           b'{"id": "b", "text": "y", "metadata": {"id2": 2}}]}')
+    assert [d.id for d in parse(UpsertBody, raw).documents] == ["a", "b"]
+    with pytest.raises(MalformedRequestError, match="not valid JSON"):  # pydantic's verdict
+        parse(SearchBody, b'{"query": "x", "query": ')
+
+
+@pytest.mark.parametrize(("query", "named"), [
+    (b"k=2&filters=year%20%3E%3D%203000", "'k', 'filters'"),
+    (b"debug", "'debug'"),
+    (b"&", "'&'"),
+    (b"&".join(b"p%d=1" % i for i in range(12)), "'p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', "
+                                                  "'p7', 'p8', 'p9' and 2 more"),
+])
+def test_a_query_string_on_a_json_route_is_refused_by_name(query: bytes, named: str) -> None:
+    """``POST /v1/search?k=2&filters=...`` answered ten unfiltered hits."""
+    with pytest.raises(MalformedRequestError) as caught:
+        parse(SearchBody, b'{"query": "heat"}', query=query)
+    assert str(caught.value) == (f"this route takes no query string (got {named}); give its "
+                                 "parameters as fields of the JSON body")
