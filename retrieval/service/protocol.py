@@ -9,7 +9,10 @@ line's URL included), and 408 when a request's head is not complete
 arrived (a head waiting behind a request still running gets its time again); both close the
 connection, after the responses of the requests pipelined before, and count in
 ``retrieval_http_requests_total`` under route "other". The body has its own timeout
-(``guard``), idle keep-alive connections uvicorn's.
+(``guard``), idle keep-alive connections uvicorn's. A response sent before its request's body
+was read whole (a 401, a GET with a body) closes the connection: the rest of that body stood
+between the connection and its next request, and each byte of it stopped uvicorn's keep-alive
+timer for good, so one byte now and then held the connection open forever.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class HeadLimits(HttpToolsProtocol):
         self._head_received = 0  # bytes read while the head was incomplete
         self._heads_begun = 0
         self._refused = False
+        self._closing = False  # answered and closing: what still comes is dropped
         self._answer_after_response: bytes | None = None
 
     @property
@@ -69,7 +73,7 @@ class HeadLimits(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._refused or self._closing:
             return
         was_in_head, heads_begun = self._in_head, self._heads_begun
         super().data_received(data)
@@ -127,10 +131,17 @@ class HeadLimits(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if (self._answer_after_response is not None and not self.pipeline
-                and self.cycle.response_complete and not self.transport.is_closing()):
+        if self.pipeline or not self.cycle.response_complete or self.transport.is_closing():
+            return
+        if self._answer_after_response is not None:
             self._unset_keepalive_if_required()
             self._answer_and_close(self._answer_after_response)
+        elif self.cycle.more_body:
+            # Answered before its body was read whole: reading on to the next request means
+            # reading the rest of a body that may never end (a Content-Length of 1 GB, sent a
+            # byte at a time, held the connection past every timeout).
+            self._unset_keepalive_if_required()
+            self._linger_and_close()
 
     def _head_too_large(self) -> HeaderTooLargeError:
         return HeaderTooLargeError(
@@ -187,6 +198,10 @@ class HeadLimits(HttpToolsProtocol):
     def _answer_and_close(self, answer: bytes) -> None:
         self._answer_after_response = None
         self.transport.write(answer)
+        self._linger_and_close()
+
+    def _linger_and_close(self) -> None:
+        self._closing = True
         # A lingering close: the answer and a FIN now, what the client still sends is read and
         # dropped for a moment (closing with unread data would reset the connection, and the
         # client would lose the answer), then the connection closes whatever the client does.
