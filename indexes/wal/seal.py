@@ -10,10 +10,12 @@ leaves every later write in place for the new build to apply.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -87,11 +89,13 @@ def pin(root: Path, seq: int) -> Path:
     """Keep the records after ``seq`` in the log while a build that sealed it there runs
     (``retire`` spares them): a build that reads its corpus hours before it is placed
     (``build_on_ray`` encodes it first) would otherwise find them retired by the compactions
-    of those hours, and be refused. ``unpin`` when the build is placed or fails."""
+    of those hours, and be refused. ``unpin`` when the build is placed or fails. The pin
+    holds its process's identity (``ProcessId``), so a pin left by a killed build is
+    dropped as soon as a process of the same machine finds its owner gone."""
     pins = wal_dir(root) / PINS
     pins.mkdir(parents=True, exist_ok=True)
     path = pins / f"{seq}.{os.getpid()}.{time.time_ns()}"
-    path.touch()
+    path.write_text(json.dumps(ProcessId.own().as_json()))
     return path
 
 
@@ -101,8 +105,10 @@ def unpin(path: Path | None) -> None:
 
 
 def pinned(root: Path) -> list[int]:
-    """The seqs builds still running pinned (a pin older than ``PIN_MAX_AGE_SECONDS`` is a
-    build that died: ignored, so the log does not grow for ever)."""
+    """The seqs builds still running pinned. A pin whose process is known gone (``dead``)
+    is deleted; one older than ``PIN_MAX_AGE_SECONDS`` is ignored, for the pins no process
+    here can judge (another machine's, or written before pins named their process), so the
+    log does not grow for ever."""
     pins = wal_dir(root) / PINS
     if not pins.is_dir():
         return []
@@ -110,11 +116,75 @@ def pinned(root: Path) -> list[int]:
     for path in pins.iterdir():
         try:
             fresh = now - path.stat().st_mtime < PIN_MAX_AGE_SECONDS
+            owner = path.read_text()
         except FileNotFoundError:  # unpinned meanwhile
             continue
-        if fresh:
+        if dead(owner):
+            path.unlink(missing_ok=True)
+        elif fresh:
             kept.append(int(path.name.split(".", 1)[0]))
     return kept
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """A process, told apart from any other that ever had its pid: the machine's boot and
+    pid namespace (containers on one host share the boot but not the pids), the pid, and
+    when the process started (a pid is reused once its process is gone)."""
+
+    boot: str
+    namespace: str
+    pid: int
+    started: str
+
+    @staticmethod
+    def own() -> ProcessId:
+        return ProcessId(_read(BOOT_ID), _namespace("self"), os.getpid(), _started("self"))
+
+    def as_json(self) -> dict[str, object]:
+        return {"boot": self.boot, "namespace": self.namespace, "pid": self.pid,
+                "started": self.started}
+
+
+def dead(owner: str) -> bool:
+    """Whether the process a pin names (its ``ProcessId`` as JSON) is known gone: it ran in
+    this boot and pid namespace, and its pid now names no process or one started since.
+    False whenever that cannot be known (an old empty pin, another machine, no ``/proc``)."""
+    try:
+        named = ProcessId(**json.loads(owner))
+    except (ValueError, TypeError):
+        return False
+    here = ProcessId.own()
+    if not here.boot or not here.namespace or (named.boot, named.namespace) != (
+            here.boot, here.namespace):
+        return False
+    return _started(str(named.pid)) != named.started
+
+
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def _read(path: str) -> str:
+    """A ``/proc`` file's text; "" where there is none (a pid gone, another system)."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _namespace(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+def _started(pid: str) -> str:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of its ``stat``,
+    counted after the parenthesized name, which may hold spaces); "" for no such process."""
+    stat = _read(f"/proc/{pid}/stat")
+    return stat.rsplit(")", 1)[1].split()[19] if stat else ""
 
 
 def retire(root: Path, folded: int) -> int:
