@@ -94,10 +94,17 @@ def linear_fusion(bm25: np.ndarray, cosine: np.ndarray, vector_weight: float) ->
 
 
 def ranks_desc(scores: np.ndarray) -> np.ndarray:
-    """1-based rank of each score, highest first (ties broken by position)."""
-    order = np.argsort(-np.asarray(scores), kind="stable")
+    """1-based rank of each score, highest first; equal scores share the best rank of their
+    group ("1224"): every dense-only candidate of a union scores 0 in BM25, and ranks by
+    position handed the first of them a better BM25 rank than the last for nothing."""
+    scores = np.asarray(scores)
+    order = np.argsort(-scores, kind="stable")
+    ranked = scores[order]
+    first_of_group = np.ones(order.size, dtype=bool)
+    first_of_group[1:] = ranked[1:] != ranked[:-1]
+    positions = np.arange(1, order.size + 1, dtype=np.float64)
     ranks = np.empty(order.size, dtype=np.float64)
-    ranks[order] = np.arange(1, order.size + 1)
+    ranks[order] = np.maximum.accumulate(np.where(first_of_group, positions, 0.0))
     return ranks
 
 
