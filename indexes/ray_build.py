@@ -8,8 +8,10 @@ Sources: a BEIR folder (its corpus.jsonl), JSONL files, Parquet files, or a dire
 (many files). Rows are read in file order (Ray Data's ``preserve_order``), so row i of the build
 is the i-th document of the sources, as in a local build. A JSONL file is first checked line by
 line as the local reader checks it: a key repeated in one object is a ``CorpusError`` naming
-the file and the line (Ray Data's reader keeps the last value). Vectors are reused from the
-live build by content hash first; only the remaining documents travel to the encoder actors.
+the file and the line (Ray Data's reader keeps the last value); a Parquet file's footer is
+first checked for a column named twice, a ``CorpusError`` naming the file and the column. Vectors
+are reused from the live build by content hash first; only the remaining documents travel to
+the encoder actors.
 
 What runs where: reading and parsing (and the JSONL check: one Ray task per file, a second
 parse of it), encoding and the analysis (``indexes.analysis``: one Ray task per contiguous
@@ -25,6 +27,7 @@ driver holds only the collection's statistics.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -85,6 +88,8 @@ def read_documents(source: str | Path) -> list[Document]:
     kind, files = source_files(source)
     if kind == "json":
         _check_json_files(files)
+    else:
+        _check_parquet_files(files)
     dataset = (ray.data.read_json(files, lines=True) if kind == "json"
                else ray.data.read_parquet(files))
     mapping = FieldMapping()
@@ -109,6 +114,31 @@ def _check_json_files(files: Sequence[str]) -> None:
         if isinstance(exc.cause, CorpusError):
             raise exc.cause from None
         raise
+
+
+def _check_parquet_files(files: Sequence[str]) -> None:
+    """No Parquet file names a column twice, as the local reader checks it
+    (``FieldMapping.columns_to_read``): Ray Data's reader refuses such a file in a Ray task
+    with pyarrow's untyped "Multiple matches for FieldRef" wrapped in Ray's task error. Only
+    each file's footer is read, here on the driver, before Ray reads any row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for file in files:
+        try:
+            names = pq.read_schema(file).names
+        except (pa.ArrowException, OSError) as exc:
+            raise CorpusError(f"cannot read {file}: {exc}") from exc
+        repeated = [name for name, count in Counter(names).items() if count > 1]
+        if repeated:
+            raise CorpusError(f"{file}: {_columns_named(names, repeated[0])}, and a row keeps "
+                              "one value per name: rename the columns so each name is distinct")
+
+
+def _columns_named(names: Sequence[str], name: str) -> str:
+    """The 1-based positions of ``name`` among ``names``: columns 2 and 5 are named 'text'."""
+    found = [str(i) for i, column in enumerate(names, start=1) if column == name]
+    return f"columns {', '.join(found[:-1])} and {found[-1]} are named {name!r}"
 
 
 def _plain(row: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from indexes.corpus import RepeatedKey, distinct_keys
 from retrieval.features.errors import FeatureSchemaError, FeatureSourceError
 from retrieval.features.offline.convert import ARROW_TYPES, EXPECTED, check_schema
 from retrieval.features.view import FeatureView
@@ -30,6 +31,8 @@ from retrieval.features.view import FeatureView
 SURVEYED_ROWS = 1000
 _CSV_COLUMN = re.compile(r"CSV column #(\d+)")
 _JSON_COLUMN = re.compile(r"Column\(/([^)]*)\)")
+_JSON_REPEATED = "was specified twice"  # pyarrow's words for a key repeated in a row
+_DISTINCT_KEYS = json.JSONDecoder(object_pairs_hook=distinct_keys)
 
 
 class FeatureSource(ABC):
@@ -155,27 +158,50 @@ class JsonlSource(FeatureSource):
     def _first_keys(self) -> set[str]:
         """The keys of the first ``SURVEYED_ROWS`` rows together: a writer that leaves null
         fields out (Spark's does) drops a column from some rows, the first among them."""
-        if not self.path.is_file():
-            raise _missing_file(self.path)
         keys: set[str] = set()
         rows = 0
-        with self.path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise FeatureSourceError(f"JSONL file {self.name}: {exc}") from exc
-                if not isinstance(row, dict):
-                    raise FeatureSourceError(f"JSONL file {self.name}: rows must be objects")
-                keys.update(row)
-                rows += 1
-                if rows == SURVEYED_ROWS:
-                    break
+        for row in self._rows():
+            keys.update(row)
+            rows += 1
+            if rows == SURVEYED_ROWS:
+                break
         if not rows:
             raise FeatureSourceError(f"JSONL file {self.name} has no rows")
         return keys
+
+    def _rows(self) -> Iterator[dict[str, Any]]:
+        """The file's rows in order, each checked as the corpus reader checks a record: a key
+        repeated in one object (pyarrow refuses it, naming neither file nor line) is a
+        ``FeatureSchemaError`` naming the line and the key."""
+        if not self.path.is_file():
+            raise _missing_file(self.path)
+        row = 0
+        with self.path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    parsed = _DISTINCT_KEYS.decode(line)
+                except RepeatedKey as exc:
+                    raise FeatureSchemaError(
+                        f"source {self.path}:{number}: the key {exc.key!r} appears twice in one "
+                        "object (a row holds one value per key): rename or remove one",
+                        exc.key,
+                        row,
+                    ) from exc
+                except json.JSONDecodeError as exc:
+                    raise FeatureSourceError(f"JSONL file {self.name}: {exc}") from exc
+                if not isinstance(parsed, dict):
+                    raise FeatureSourceError(f"JSONL file {self.name}: rows must be objects")
+                yield parsed
+                row += 1
+
+    def _find_repeated_key(self) -> None:
+        """Raise the error naming the line of a key repeated past the surveyed rows: pyarrow's
+        error counts its row within a block of the file, so the file is parsed again (only
+        once pyarrow has refused it)."""
+        for _ in self._rows():
+            pass
 
     def tables(self, view: FeatureView, batch_rows: int) -> Iterator[pa.Table]:
         _columns(view, self._first_keys(), self.name)
@@ -185,6 +211,8 @@ class JsonlSource(FeatureSource):
             reader = pa_json.open_json(self.path, parse_options=parse)
             yield from _rebatch(reader, batch_rows)
         except pa.ArrowInvalid as exc:
+            if _JSON_REPEATED in str(exc):
+                self._find_repeated_key()
             match = _JSON_COLUMN.search(str(exc))
             raise _named(exc, self.name, view, match.group(1) if match else None) from exc
 
@@ -205,6 +233,8 @@ class CallableSource(FeatureSource):
         produced = self.fn()
         if isinstance(produced, pa.Table | pa.RecordBatch):
             table = produced if isinstance(produced, pa.Table) else pa.table(produced)
+            # A repeated or missing column refused as a file's is (pyarrow raised KeyError)
+            _columns(view, table.column_names, self.name)
             yield from (pa.Table.from_batches([b]) for b in table.to_batches(batch_rows))
         elif isinstance(produced, Mapping):
             yield self._from_columns(view, produced)
