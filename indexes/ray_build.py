@@ -80,8 +80,10 @@ def source_files(source: str | Path) -> tuple[Literal["json", "parquet"], list[s
                       ".jsonl or .parquet files")
 
 
-def read_documents(source: str | Path) -> list[Document]:
-    """Every document of ``source`` read by Ray Data, in file order."""
+def read_documents(source: str | Path, mapping: FieldMapping | None = None) -> list[Document]:
+    """Every document of ``source`` read by Ray Data, in file order; ``mapping``: which fields
+    hold the id, text and title, and which are metadata (``indexes.sources.FieldMapping``,
+    checked against the first row as the local reader checks it)."""
     import ray.data
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
@@ -92,7 +94,8 @@ def read_documents(source: str | Path) -> list[Document]:
         _check_parquet_files(files)
     dataset = (ray.data.read_json(files, lines=True) if kind == "json"
                else ray.data.read_parquet(files))
-    mapping = FieldMapping()
+    mapping = mapping or FieldMapping()
+    _check_mapping(mapping, dataset.schema(), str(source))
     documents = [mapping.document(_plain(row), f"{source}: row {number}")
                  for number, row in enumerate(dataset.iter_rows(), start=1)]
     if not documents:
@@ -139,6 +142,21 @@ def _columns_named(names: Sequence[str], name: str) -> str:
     """The 1-based positions of ``name`` among ``names``: columns 2 and 5 are named 'text'."""
     found = [str(i) for i, column in enumerate(names, start=1) if column == name]
     return f"columns {', '.join(found[:-1])} and {found[-1]} are named {name!r}"
+
+
+def _check_mapping(mapping: FieldMapping, schema: Any, where: str) -> None:
+    """A mapping naming fields the sources lack is an error listing the ones they have, before
+    any row is mapped, as the local reader does (``FieldMapping.check``); the fields of a
+    ``metadata`` object are those of its struct column."""
+    import pyarrow as pa
+
+    names = list(schema.names) if schema is not None else []
+    nested: list[str] = []
+    if "metadata" in names:
+        kind = schema.types[names.index("metadata")]
+        if isinstance(kind, pa.StructType):  # a pandas block's column types are numpy's
+            nested = [kind.field(i).name for i in range(kind.num_fields)]
+    mapping.check(names, where, nested)
 
 
 def _plain(row: Any) -> dict[str, Any]:
@@ -204,9 +222,10 @@ def encoder_info(backend: Backend, model: str | None) -> EncoderInfo:
 def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "torch",
                  model: str | None = None, workers: int = 2, cpus_per_worker: float = 1.0,
                  config: BuildConfig | None = None, publish: bool = True,
-                 shards: int | None = None, **shard_options: Any) -> BuildReport:
+                 shards: int | None = None, mapping: FieldMapping | None = None,
+                 **shard_options: Any) -> BuildReport:
     """Build ``source`` into ``root`` on the connected Ray cluster (see the module docstring);
-    ``shards`` as ``indexes.build.build_index``."""
+    ``shards`` as ``indexes.build.build_index``, ``mapping`` as ``read_documents``."""
     config = cut_with(config or BuildConfig(), model)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise CorpusError(f"workers must be a whole number of at least 1, not {workers!r}")
@@ -215,7 +234,7 @@ def build_on_ray(source: str | Path, root: str | Path, *, backend: Backend = "to
                           "Ray encoders): fold the log first (`retrieval compact`), or build "
                           "without Ray to replay them")
     check_new_root(Path(root))
-    documents = read_documents(source)
+    documents = read_documents(source, mapping)
     # What build_index refuses, refused before the encoding (hours at scale), not after it.
     check_documents(documents)
     if shards is not None:

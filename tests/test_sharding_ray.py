@@ -30,6 +30,7 @@ from indexes.passages import PASSAGE_ARRAYS, PassageConfig
 from indexes.ray_build import build_on_ray, ray_runner, read_documents
 from indexes.shard_build import GivenRows, build_streamed, run_here
 from indexes.sharding import read_layout
+from indexes.sources import FieldMapping
 from indexes.writer import IndexWriter
 from retrieval import Retriever, ShardUnavailableError
 from retrieval.loaded_build import LoadedBuild
@@ -463,3 +464,22 @@ def _on_a_hung_shard(late: Retriever, vector: np.ndarray, docs: list[Document]
     with pytest.raises(ShardUnavailableError) as held:
         late.refresh()
     return cut.value, failed.value, fetched, unreachable.value, held.value
+
+
+def test_a_ray_build_maps_fields_as_a_local_build(cluster, tmp_path):
+    """``retrieval build --ray --id-field doc --text-field body ...`` ignored its mapping
+    flags: the Ray build read every corpus with the default mapping, so a corpus keyed by
+    other field names was refused (or its fields left in the metadata) on Ray alone."""
+    rows = [{"doc": "a", "body": "alpha text", "headline": "A", "year": 2001, "secret": 1},
+            {"doc": "b", "body": "beta text", "headline": "B", "year": 2002, "secret": 2}]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    mapping = FieldMapping(id_field="doc", text_field="body", title_field="headline",
+                           drop=("secret",))
+    assert read_documents(corpus, mapping) == list(read_corpus(corpus, mapping))
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "corpus.parquet")
+    assert read_documents(tmp_path / "corpus.parquet", mapping) == list(
+        read_corpus(corpus, mapping))
+    wrong = FieldMapping(id_field="doc", text_field="content")
+    with pytest.raises(CorpusError, match=r"'content'.*'body'"):
+        read_documents(corpus, wrong)

@@ -169,7 +169,7 @@ def run_ray_build(args: argparse.Namespace, config: BuildConfig) -> int:
         options = {"shards": args.shards, "dense": args.shard_dense} if args.shards else {}
         report = build_on_ray(args.corpus, args.out, backend=args.doc_encoder, model=args.model,
                               workers=args.ray_workers, config=config,
-                              publish=not args.no_publish, **options)
+                              publish=not args.no_publish, mapping=mapping_of(args), **options)
     finally:
         ray.shutdown()
     if report.live_writes is not None:
