@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import sys
 from collections.abc import Iterator
 
@@ -17,6 +19,23 @@ from redis_servers import (
 )
 
 pytest_plugins = ["data_fixtures", "passage_fixtures"]
+
+
+def _import_anyio_now() -> None:
+    """anyio imports its modules on first use (parsing their source with ``ast`` to do so),
+    and pytest rewrites their asserts on import (anyio is a pytest plugin). A first use in a
+    server's thread (a snapshot download opening its file) parsed Python in two threads at
+    once, which CPython 3.11.7 does not survive: "SystemError: AST constructor recursion depth
+    mismatch" failed a whole run once. Every module is imported here, before any test starts
+    a thread; only the trio backend, not installed, is left out."""
+    import anyio
+
+    for module in pkgutil.walk_packages(anyio.__path__, "anyio."):
+        if module.name != "anyio._backends._trio":
+            importlib.import_module(module.name)
+
+
+_import_anyio_now()
 
 
 def _require_redis() -> None:
