@@ -38,6 +38,7 @@ from retrieval.service.admission import Admission
 from retrieval.service.auth import ApiKeys, load_api_keys
 from retrieval.service.bodies import JSON, json_response, parse_body
 from retrieval.service.errors import (
+    RETRY_AFTER_SECONDS,
     NotFoundError,
     ServerError,
     ServiceUnavailableError,
@@ -239,9 +240,6 @@ async def _sync_metrics(state: ServiceState, metrics: ServiceMetrics) -> None:
         except Exception:  # noqa: BLE001 (metrics must never take the worker down)
             log.exception("metrics sync failed")
         await asyncio.sleep(METRICS_SYNC_SECONDS)
-
-
-RETRY_AFTER_SECONDS = "1"  # loading, draining, shedding: worth asking again soon
 
 
 async def _retrieval_error(request: Request, exc: Exception) -> Response:

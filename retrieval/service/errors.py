@@ -97,6 +97,8 @@ class HeaderTooLargeError(LimitExceededError):
     (``server.max_headers``, ``server.max_header_bytes``)."""
 
 
+RETRY_AFTER_SECONDS = "1"  # a 503's Retry-After (loading, draining, shedding): ask again soon
+
 # Most specific first: the first class an error is an instance of gives its status.
 STATUS_BY_ERROR: tuple[tuple[type[RetrievalError], int], ...] = (
     (SearchAbandonedError, 499),  # the client closed the request (nginx's code): unsent

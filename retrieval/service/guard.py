@@ -15,16 +15,18 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from retrieval.errors import OverloadedError
 from retrieval.service.auth import ApiKeys, allows
 from retrieval.service.auth import Scope as KeyScope
 from retrieval.service.errors import (
+    RETRY_AFTER_SECONDS,
     AuthenticationError,
     ForbiddenError,
     PayloadTooLargeError,
     RequestTimeoutError,
     error_body,
 )
-from retrieval.service.metrics import ServiceMetrics
+from retrieval.service.metrics import ServiceMetrics, observe_refused
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -63,6 +65,21 @@ async def send_json(send: Send, status: int, body: dict[str, Any],
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(payload)).encode()), *(headers or [])]})
     await send({"type": "http.response.body", "body": payload})
+
+
+async def answer_over_limit(scope: Scope, send: Send, limit: int | None) -> None:
+    """The answer past ``server.max_connections`` (uvicorn's ``limit_concurrency``; the
+    protocol runs this instead of uvicorn's plain-text 503, which no metric counted): the
+    service's overload 503, counted, closing its connection to free one."""
+    started = time.perf_counter()
+    error = OverloadedError(f"this worker holds {limit} connections and requests, its limit; "
+                            "retry shortly, or raise server.max_connections")
+    try:
+        await send_json(send, 503, error_body(error), [
+            (b"retry-after", RETRY_AFTER_SECONDS.encode()), (b"connection", b"close")])
+    finally:
+        route = scope["path"] if scope["path"] in ROUTES else "other"
+        observe_refused(503, time.perf_counter() - started, route, scope["method"])
 
 
 class Guard:

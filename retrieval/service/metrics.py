@@ -29,11 +29,13 @@ def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
-def observe_refused(status: int, seconds: float) -> None:
-    """A request the protocol answered itself (431: its head too large, 408: too slow), under
-    route and method "other": it never had a whole head to name them."""
+def observe_refused(status: int, seconds: float, route: str = "other",
+                    method: str = "other") -> None:
+    """A request the protocol answered itself: 431 (its head too large) and 408 (too slow)
+    under route and method "other", for it never had a whole head to name them; 503 past
+    ``server.max_connections`` under its own."""
     if ServiceMetrics.latest is not None:
-        ServiceMetrics.latest.observe_request("other", "other", status, seconds)
+        ServiceMetrics.latest.observe_request(route, method, status, seconds)
 
 
 # The request counter's method label: the standard methods, anything else "other".

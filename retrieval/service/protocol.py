@@ -10,18 +10,24 @@ arrived (a head waiting behind a request still running gets its time again); bot
 connection, after the responses of the requests pipelined before, and count in
 ``retrieval_http_requests_total`` under route "other". The body has its own timeout
 (``guard``), idle keep-alive connections uvicorn's. A response sent before its request's body
-was read whole (a 401, a GET with a body) closes the connection: the rest of that body stood
-between the connection and its next request, and each byte of it stopped uvicorn's keep-alive
-timer for good, so one byte now and then held the connection open forever.
+was read whole (a 401, a GET with a body) says ``connection: close`` and closes the
+connection: the rest of that body stood between the connection and its next request, and each
+byte of it stopped uvicorn's keep-alive timer for good, so one byte now and then held the
+connection open forever. Every close after a response is a lingering one (uvicorn's closed at
+once: a client still sending the body of a request answered 413 got a reset, and urllib lost
+the answer). Past ``server.max_connections`` (uvicorn's ``limit_concurrency``) the answer is
+the service's overload 503 (``guard.answer_over_limit``), not uvicorn's plain-text one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from retrieval.errors import RetrievalError
 from retrieval.service.errors import HeaderTooLargeError, RequestTimeoutError, error_body
@@ -57,6 +63,8 @@ class HeadLimits(HttpToolsProtocol):
         self._refused = False
         self._closing = False  # answered and closing: what still comes is dropped
         self._answer_after_response: bytes | None = None
+        self._cycle_transport: asyncio.Transport | None = None
+        self._keep_alive: bool | None = None  # the request's own, until its body is whole
 
     @property
     def _raw_head_limit(self) -> int:
@@ -66,6 +74,8 @@ class HeadLimits(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._cycle_transport = cast(asyncio.Transport,
+                                     CycleTransport(transport, self._linger_and_close))
         self._start_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -118,30 +128,60 @@ class HeadLimits(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._stop_head_timer()
-        if not self._refused:
-            super().on_headers_complete()
+        if self._refused:
+            return
+        before = self.cycle
+        super().on_headers_complete()
+        if self.cycle is not before:  # a request to answer (an upgrade makes none)
+            self._adopt(self.cycle)
+
+    def _adopt(self, cycle: RequestResponseCycle) -> None:
+        # uvicorn's cycle closes the connection after a response that says connection: close;
+        # through this transport that close lingers.
+        cycle.transport = self._cycle_transport  # type: ignore[assignment]
+        # Not kept alive until its body is read whole: a response sent before then says
+        # connection: close and closes the connection, for reading on to the next request
+        # means reading the rest of a body that may never end (a Content-Length of 1 GB, sent
+        # a byte at a time, held the connection past every timeout).
+        self._keep_alive, cycle.keep_alive = cycle.keep_alive, False
 
     def on_body(self, body: bytes) -> None:
         if not self._refused:
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if not self._refused:
-            super().on_message_complete()
+        if self._refused:
+            return
+        keep_alive, self._keep_alive = self._keep_alive, None
+        if keep_alive is not None and not self.cycle.response_started:
+            self.cycle.keep_alive = keep_alive  # the body came whole before the response
+        super().on_message_complete()
+
+    def shutdown(self) -> None:
+        if self._keep_alive is not None:  # a body still coming: the connection ends after it
+            self._keep_alive = False
+        super().shutdown()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if app is service_unavailable:  # past server.max_connections: uvicorn's plain 503
+            app = self._over_limit
+        super()._start_asgi_task(cycle, app)
+
+    async def _over_limit(self, scope: Any, receive: Any, send: Any) -> None:
+        from retrieval.service.guard import answer_over_limit  # imports metrics: see _refuse
+
+        await answer_over_limit(scope, send, self.limit_concurrency)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        if self._closing:  # the response said connection: close; it lingers, not waits
+            self._unset_keepalive_if_required()
+            return
         if self.pipeline or not self.cycle.response_complete or self.transport.is_closing():
             return
         if self._answer_after_response is not None:
             self._unset_keepalive_if_required()
             self._answer_and_close(self._answer_after_response)
-        elif self.cycle.more_body:
-            # Answered before its body was read whole: reading on to the next request means
-            # reading the rest of a body that may never end (a Content-Length of 1 GB, sent a
-            # byte at a time, held the connection past every timeout).
-            self._unset_keepalive_if_required()
-            self._linger_and_close()
 
     def _head_too_large(self) -> HeaderTooLargeError:
         return HeaderTooLargeError(
@@ -201,10 +241,28 @@ class HeadLimits(HttpToolsProtocol):
         self._linger_and_close()
 
     def _linger_and_close(self) -> None:
+        if self._closing:
+            return
         self._closing = True
+        self.pipeline.clear()  # requests read behind a response that closes go unanswered
+        self.flow.resume_reading()  # paused by a body no one read: read on, to drop it
         # A lingering close: the answer and a FIN now, what the client still sends is read and
         # dropped for a moment (closing with unread data would reset the connection, and the
         # client would lose the answer), then the connection closes whatever the client does.
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_SECONDS, self.transport.close)
+
+
+class CycleTransport:
+    """The connection's transport as uvicorn's ``RequestResponseCycle`` uses it (it writes,
+    asks ``is_closing`` and closes), with ``close`` the protocol's lingering close: uvicorn's
+    own closed at once, and a client still sending (the rest of a body answered 413) got a
+    reset instead of the answer."""
+
+    __slots__ = ("close", "is_closing", "write")
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        self.write = transport.write
+        self.is_closing = transport.is_closing
+        self.close = close
