@@ -127,18 +127,34 @@ def check_query_text(query: Any, config: RetrieverConfig) -> str:
     return query
 
 
-# Printable characters that give a query no text, beyond the categories ``visible`` rules out
-# (Unicode names no property holding them all):
-# - the printable default-ignorable code points (DerivedCoreProperties): every other one is a
-#   format character (Cf), a mark (Mn) or unassigned; these are the Hangul fillers, blank
-#   letters (Lo);
-# - the braille pattern blank (So): a cell with no dot raised, a blank like a space, though
-#   not White_Space;
-# - U+FFFD (So): what undecodable bytes became, deleted by the BERT tokenizers.
-_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\ufffd")
+# Unicode's Default_Ignorable_Code_Point (the ranges of DerivedCoreProperties.txt since
+# Unicode 14): code points a renderer shows as nothing when it does not support them. Most
+# are format characters, marks or unassigned; the Hangul fillers (U+115F, U+1160, U+3164,
+# U+FFA0) are blank letters (Lo), printable though they print nothing.
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+# As a set of characters, but for the last range (4,096 tags, selectors, unassigned): compared.
+_IGNORABLE_CHARS = frozenset(chr(code) for start, end in _DEFAULT_IGNORABLE[:-1]
+                             for code in range(start, end + 1))
+_IGNORABLE_TAGS = (chr(_DEFAULT_IGNORABLE[-1][0]), chr(_DEFAULT_IGNORABLE[-1][1]))
+# Printable symbols (So) that give a query no text, which no Unicode property names:
+# - the two whose glyph is blank by definition: the braille pattern blank (a cell with no dot
+#   raised, a blank like a space though not White_Space) and the musical null notehead (an
+#   invisible notehead that holds a stem's place);
+# - the Specials block's replacement characters: U+FFFC stands for an object that is not text
+#   (an image), U+FFFD for undecodable bytes (deleted by the BERT tokenizers).
+_BLANK = frozenset("\u2800\U0001d159\ufffc\ufffd")
 # Unicode's Emoji_Modifier property (emoji-data.txt): the skin tones (Sk), each modifying the
 # emoji before it as a mark does a letter. Other modifier symbols (Sk: ^, `) are text.
 _EMOJI_MODIFIERS = range(0x1F3FB, 0x1F400)
+
+
+def default_ignorable(char: str) -> bool:
+    """Whether ``char`` has Unicode's Default_Ignorable_Code_Point property."""
+    return char in _IGNORABLE_CHARS or _IGNORABLE_TAGS[0] <= char <= _IGNORABLE_TAGS[1]
 
 
 def visible(char: str) -> bool:
@@ -147,12 +163,13 @@ def visible(char: str) -> bool:
     Not whitespace, nor a control or format character (a zero-width space, NUL: not
     printable), nor a mark (categories Mn and Me: combining accents, which tokenizers strip,
     variation selectors, enclosing circles) or an emoji modifier (a skin tone): those only
-    modify the character before them, nor a blank (``_BLANK``). A query made of those alone
-    was embedded as an empty or unknown text ([UNK]), its hits all scored alike.
+    modify the character before them, nor a default-ignorable code point (the Hangul
+    fillers), nor a blank or replacement symbol (``_BLANK``). A query made of those alone was
+    embedded as an empty or unknown text ([UNK]), its hits all scored alike.
     """
     return (char.isprintable() and not char.isspace() and char not in _BLANK
             and unicodedata.category(char) not in ("Mn", "Me")
-            and ord(char) not in _EMOJI_MODIFIERS)
+            and ord(char) not in _EMOJI_MODIFIERS and not default_ignorable(char))
 
 
 class FilterMemo:
