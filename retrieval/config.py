@@ -25,7 +25,8 @@ class Limits(StrictConfig):
     max_query_chars: int = Field(
         4096, ge=1, description="characters of one query text. The query encoder reads only "
         "the first tokens of its model's window (256 for all-MiniLM-L6-v2, about 1,000 "
-        "characters of English): words past it count for BM25 alone")
+        "characters of English): words past it count for BM25 alone, and the result's "
+        "warnings say so")
     max_query_tokens: int = Field(1024, ge=1)
     max_k: int = Field(1000, ge=1)
     max_candidates: int = Field(10_000, ge=1)

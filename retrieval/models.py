@@ -118,7 +118,8 @@ class SearchResult(BaseModel):
     cache: CacheInfo = Field(default_factory=CacheInfo)
     warnings: list[str] = Field(
         default_factory=list, description="filter values no document holds, each with the "
-        "closest value the index has (a misspelt value otherwise just returns no hits)")
+        "closest value the index has (a misspelt value otherwise just returns no hits); a query "
+        "longer than the query encoder's window (its words past it count for BM25 alone)")
     corrections: dict[str, str] = Field(
         default_factory=dict, description="query words no document holds, each with the index "
         "term it was searched as (typo tolerance)")

@@ -41,6 +41,7 @@ from retrieval.config import RetrieverConfig
 from retrieval.errors import RetrieverClosedError
 from retrieval.loaded_build import LoadedBuild
 from retrieval.models import CacheInfo, CacheStatus, SearchResult
+from retrieval.query_encoder import query_window
 from retrieval.relevance import Calibration
 from retrieval.request_path.batching import (
     EncodeBatcher,
@@ -130,6 +131,7 @@ class RequestPath:
         # With other searches in flight the encoder keeps a single query to one thread.
         self.in_flight = InFlight(config.max_in_flight)
         self._hint_threads = encoder is not None and takes_single_thread(encoder)
+        self.window = query_window(encoder)  # a query longer than it gets a warning
         self.degraded = CacheCounters(("embed", "features", "partial"))
         self.observer = Observer(config.tracing)
 
@@ -244,6 +246,7 @@ class RequestPath:
                                           "hit" if cached_vector is not None else None,
                                           self.features, deadline, live.relevance,
                                           self._encoder_id)
+        self._note_window(result)
         if self.cache is None and result.cache.embedding == "miss":  # no cache to miss
             result.cache = CacheInfo(result="off", embedding="off")
         if lookup is not None and self.cache is not None:
@@ -331,6 +334,7 @@ class RequestPath:
             result, vector = run_pipeline(live.snapshot, request, pending, timer, self.config,
                                           status, self.features, deadline, live.relevance,
                                           self._encoder_id)
+        self._note_window(result)
         return self._done(result, timer), vector
 
     def _cached_batch(self, live: Live, requests: list[SearchRequest],
@@ -427,6 +431,15 @@ class RequestPath:
             except RuntimeError as exc:  # the pool shut down: closed while this searched
                 raise RetrieverClosedError() from exc
         return ReadyVector(*timed_encode(self.encode, text))
+
+    def _note_window(self, result: SearchResult) -> None:
+        """Warn when the query encoder read only the start of the query (before the result
+        is cached: a cache hit carries the warning). Only when its vector ranked the hits
+        (``query_encoder``): not for a caller's vector nor one that missed the deadline."""
+        if self.window is not None and result.query_encoder is not None:
+            warning = self.window.warning(result.query)
+            if warning is not None:
+                result.warnings = [*result.warnings, warning]
 
     @property
     def _encoder_id(self) -> str | None:
