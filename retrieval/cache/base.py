@@ -76,12 +76,20 @@ class WriteBatch(NamedTuple):
     items: dict[str, bytes]
     ttl_ms: int
 
+    @property
+    def size(self) -> int:
+        """Bytes this batch holds while it waits (keys and values)."""
+        return sum(len(key) + len(value) for key, value in self.items.items())
+
 
 class BackgroundWriter:
     """One daemon thread draining a bounded queue of write batches into ``write_fn``.
 
     Remote backends use it so ``set_many`` never waits on the network; ``write_fn`` receives
     the batches queued so far (up to ``max_coalesce`` items) and must count its own errors.
+    The queue holds at most ``maxsize`` batches and ``max_bytes`` bytes (``WriteBatch.size``,
+    counted until written): by count alone, a server too slow to drain it let 1,024 results
+    of k=1000 wait in memory, gigabytes.
     """
 
     def __init__(
@@ -90,23 +98,41 @@ class BackgroundWriter:
         maxsize: int,
         max_coalesce: int = 512,
         name: str = "cache-writer",
+        max_bytes: int | None = None,
     ) -> None:
         self._write_fn = write_fn
         self._max_coalesce = max_coalesce
+        self._max_bytes = max_bytes
+        self._bytes = 0  # held by batches submitted and not yet written, under _bytes_lock
+        self._bytes_lock = threading.Lock()
         self._queue: queue.Queue[WriteBatch | None] = queue.Queue(maxsize=maxsize)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, batch: WriteBatch) -> bool:
-        """Enqueue without blocking; False when the queue is full."""
+        """Enqueue without blocking; False when the queue is full (batches or bytes)."""
+        size = batch.size
+        with self._bytes_lock:
+            if self._max_bytes is not None and self._bytes + size > self._max_bytes:
+                return False
+            self._bytes += size
         try:
             self._queue.put_nowait(batch)
         except queue.Full:
+            self._release(size)
             return False
         return True
 
+    def _release(self, size: int) -> None:
+        with self._bytes_lock:
+            self._bytes -= size
+
     def pending(self) -> int:
         return self._queue.qsize()
+
+    def pending_bytes(self) -> int:
+        with self._bytes_lock:
+            return self._bytes
 
     def flush(self, timeout: float) -> bool:
         """Wait until every submitted batch has been written (or dropped)."""
@@ -139,6 +165,7 @@ class BackgroundWriter:
             except Exception:  # write_fn counts its own errors; the thread must survive
                 logger.exception("cache writer failed unexpectedly")
             finally:
+                self._release(sum(batch.size for batch in batches))
                 for _ in batches:
                     self._queue.task_done()
             if stop:

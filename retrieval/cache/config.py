@@ -31,9 +31,10 @@ class CacheConfig(StrictConfig):
     namespace: str = "retrieval"
     max_entries: int = Field(default=100_000, ge=1)
     max_bytes: int = Field(
-        default=256 * 1024 * 1024, ge=1024, description="the memory cache's bytes, and the "
+        default=256 * 1024 * 1024, ge=1024, description="the memory cache's bytes, the "
         "JSON bytes of the results this process keeps decoded (any backend; decoded, they "
-        "take about twice their JSON)")
+        "take about twice their JSON), and the bytes of writes waiting for Redis (redis; "
+        "past them a write is dropped and counted)")
     result_ttl_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     embedding_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, allow_inf_nan=False)
     socket_timeout_ms: float = Field(
@@ -86,4 +87,4 @@ def make_cache(config: CacheConfig) -> Cache | None:
         return MemoryCache(max_entries=config.max_entries, max_bytes=config.max_bytes)
     assert config.url is not None  # guaranteed by CacheConfig validation
     return RedisCache(config.url, write_queue_size=config.write_queue_size,
-                      **link_options(config))
+                      write_queue_bytes=config.max_bytes, **link_options(config))

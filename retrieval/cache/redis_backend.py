@@ -4,9 +4,12 @@ Design rules, each because a cache must never make a request slower or fail it:
 
 * Reads are one ``MGET`` with short socket timeouts and no client-side retries; any error or
   timeout is a miss, counted, and fed to a circuit breaker that skips Redis while it is down.
-* Writes go to a bounded queue drained by one background thread (one pipeline of
-  ``SET key value PX ttl`` per drained batch, so each TTL is set atomically with its value).
-  A full queue drops the write and counts it; the caller never waits on the network.
+  On a Cluster, keys of several slots, or of a slot that moved or is moving (the ``MGET`` is
+  redirected or answered TRYAGAIN), are read with one ``GET`` each in one pipeline.
+* Writes go to a queue bounded in batches and bytes, drained by one background thread (one
+  pipeline of ``SET key value PX ttl`` per drained batch, so each TTL is set atomically with
+  its value). A full queue drops the write and counts it; the caller never waits on the
+  network.
 * Client creation, URL checks, the breaker and burst logging live in
   ``retrieval.resilience.redis_link`` (shared with the Redis feature store).
 
@@ -27,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.cluster import RedisCluster, key_slot
+from redis.exceptions import ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -56,6 +60,7 @@ __all__ = ["DEFAULT_CONNECT_TIMEOUT_MS", "DEFAULT_SOCKET_TIMEOUT_MS", "RedisCach
 logger = logging.getLogger(__name__)
 
 DEFAULT_WRITE_QUEUE_SIZE = 1024
+DEFAULT_WRITE_QUEUE_BYTES = 256 * 1024 * 1024  # CacheConfig.max_bytes' default
 MAX_PIPELINE_COMMANDS = 512  # coalesce queued batches, but keep each pipeline reply small
 
 
@@ -72,22 +77,27 @@ class RedisCache(Cache):
         breaker_failures: int = 5,
         breaker_cooldown_seconds: float = 1.0,
         write_queue_size: int = DEFAULT_WRITE_QUEUE_SIZE,
+        write_queue_bytes: int = DEFAULT_WRITE_QUEUE_BYTES,
         log_quiet_seconds: float = 60.0,
         tls: TlsFiles = NO_TLS,
     ) -> None:
         if write_queue_size < 1:
             raise CacheConfigError(f"write_queue_size must be >= 1, got {write_queue_size}",
                                    "write_queue_size")
+        if write_queue_bytes < 1:
+            raise CacheConfigError(f"write_queue_bytes must be >= 1, got {write_queue_bytes}",
+                                   "write_queue_bytes")
         self.link = RedisLink(url, LinkSettings(
             cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
             breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger, what="redis cache",
             fallback="serving cache misses", section="cache", error=CacheConfigError)
         self.url = self.link.url
         self.cluster = cluster
-        self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads"))
+        self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads", "redirected_reads"))
         self._closing = False  # set first by close(): new reads miss, new writes are dropped
         self._writer = BackgroundWriter(
-            self._write_batches, write_queue_size, MAX_PIPELINE_COMMANDS, "redis-cache-writer"
+            self._write_batches, write_queue_size, MAX_PIPELINE_COMMANDS, "redis-cache-writer",
+            write_queue_bytes,
         )
 
     def probe(self) -> bool:
@@ -117,11 +127,22 @@ class RedisCache(Cache):
         self._counters.add(misses=wanted, errors=int(failure == "error"))
 
     def _fetch(self, client: Any, keys: list[str]) -> list[Any]:
-        if isinstance(client, RedisCluster) and len(keys) > 1 and _slots(keys) > 1:
-            # Keys from keys.py share a slot; foreign key sets still work, just slower.
+        if not isinstance(client, RedisCluster):
+            return list(client.mget(keys))
+        if len(keys) > 1 and _slots(keys) > 1:
+            # Keys from keys.py share a slot; foreign key sets (a batch) take a GET each.
             self._counters.add(cross_slot_reads=1)
-            return list(client.mget_nonatomic(keys))
-        return list(client.mget(keys))
+            return _get_each(client, keys)
+        # One attempt: while a slot migrates, its keys may be on two nodes, and an MGET of
+        # both is answered TRYAGAIN until the move ends. redis-py's 16 attempts, sleeping
+        # 50 ms each from the 9th, held such a read ~400 ms and then failed it; one attempt
+        # sleeps once (50 ms), then the GETs follow each key's redirect (ASK, MOVED).
+        client.RedisClusterRequestTTL = 1
+        try:
+            return list(client.mget(keys))
+        except ClusterError:  # "TTL exhausted": redirected or asked to try again
+            self._counters.add(redirected_reads=1)
+            return _get_each(client, keys)
 
     def _count_reads(self, values: list[Any], expected: int) -> list[bytes | None]:
         if len(values) != expected:  # a protocol surprise is an error, not a wrong answer
@@ -132,6 +153,7 @@ class RedisCache(Cache):
         self._counters.add(
             hits=len(found),
             misses=expected - len(found),
+            errors=sum(map(_is_error, values)),
             bytes_read=sum(len(value) for value in found),
         )
         return out
@@ -201,6 +223,7 @@ class RedisCache(Cache):
             **self._counters.snapshot(),
             **self.link.stats(),
             "queued_writes": self._writer.pending(),
+            "queued_bytes": self._writer.pending_bytes(),
         }
 
     def close(self, timeout: float = 1.0) -> None:
@@ -210,6 +233,21 @@ class RedisCache(Cache):
         self._closing = True
         self._writer.close(timeout)
         self.link.close()
+
+
+def _get_each(client: RedisCluster, keys: list[str]) -> list[Any]:
+    """One GET per key in one pipeline: a single-key command is never answered TRYAGAIN.
+
+    A key's own error (WRONGTYPE: another program's list or hash under it) is its miss, as
+    ``MGET`` reads it; an unreachable node fails the read, as in ``_pipeline_set``."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.get(key)
+    results = list(pipe.execute(raise_on_error=False))
+    unreachable = next((r for r in results if _is_unreachable(r)), None)
+    if unreachable is not None:
+        raise unreachable
+    return results
 
 
 def _slots(keys: list[str]) -> int:
