@@ -294,3 +294,56 @@ def test_results_kept_decoded_stay_within_the_caches_bytes(root, encoder):
             cached.search(f"{query} {i}", k=20)
         decoded = cached.stats()["cache"]["decoded"]
     assert 0 < decoded["json_bytes"] <= bound and decoded["results"] < 40
+
+
+def test_a_result_written_by_an_older_release_is_a_miss(root, encoder, redis_server):
+    """A result model gains fields from release to release (a hit's ``relevance``, the
+    result's ``corrections``): a value an older worker wrote parsed with those at their
+    defaults and was served as a hit, hits without relevance, so ``min_score`` kept none."""
+    import json
+
+    namespace = f"older{time.monotonic_ns()}"
+    config = {"cache": {"backend": "redis", "url": redis_server.url, "namespace": namespace,
+                        "socket_timeout_ms": 500, "connect_timeout_ms": 500}}
+    writer = Retriever.load(root, config, encoder=encoder)
+    query = QUERIES[1]
+    expected = _ids(writer.search(query, k=5))
+    writer.flush_cache_writes()
+    writer.close()
+    client = redis_server.client()
+    [key] = [k for k in client.keys(f"{namespace}:*") if b":res:" in k]
+    older = json.loads(client.get(key))
+    for hit in older["hits"]:
+        del hit["relevance"]
+    client.set(key, json.dumps(older))
+    reader = Retriever.load(root, config, encoder=encoder)  # a fresh worker: nothing decoded
+    try:
+        result = reader.search(query, k=5)
+        assert result.cache.result == "miss"
+        assert _ids(result) == expected
+        assert all(hit.relevance is not None for hit in result.hits)
+    finally:
+        reader.close()
+
+
+def test_what_a_caller_does_to_its_result_reaches_no_later_hit(root, encoder):
+    """A result's lists were the cached result's own: a caller appending a note to the
+    warnings of the result it got (the miss that stored it, or a hit) made every later hit
+    of that entry carry the note."""
+    cached = Retriever.load(root, {"cache": {"backend": "memory"}}, encoder=encoder)
+    try:
+        query = QUERIES[3]
+        first = cached.search(query, k=5)
+        first.warnings.append("the caller's own note")
+        first.degraded.append("the caller's own flag")
+        first.hits.reverse()
+        hit = cached.search(query, k=5)
+        assert hit.cache.result == "hit"
+        assert (hit.warnings, hit.degraded) == ([], [])
+        hit.warnings.append("another note")
+        hit.corrections["x"] = "y"
+        again = cached.search(query, k=5)
+        assert (again.warnings, again.corrections) == ([], {})
+        assert _ids(again) == _ids(hit) == list(reversed(_ids(first)))
+    finally:
+        cached.close()

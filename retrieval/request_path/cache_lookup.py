@@ -26,7 +26,7 @@ from retrieval.cache import (
     result_key,
 )
 from retrieval.cache.base import CacheCounters
-from retrieval.models import SearchResult
+from retrieval.models import Hit, SearchResult
 from retrieval.result_json import share
 
 
@@ -112,8 +112,8 @@ class RequestCache:
         except (ValidationError, ValueError):
             self.counters.add(corrupt=1)
             return None
-        if result.build_id != build_id:  # keys include the build id; this is belt and braces
-            self.counters.add(corrupt=1)
+        if result.build_id != build_id or not written_whole(result):
+            self.counters.add(corrupt=1)  # build ids are in the keys: belt and braces
             return None
         return result
 
@@ -121,12 +121,11 @@ class RequestCache:
         """Queue the result (and a freshly computed embedding) for writing; never blocks long.
 
         The result is also remembered as decoded, so this process's first hit on it skips JSON
-        parsing (hits are immutable; the list is copied so the caller may reorder its own).
+        parsing (hits are immutable; its lists are copied, ``own_containers``).
         """
         blob = result.model_dump_json().encode()
         self.cache.set_many({lookup.result_key: blob}, self.config.result_ttl_seconds)
-        shared = result.model_copy(update={"hits": list(result.hits)})
-        self._remember(lookup.result_key, blob, shared)
+        self._remember(lookup.result_key, blob, own_containers(result))
         if vector is not None and lookup.embedding_key is not None and lookup.embedding is None:
             self.cache.set_many({lookup.embedding_key: encode_embedding(vector)},
                                 self.config.embedding_ttl_seconds)
@@ -142,3 +141,26 @@ class RequestCache:
             decoded = {"results": len(self._decoded), "json_bytes": self._decoded.weight}
         return {**self.counters.snapshot(), "backend": self.cache.stats(),
                 "single_flight": self.flights.stats(), "decoded": decoded}
+
+
+_RESULT_FIELDS = frozenset(SearchResult.model_fields)
+_HIT_FIELDS = frozenset(Hit.model_fields)
+
+
+def written_whole(result: SearchResult) -> bool:
+    """Whether every field of today's result and hits came in the cached value (a result is
+    always written whole). One an older release wrote lacks the fields added since, which
+    would be served at their defaults as if computed: hits without a ``relevance``, so a
+    search with ``min_score`` answered no hits where an uncached one answered five."""
+    return result.model_fields_set >= _RESULT_FIELDS and all(
+        hit.model_fields_set >= _HIT_FIELDS for hit in result.hits)
+
+
+def own_containers(result: SearchResult, **update: object) -> SearchResult:
+    """A copy of ``result`` (with ``update``) holding its own lists and dicts, so what one
+    caller does to its result (appending a warning of its own, reordering its hits) reaches
+    no other search served from the same cached result. The hits themselves are shared:
+    treat them as read-only."""
+    return result.model_copy(update={
+        "hits": list(result.hits), "warnings": list(result.warnings),
+        "degraded": list(result.degraded), "corrections": dict(result.corrections), **update})

@@ -49,7 +49,7 @@ from retrieval.request_path.batching import (
     checked_rows,
     encode_until_refused,
 )
-from retrieval.request_path.cache_lookup import Lookup, RequestCache
+from retrieval.request_path.cache_lookup import Lookup, RequestCache, own_containers
 from retrieval.request_path.deadline import NO_DEADLINE, Deadline, caused_by_deadline, within
 from retrieval.request_path.encode_policy import InFlight, StageOverlap, batching_on
 from retrieval.request_path.feature_stage import FeatureStage
@@ -473,15 +473,10 @@ class RequestPath:
 
 def served_from_cache(cached: SearchResult, request: SearchRequest, timer: StageTimer
                       ) -> SearchResult:
-    """A cached result with this request's query text, timings and cache status.
-
-    Decoded results are shared between hits of the same entry; the hit list is copied so a
-    caller reordering it cannot affect others (treat the Hit objects themselves as read-only).
-    """
-    return cached.model_copy(update={
-        "query": request.query, "hits": list(cached.hits), "timings": timer.finish(),
-        "cache": CacheInfo(result="hit", embedding="skipped"),
-    })
+    """A cached result with this request's query text, timings and cache status, its lists
+    its own (``own_containers``: decoded results are shared between hits of the same entry)."""
+    return own_containers(cached, query=request.query, timings=timer.finish(),
+                          cache=CacheInfo(result="hit", embedding="skipped"))
 
 
 def lasting(result: SearchResult) -> bool:
