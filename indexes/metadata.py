@@ -42,7 +42,9 @@ PACKED_LOOKUP = 64
 # write does: a UUID or a plain Enum was stored by orjson as a string nothing could filter on,
 # a datetime or a Decimal refused by the standard encoder mid-build.
 JSON_TYPES = (str, int, float, list, tuple, dict, type(None))
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?\Z")  # not "...\n"
+# ASCII digits (``\d`` matches any script's: a build refused "２０２０-０１-３１", no ISO 8601 date,
+# as a date that does not convert, and a write as a new date field); \Z: not "...\n".
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]+(Z|[+-][0-9]{2}:?[0-9]{2})?)?\Z")
 
 
 def parse_date(value: str) -> float:

@@ -80,8 +80,9 @@ class NamedFilters:
         if not isinstance(name, str) or not name:
             raise InvalidQueryError(f"a filter name is a non-empty string, not {name!r}")
         entry = self._evaluate(spec, metadata)
+        owned = _own_copy(spec)  # once valid, so its depth is bounded; each bind parses it again
         with self._lock:
-            self._specs[name] = spec
+            self._specs[name] = owned
         entries = dict(bound.entries) if bound is not None else {}
         entries[name] = entry
         return BoundFilters(entries)
@@ -110,6 +111,17 @@ class NamedFilters:
         mask, allowed = evaluate_counted(parsed, metadata)
         key = canonical(parsed)
         return NamedMask(parsed, key, mask, allowed, _digest(key))
+
+
+def _own_copy(spec: Any) -> Any:
+    """``spec`` in containers of its own: a caller appending to the list it registered (an
+    access list) changed the filter at the next build or live write, not at registration, or
+    made every rebinding fail, so no write could be served."""
+    if isinstance(spec, Mapping):
+        return {key: _own_copy(value) for key, value in spec.items()}
+    if isinstance(spec, list | tuple):
+        return list(map(_own_copy, spec))
+    return spec  # strings, numbers, dates: immutable
 
 
 def _digest(key: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from retrieval.errors import FilterTypeError, MalformedFilterError, UnknownFieldError
 from retrieval.filters.dsl import DslParser
 from retrieval.filters.nodes import FIELD_OPS, Filter, conj, disj, neg, show
-from retrieval.filters.validate import Context
+from retrieval.filters.validate import ANY_KIND, Context
 
 
 def parse_filter(spec: object, kinds: Mapping[str, str], *, max_clauses: int = 64,
@@ -39,11 +39,12 @@ def parse_filter(spec: object, kinds: Mapping[str, str], *, max_clauses: int = 6
 
 
 class _AnyField(Mapping[str, str]):
-    """Field kinds that know every field (as a keyword field): a filter's syntax and size,
-    checked without a build."""
+    """Field kinds that know every field, as one taking values of any kind: a filter's syntax
+    and size, checked without a build. As a keyword field, a range or a number on it stopped
+    the check there, passing whatever followed ("year >= 2010 AND (dept = 'x'")."""
 
     def __getitem__(self, field: str) -> str:
-        return "keyword"
+        return ANY_KIND
 
     def __contains__(self, field: object) -> bool:
         return True

@@ -32,12 +32,16 @@ from retrieval.filters.nodes import (
     show,
 )
 
+ANY_KIND = "any"  # a field of no build: a syntax check's, taking a value of any kind
+
 
 def coerce(field: str, kind: str, value: object) -> Scalar:
     """A filter value in its indexed form, or a FilterTypeError saying what the field takes."""
     got = f"{type(value).__name__} {show(value)}"
     if value is None:
         raise FilterTypeError(f"field {field!r}: null is not a filter value; give a {kind} value")
+    if kind == ANY_KIND:  # whether the value fits the field is the build's to say
+        return 0.0
     if kind == "keyword":
         if isinstance(value, str | bool):
             return keyword_value(value)
@@ -147,7 +151,7 @@ class Context:
 
     def _keyword_only(self, field: str, op: str) -> None:
         kind = self.kind(field)
-        if kind != "keyword":
+        if kind not in ("keyword", ANY_KIND):
             raise FilterTypeError(f"field {field!r} is a {kind} field: {op!r} tests the values "
                                   "of keyword (list) fields; use =, IN or a range")
 
