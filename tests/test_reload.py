@@ -82,7 +82,9 @@ def test_publishing_while_eight_threads_search(docs, encoder, tmp_path, build_su
 def test_corrupt_new_build_is_refused_and_old_one_keeps_serving(docs, encoder, tmp_path,
                                                                 build_subset):
     build_subset(docs, tmp_path)
-    retriever = Retriever.load(tmp_path, {"cache": {"backend": "none"}}, encoder=encoder)
+    # No log follower: its own poll may load (or refuse) a new build before reload() does.
+    retriever = Retriever.load(tmp_path, {"cache": {"backend": "none"}, "live_lag_seconds": None},
+                               encoder=encoder)
     old = retriever.build_id
     report = build_subset(_variant(docs, 1), tmp_path)
     victim = report.path / "vectors" / "vectors.npy"
