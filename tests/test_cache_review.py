@@ -130,3 +130,34 @@ def test_writes_queued_for_a_slow_redis_stay_within_the_caches_bytes() -> None:
         server.resume()
         cache.close()
         server.cleanup()
+
+
+def test_a_cluster_down_opens_the_breaker(own_cluster: RedisClusterProcesses) -> None:
+    """With a master gone, every node answers CLUSTERDOWN, and redis-py waits 0.25 s before
+    raising it. The read's fallback to one GET per key took that error for a migrating slot's
+    and answered misses, so the breaker never counted a failure: every search paid 0.25 s for
+    as long as the cluster was down, single-slot and batch reads alike."""
+    import time
+
+    cache = RedisCache(own_cluster.url, cluster=True, socket_timeout_ms=500,
+                       connect_timeout_ms=500, breaker_failures=3,
+                       breaker_cooldown_seconds=60)
+    try:
+        keys = [result_key("t", "build", "", "cfg", f"query {i}", "", 10) for i in range(30)]
+        cache.set_many(dict.fromkeys(keys, b"R"), 60)
+        assert cache.flush_writes(5)
+        gone = owner(own_cluster, key_slot(keys[0].encode()))
+        alive = next(n for n in own_cluster.nodes if n is not gone)
+        held = [k for k in keys if owner(own_cluster, key_slot(k.encode())) is alive]
+        gone.stop()
+        deadline = time.monotonic() + 30
+        with alive.client() as client:
+            while b"cluster_state:fail" not in client.execute_command("CLUSTER", "INFO"):
+                assert time.monotonic() < deadline, "the cluster never noticed its lost master"
+                time.sleep(0.2)
+        reads = [held[:1], keys]  # a key a live node holds, and a batch across slots
+        for read in (reads * 2)[:3]:
+            assert cache.get_many(read) == [None] * len(read)
+        assert cache.stats()["breaker_state"] == "open"
+    finally:
+        cache.close()

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.cluster import RedisCluster, key_slot
-from redis.exceptions import ClusterError
+from redis.exceptions import ClusterDownError, ClusterError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -140,7 +140,9 @@ class RedisCache(Cache):
         client.RedisClusterRequestTTL = 1
         try:
             return list(client.mget(keys))
-        except ClusterError:  # "TTL exhausted": redirected or asked to try again
+        except ClusterError as exc:  # "TTL exhausted": redirected or asked to try again
+            if isinstance(exc, ClusterDownError):  # a cluster down is the breaker's to count
+                raise
             self._counters.add(redirected_reads=1)
             return _get_each(client, keys)
 
@@ -259,4 +261,6 @@ def _is_error(result: Any) -> bool:
 
 
 def _is_unreachable(result: Any) -> bool:
-    return isinstance(result, (RedisConnectionError, RedisTimeoutError))
+    """A node or the cluster not serving (a read of its keys fails whole, and feeds the
+    breaker), as opposed to one key's own error."""
+    return isinstance(result, (RedisConnectionError, RedisTimeoutError, ClusterDownError))
