@@ -62,7 +62,9 @@ def test_pins_no_process_here_can_judge_are_kept_until_they_age(tmp_path):
                                                             "pid": 1 << 30}))
     (pins / f"6.1.{time.time_ns()}").touch()  # the old format: empty
     (pins / f"7.1.{time.time_ns()}").write_text("{not json")
-    assert sorted(pinned(tmp_path)) == [3, 4, 6, 7]
+    (pins / f"8.1.{time.time_ns()}").write_bytes(b"\xff\xfe not text")
+    (pins / f"9.1.{time.time_ns()}").write_text(json.dumps({**own, "pid": 0}))  # no pid
+    assert sorted(pinned(tmp_path)) == [3, 4, 6, 7, 8, 9]
     old = time.time() - 8 * 24 * 3600
     for path in pins.iterdir():
         os.utime(path, (old, old))

@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -116,11 +116,12 @@ def pinned(root: Path) -> list[int]:
     for path in pins.iterdir():
         try:
             fresh = now - path.stat().st_mtime < PIN_MAX_AGE_SECONDS
-            owner = path.read_text()
+            owner = path.read_bytes().decode("utf-8", "replace")
         except FileNotFoundError:  # unpinned meanwhile
             continue
         if dead(owner):
-            path.unlink(missing_ok=True)
+            with suppress(OSError):  # another user's pin on a shared volume: ignored only
+                path.unlink(missing_ok=True)
         elif fresh:
             kept.append(int(path.name.split(".", 1)[0]))
     return kept
@@ -139,7 +140,15 @@ class ProcessId:
 
     @staticmethod
     def own() -> ProcessId:
-        return ProcessId(_read(BOOT_ID), _namespace("self"), os.getpid(), _started("self"))
+        """This process; its namespace "" (no pin it writes or judges is judged) when ``/proc``
+        is not its pid namespace's (mounted from another one), where pids there are not its."""
+        pid = os.getpid()
+        try:
+            seen = int(os.readlink("/proc/self"))
+        except (OSError, ValueError):
+            seen = -1
+        namespace = _namespace("self") if seen == pid else ""
+        return ProcessId(_read(BOOT_ID), namespace, pid, _started("self"))
 
     def as_json(self) -> dict[str, object]:
         return {"boot": self.boot, "namespace": self.namespace, "pid": self.pid,
@@ -154,11 +163,22 @@ def dead(owner: str) -> bool:
         named = ProcessId(**json.loads(owner))
     except (ValueError, TypeError):
         return False
+    if not isinstance(named.pid, int) or named.pid <= 0:  # 0 and -1 signal groups
+        return False
     here = ProcessId.own()
     if not here.boot or not here.namespace or (named.boot, named.namespace) != (
             here.boot, here.namespace):
         return False
-    return _started(str(named.pid)) != named.started
+    started = _started(str(named.pid))
+    if started:
+        return started != named.started  # another process took its pid since
+    try:  # no /proc entry: gone, or hidden from this user (hidepid): the kernel says which
+        os.kill(named.pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
