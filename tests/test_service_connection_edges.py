@@ -27,6 +27,7 @@ from serving import free_port
 from retrieval.cli.serve import uvicorn_options
 from retrieval.service.app import create_app
 from retrieval.service.auth import ApiKeys
+from retrieval.service.metrics import ServiceMetrics
 from retrieval.service.settings import ServeConfig
 
 READ_KEY = "read-key-0123456789"
@@ -184,6 +185,16 @@ def requests_total(address: Address, route: str, method: str, status: int) -> fl
         sock.sendall(head_of("GET", "/metrics", READ_KEY, "Connection: close\r\n"))
         line, _, text, _ = read_response(sock)
     assert line.startswith("HTTP/1.1 200"), line
+    return in_exposition(text, route, method, status)
+
+
+def counted(metrics: ServiceMetrics | None, route: str, method: str, status: int) -> float:
+    """The server's count, read in this process (no connection left to ask /metrics on)."""
+    assert metrics is not None
+    return in_exposition(metrics.exposition(), route, method, status)
+
+
+def in_exposition(text: bytes, route: str, method: str, status: int) -> float:
     wanted = {"route": route, "method": method, "status": str(status)}
     return sum(sample.value for family in text_string_to_metric_families(text.decode())
                for sample in family.samples
@@ -224,3 +235,18 @@ def test_past_max_connections_the_answer_is_the_services_503_and_counted(tmp_pat
                 assert time.monotonic() < deadline, "no connection freed for /metrics"
                 time.sleep(0.1)
         assert counted == 1
+
+
+def test_a_head_half_read_behind_a_closing_answer_gets_no_408(tmp_path: Path) -> None:
+    """A response that closes its connection lingers up to 2 s; a next head half read
+    behind it kept its timer, which fired during the linger: the 408 was written after the
+    FIN (a RuntimeError logged, nothing sent) and counted as an answer."""
+    # max_connections 1: uvicorn counts the new connection too, so each is answered 503
+    with running(tmp_path, header_timeout_seconds=0.3, max_connections=1) as address:
+        with socket.create_connection(address, timeout=15) as sock:
+            sock.sendall(head_of("GET", "/healthz", None) + b"GET /hea")
+            line, headers, _, _ = read_response(sock)
+            time.sleep(1.0)  # the client reads its answer but keeps the socket a moment
+            assert until_closed(sock) == b""
+        assert line.startswith("HTTP/1.1 503") and headers["connection"] == "close"
+        assert counted(ServiceMetrics.latest, "other", "other", 408) == 0

@@ -13,7 +13,7 @@ connection, after the responses of the requests pipelined before, and count in
 was read whole (a 401, a GET with a body) says ``connection: close`` and closes the
 connection: the rest of that body stood between the connection and its next request, and each
 byte of it stopped uvicorn's keep-alive timer for good, so one byte now and then held the
-connection open forever. Every close after a response is a lingering one (uvicorn's closed at
+connection open forever. Every close after a response the app answered is a lingering one (uvicorn's closed at
 once: a client still sending the body of a request answered 413 got a reset, and urllib lost
 the answer). Past ``server.max_connections`` (uvicorn's ``limit_concurrency``) the answer is
 the service's overload 503 (``guard.answer_over_limit``), not uvicorn's plain-text one.
@@ -163,6 +163,7 @@ class HeadLimits(HttpToolsProtocol):
         super().shutdown()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        # uvicorn 0.45 and later start every request here (hence the floor in pyproject.toml)
         if app is service_unavailable:  # past server.max_connections: uvicorn's plain 503
             app = self._over_limit
         super()._start_asgi_task(cycle, app)
@@ -200,7 +201,7 @@ class HeadLimits(HttpToolsProtocol):
 
     def _head_too_slow(self) -> None:
         self._head_timer = None
-        if self._refused:
+        if self._refused or self._closing:
             return
         if self._answering():  # the head waits behind a response: it gets its time again
             self._head_timer = self.loop.call_later(self.header_timeout, self._head_too_slow)
@@ -244,6 +245,7 @@ class HeadLimits(HttpToolsProtocol):
         if self._closing:
             return
         self._closing = True
+        self._stop_head_timer()  # a next head half read is dropped, not answered 408
         self.pipeline.clear()  # requests read behind a response that closes go unanswered
         self.flow.resume_reading()  # paused by a body no one read: read on, to drop it
         # A lingering close: the answer and a FIN now, what the client still sends is read and
