@@ -97,14 +97,18 @@ def ranks_desc(scores: np.ndarray) -> np.ndarray:
     """1-based rank of each score, highest first; equal scores share the best rank of their
     group ("1224"): every dense-only candidate of a union scores 0 in BM25, and ranks by
     position handed the first of them a better BM25 rank than the last for nothing."""
-    scores = np.asarray(scores)
-    order = np.argsort(-scores, kind="stable")
-    ranked = scores[order]
-    first_of_group = np.ones(order.size, dtype=bool)
-    first_of_group[1:] = ranked[1:] != ranked[:-1]
-    positions = np.arange(1, order.size + 1, dtype=np.float64)
+    return _ranks_desc(np.asarray(scores))
+
+
+@njit(cache=True)
+def _ranks_desc(scores):  # pragma: no cover - compiled
+    order = np.argsort(-scores, kind="mergesort")
     ranks = np.empty(order.size, dtype=np.float64)
-    ranks[order] = np.maximum.accumulate(np.where(first_of_group, positions, 0.0))
+    rank = 0.0
+    for i in range(order.size):
+        if i == 0 or scores[order[i]] != scores[order[i - 1]]:
+            rank = i + 1.0
+        ranks[order[i]] = rank
     return ranks
 
 
@@ -151,3 +155,4 @@ def _top_k_order(scores, k):  # pragma: no cover - compiled
 def warm_fusion() -> None:
     """Load the compiled fusion's machine code (``indexes.warmup``)."""
     top_k_order(zscore_fusion(np.ones(2), np.ones(2, dtype=np.float32), 0.5), 1)
+    rrf_fusion(np.ones(2), np.ones(2, dtype=np.float32))
