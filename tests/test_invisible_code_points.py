@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 import unicodedata
 
-import pytest
 from small_index import index_fixture, query_encoder_fixture  # noqa: F401 (fixtures)
 
-from retrieval import InvalidQueryError, Retriever, RetrieverConfig
+from retrieval import InvalidQueryError, RetrieverConfig
 from retrieval.request_path.validate import check_query_text, visible
 
 NOTHING_TO_SEARCH = {
@@ -83,18 +82,3 @@ def test_visible_characters_are_searched_and_only_the_invisible_refused():
                      and unicodedata.category(c) not in ("Mn", "Me") and not visible(c)}
     assert refused_alone == {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800", "\U0001d159",
                              "\ufffc", "\ufffd", *map(chr, range(0x1F3FB, 0x1F400))}
-
-
-@pytest.fixture(scope="module")
-def retriever(index, query_encoder):
-    with Retriever.load(index, {"cache": {"backend": "none"}, "live_lag_seconds": None},
-                        encoder=query_encoder) as loaded:
-        yield loaded
-
-
-def test_the_retriever_refuses_the_null_notehead_alone_and_in_a_batch(retriever):
-    with pytest.raises(InvalidQueryError, match="query is empty"):
-        retriever.search("\U0001d159", k=3)
-    with pytest.raises(InvalidQueryError, match="query 1 of the batch: query is empty"):
-        retriever.search_batch(["flow", "\u3164\U0001d159"], k=3)
-    assert retriever.search("flow \U0001d159", k=3).hits

@@ -53,9 +53,13 @@ def retriever(index, query_encoder):
         yield loaded
 
 
-def test_the_retriever_refuses_them_alone_and_in_a_batch(retriever):
+@pytest.mark.parametrize("alone,in_batch,with_text", [
+    ("\u0301\u0301", "\ufe0f", "flow\u0301"),
+    ("\U0001d159", "\u3164\U0001d159", "flow \U0001d159"),  # a null notehead, a filler
+])
+def test_the_retriever_refuses_them_alone_and_in_a_batch(retriever, alone, in_batch, with_text):
     with pytest.raises(InvalidQueryError, match="query is empty"):
-        retriever.search("\u0301\u0301", k=3)
+        retriever.search(alone, k=3)
     with pytest.raises(InvalidQueryError, match="query 1 of the batch: query is empty"):
-        retriever.search_batch(["flow", "\ufe0f"], k=3)
-    assert retriever.search("flow\u0301", k=3).hits
+        retriever.search_batch(["flow", in_batch], k=3)
+    assert retriever.search(with_text, k=3).hits

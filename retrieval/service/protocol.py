@@ -13,10 +13,11 @@ connection, after the responses of the requests pipelined before, and count in
 was read whole (a 401, a GET with a body) says ``connection: close`` and closes the
 connection: the rest of that body stood between the connection and its next request, and each
 byte of it stopped uvicorn's keep-alive timer for good, so one byte now and then held the
-connection open forever. Every close after a response the app answered is a lingering one (uvicorn's closed at
-once: a client still sending the body of a request answered 413 got a reset, and urllib lost
-the answer). Past ``server.max_connections`` (uvicorn's ``limit_concurrency``) the answer is
-the service's overload 503 (``guard.answer_over_limit``), not uvicorn's plain-text one.
+connection open forever. Every close after a response the app answered is a lingering one
+(uvicorn's closed at once: a client still sending the body of a request answered 413 got a
+reset, and urllib lost the answer; its own 400 for malformed HTTP still closes at once).
+Past ``server.max_connections`` (uvicorn's ``limit_concurrency``) the answer is the service's
+overload 503 (``guard.answer_over_limit``), not uvicorn's plain-text one.
 """
 
 from __future__ import annotations
