@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 import unicodedata
 
-from small_index import index_fixture, query_encoder_fixture  # noqa: F401 (fixtures)
-
 from retrieval import InvalidQueryError, RetrieverConfig
 from retrieval.request_path.validate import check_query_text, visible
 
