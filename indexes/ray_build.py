@@ -9,9 +9,9 @@ Sources: a BEIR folder (its corpus.jsonl), JSONL files, Parquet files, or a dire
 is the i-th document of the sources, as in a local build. A JSONL file is first checked line by
 line as the local reader checks it: a key repeated in one object is a ``CorpusError`` naming
 the file and the line (Ray Data's reader keeps the last value); a Parquet file's footer is
-first checked for a column named twice, a ``CorpusError`` naming the file and the column. Vectors
-are reused from the live build by content hash first; only the remaining documents travel to
-the encoder actors.
+first checked for a column named twice, as the local reader checks it (refused, naming the
+file and the column, unless the mapping leaves that name out). Vectors are reused from the
+live build by content hash first; only the remaining documents travel to the encoder actors.
 
 What runs where: reading and parsing (and the JSONL check: one Ray task per file, a second
 parse of it), encoding and the analysis (``indexes.analysis``: one Ray task per contiguous
@@ -27,7 +27,6 @@ driver holds only the collection's statistics.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -83,19 +82,20 @@ def source_files(source: str | Path) -> tuple[Literal["json", "parquet"], list[s
 def read_documents(source: str | Path, mapping: FieldMapping | None = None) -> list[Document]:
     """Every document of ``source`` read by Ray Data, in file order; ``mapping``: which fields
     hold the id, text and title, and which are metadata (``indexes.sources.FieldMapping``,
-    checked against the first row as the local reader checks it)."""
+    checked against the sources' schema as the local reader checks it)."""
     import ray.data
 
     ray.data.DataContext.get_current().execution_options.preserve_order = True
+    mapping = mapping or FieldMapping()
     kind, files = source_files(source)
+    left_out: list[str] = []  # Parquet columns of a name given twice, which it leaves out
     if kind == "json":
         _check_json_files(files)
+        dataset = ray.data.read_json(files, lines=True)
     else:
-        _check_parquet_files(files)
-    dataset = (ray.data.read_json(files, lines=True) if kind == "json"
-               else ray.data.read_parquet(files))
-    mapping = mapping or FieldMapping()
-    _check_mapping(mapping, dataset.schema(), str(source))
+        columns, left_out = _parquet_columns(files, mapping)
+        dataset = ray.data.read_parquet(files, columns=columns)
+    _check_mapping(mapping, dataset.schema(), str(source), left_out)
     documents = [mapping.document(_plain(row), f"{source}: row {number}")
                  for number, row in enumerate(dataset.iter_rows(), start=1)]
     if not documents:
@@ -119,35 +119,39 @@ def _check_json_files(files: Sequence[str]) -> None:
         raise
 
 
-def _check_parquet_files(files: Sequence[str]) -> None:
-    """No Parquet file names a column twice, as the local reader checks it
-    (``FieldMapping.columns_to_read``): Ray Data's reader refuses such a file in a Ray task
-    with pyarrow's untyped "Multiple matches for FieldRef" wrapped in Ray's task error. Only
-    each file's footer is read, here on the driver, before Ray reads any row."""
+def _parquet_columns(files: Sequence[str], mapping: FieldMapping
+                     ) -> tuple[list[str] | None, list[str]]:
+    """(the columns to read, None for all; the names left out), as the local reader chooses
+    them (``FieldMapping.columns_to_read``: a name given twice is refused unless the mapping
+    leaves it out, when neither column is read). Only each file's footer is read, here on the
+    driver, before Ray reads any row: Ray Data's reader refused a repeated name in a Ray task
+    with pyarrow's untyped "Multiple matches for FieldRef", wrapped in Ray's task error."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    kept: list[str] | None = None
+    left_out: list[str] = []
     for file in files:
         try:
             names = pq.read_schema(file).names
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"cannot read {file}: {exc}") from exc
-        repeated = [name for name, count in Counter(names).items() if count > 1]
-        if repeated:
-            raise CorpusError(f"{file}: {_columns_named(names, repeated[0])}, and a row keeps "
-                              "one value per name: rename the columns so each name is distinct")
+        columns = mapping.columns_to_read(names, file)
+        if columns != names:
+            if kept is not None and columns != kept:
+                raise CorpusError(f"{file}: its columns {columns} differ from another file's "
+                                  f"{kept}; give every file of the corpus the same columns")
+            kept = columns
+            left_out = [name for name in names if name not in columns]
+    return kept, left_out
 
 
-def _columns_named(names: Sequence[str], name: str) -> str:
-    """The 1-based positions of ``name`` among ``names``: columns 2 and 5 are named 'text'."""
-    found = [str(i) for i, column in enumerate(names, start=1) if column == name]
-    return f"columns {', '.join(found[:-1])} and {found[-1]} are named {name!r}"
-
-
-def _check_mapping(mapping: FieldMapping, schema: Any, where: str) -> None:
+def _check_mapping(mapping: FieldMapping, schema: Any, where: str,
+                   left_out: Sequence[str] = ()) -> None:
     """A mapping naming fields the sources lack is an error listing the ones they have, before
     any row is mapped, as the local reader does (``FieldMapping.check``); the fields of a
-    ``metadata`` object are those of its struct column."""
+    ``metadata`` object are those of its struct column. ``left_out``: Parquet columns there
+    but not read (a name given twice that the mapping leaves out)."""
     import pyarrow as pa
 
     names = list(schema.names) if schema is not None else []
@@ -156,7 +160,7 @@ def _check_mapping(mapping: FieldMapping, schema: Any, where: str) -> None:
         kind = schema.types[names.index("metadata")]
         if isinstance(kind, pa.StructType):  # a pandas block's column types are numpy's
             nested = [kind.field(i).name for i in range(kind.num_fields)]
-    mapping.check(names, where, nested)
+    mapping.check([*names, *left_out], where, nested)
 
 
 def _plain(row: Any) -> dict[str, Any]:

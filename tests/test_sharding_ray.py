@@ -480,6 +480,12 @@ def test_a_ray_build_maps_fields_as_a_local_build(cluster, tmp_path):
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "corpus.parquet")
     assert read_documents(tmp_path / "corpus.parquet", mapping) == list(
         read_corpus(corpus, mapping))
+    # A name given twice, which the mapping leaves out: neither column is read, as here.
+    table = pa.Table.from_pylist(rows)
+    twice = table.append_column("secret", pa.array(["x", "y"]))
+    pq.write_table(twice, tmp_path / "twice.parquet")
+    assert read_documents(tmp_path / "twice.parquet", mapping) == list(
+        read_corpus(tmp_path / "twice.parquet", mapping)) == list(read_corpus(corpus, mapping))
     wrong = FieldMapping(id_field="doc", text_field="content")
     with pytest.raises(CorpusError, match=r"'content'.*'body'"):
         read_documents(corpus, wrong)
