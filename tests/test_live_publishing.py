@@ -356,3 +356,29 @@ def test_a_logged_value_its_field_cannot_hold_is_a_typed_error(root):
     alive = np.ones(base.n_docs, dtype=bool)
     with pytest.raises(InvalidWriteError, match="'when' holds 'later', which is no date"):
         live_metadata(base, alive, [{"when": "later"}], {**base.kinds, "when": "date"})
+
+
+def test_a_segment_retired_while_a_rollback_reads_the_log_refuses_the_rollback(
+        root, docs, monkeypatch):
+    """The log held the writes after the rolled-back-to build when the follower checked, and
+    lost their segment before it read them: the records were marked applied without being
+    served. The build is now refused, and the one serving keeps the writes."""
+    import indexes.wal.log as wal_log
+    import retrieval.live.tracker as tracker
+
+    with load(root) as retriever:
+        with IndexWriter(root) as writer:
+            upsert(writer, "day-edit", 1)
+            writer.rotate()
+            report = writer.compact()
+        assert retriever.reload() and retriever.build_id == report.build_id
+        rollback(root)
+        listed = tracker.segments(root)
+        listed[0][1].unlink()  # retired after the check listed it
+        monkeypatch.setattr(wal_log, "segments", lambda _root: listed)
+        monkeypatch.setattr(tracker, "segments", lambda _root: listed)
+        assert not retriever.reload()
+        assert retriever.reload_events[-1]["event"] == "refused"
+        assert "write-ahead log" in retriever.reload_events[-1]["error"]
+        assert retriever.build_id == report.build_id
+        assert retriever.get_documents(["day-edit"])[0] is not None

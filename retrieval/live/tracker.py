@@ -139,7 +139,10 @@ class LogFollower:
         self._terms = carried
         if lower:  # the records after its log_seq, not after what was served
             self._position = (0, 0)
-            kept = self._read_new(after=log_seq) or []
+            read = self._read_new(after=log_seq)
+            if read is None:  # retired since ``rebase`` checked: the records are gone
+                raise self._gap(log_seq)
+            kept = read
         applied = max(served, log_seq, kept[-1].seq if kept else 0)
         self.records = kept
         self._publish(applied)
