@@ -39,31 +39,80 @@ def _read_lines(path: Path, mapping: FieldMapping) -> Iterator[Document]:
         yield from checked(_documents(_records(handle, path), path, mapping), path)
 
 
-def check_lines(path: Path) -> None:
+def check_lines(path: Path, start: int = 0, end: int | None = None,
+                numbered: bool = True) -> None:
     """Every line of a JSONL file decoded and parsed as ``read_jsonl`` does (UTF-8, valid
     JSON, no key repeated in an object), a ``CorpusError`` naming the file and the line: for
-    readers that parse the file their own way and would keep a repeated key's last value."""
+    readers that parse the file their own way and would keep a repeated key's last value.
+
+    ``start``, ``end``: only the lines whose first byte lies in [start, end), so that parts
+    cut at any byte offsets check every line once. ``numbered=False`` numbers a part's lines
+    from 1 (a refusal then only says that the part holds a bad line); otherwise the lines
+    before the part are counted first, so an error names the line in the whole file."""
     with open(path, "rb") as handle:
-        for _ in _records(handle, path):
+        lines = _lines_starting_in(handle, start, end)
+        first = next(lines, None)
+        if first is None:
+            return
+        at = handle.tell() - len(first)  # where the part's first line starts
+        before = _lines_before(path, at) if numbered else 0
+        records = _records(_chain(first, lines), path, before + 1, at == 0)
+        for _ in records:
             pass
 
 
-def _records(handle: Iterable[bytes], path: Path) -> Iterator[tuple[int, object]]:
+def _lines_starting_in(handle: Any, start: int, end: int | None) -> Iterator[bytes]:
+    """The lines of a binary file whose first byte lies in [start, end) (end None: to the
+    end of the file)."""
+    handle.seek(max(start - 1, 0))
+    position = handle.tell()
+    if start > 0:  # the rest of the line holding byte start - 1 belongs to the part before
+        position += len(handle.readline())
+    while end is None or position < end:
+        line = handle.readline()
+        if not line:
+            return
+        yield line
+        position += len(line)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    yield first
+    yield from rest
+
+
+def _lines_before(path: Path, offset: int, block: int = 1 << 24) -> int:
+    """How many lines end before byte ``offset`` (where a line starts) of the file."""
+    count = 0
+    with open(path, "rb") as handle:
+        while offset > 0:
+            chunk = handle.read(min(block, offset))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            offset -= len(chunk)
+    return count
+
+
+def _records(handle: Iterable[bytes], path: Path, first_number: int = 1,
+             file_start: bool = True) -> Iterator[tuple[int, object]]:
     """(line number, parsed value) of each non-blank line; decoded line by line, so an error
-    names its line."""
+    names its line. ``file_start``: the first line is the file's first."""
     return ((number, _parse(line, path, number))
-            for number, line in _decoded(handle, path) if line.strip())
+            for number, line in _decoded(handle, path, first_number, file_start) if line.strip())
 
 
-def _decoded(lines: Iterable[bytes], path: Path) -> Iterator[tuple[int, str]]:
-    for number, raw in enumerate(lines, start=1):
+def _decoded(lines: Iterable[bytes], path: Path, first_number: int, file_start: bool
+             ) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(lines, start=first_number):
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CorpusError(f"{path}:{number}: not UTF-8 (byte {exc.start + 1} of the line "
                               f"is {raw[exc.start]:#04x}); save the file as UTF-8") from exc
         # A byte-order mark (Windows tools write one) starts the file, not the first record.
-        yield number, line.removeprefix("\ufeff") if number == 1 else line
+        yield number, line.removeprefix("\ufeff") if file_start and number == first_number \
+            else line
 
 
 def _documents(records: Iterator[tuple[int, object]], path: Path, mapping: FieldMapping

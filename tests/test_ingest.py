@@ -428,6 +428,31 @@ def test_a_key_repeated_in_a_json_object_is_refused_naming_its_line(tmp_path, li
         list(read_corpus(path))
 
 
+def test_parts_cut_at_any_byte_check_every_line_once_and_name_it_in_the_file(tmp_path):
+    """A JSONL file is checked in parts of a few bytes up to the whole, the bad line at each
+    place in turn (a blank line and a byte-order mark among the good ones): exactly one part
+    refuses it, and checked numbered it names the line of the whole file."""
+    from indexes.corpus import check_lines
+
+    good = ['\ufeff{"_id": "a", "text": "x"}', "", *(f'{{"_id": "d{i}", "text": "t{i}"}}'
+                                                    for i in range(6))]
+    for bad_at in range(1, len(good)):
+        lines = [*good[:bad_at], '{"_id": "b", "text": "1", "text": "2"}', *good[bad_at:]]
+        path = tmp_path / "corpus.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        size = path.stat().st_size
+        for part in (1, 7, 29, 64, size):
+            refused = []
+            for start in range(0, size, part):
+                try:
+                    check_lines(path, start, start + part, numbered=False)
+                except CorpusError:
+                    refused.append(start)
+            assert len(refused) == 1, (bad_at, part, refused)
+            with pytest.raises(CorpusError, match=rf"corpus.jsonl:{bad_at + 1}: the key 'text'"):
+                check_lines(path, refused[0], refused[0] + part)
+
+
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])
 def test_an_empty_text_cell_is_an_empty_text_as_in_json(tmp_path, suffix):
     """A CSV writes "" as an empty cell, which was refused as no text at all, while the same

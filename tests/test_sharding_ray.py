@@ -27,7 +27,7 @@ from indexes.docstore import Document
 from indexes.errors import CorpusError
 from indexes.manifest import EncoderInfo, read_manifest
 from indexes.passages import PASSAGE_ARRAYS, PassageConfig
-from indexes.ray_build import build_on_ray, ray_runner, read_documents
+from indexes.ray_build import _check_json_files, build_on_ray, ray_runner, read_documents
 from indexes.shard_build import GivenRows, build_streamed, run_here
 from indexes.sharding import read_layout
 from indexes.sources import FieldMapping
@@ -146,6 +146,12 @@ def test_a_key_repeated_in_a_json_object_is_refused_on_ray_as_here(cluster, tmp_
     with pytest.raises(CorpusError, match=message) as caught:
         read_documents(parts)
     assert type(caught.value) is CorpusError  # not Ray's task error wrapping it
+    # A file in parts of 64 bytes (a task each): the refusal names the line in the file.
+    lines = [json.dumps({"_id": f"d{i}", "text": f"text {i}"}) for i in range(40)]
+    lines[33] = '{"_id": "d33", "text": "a", "text": "b"}'
+    (parts / "c.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(CorpusError, match=r"c.jsonl:34: the key 'text' appears twice"):
+        _check_json_files([str(parts / "c.jsonl")], part_bytes=64)
 
 
 def test_a_ray_passage_build_equals_the_local_one(cluster, long_docs, encoder, tmp_path):
