@@ -16,6 +16,7 @@ from indexes.errors import CorpusError, InvalidWriteError, SchemaMismatchError
 from indexes.manifest import Manifest
 from indexes.metadata import (
     FieldKind,
+    empty_list,
     inexact_number,
     merge_kinds,
     parse_date,
@@ -76,12 +77,13 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
                   ) -> dict[str, str]:
     """The index's field kinds after ``docs`` (checked as ``check_documents`` says). A field
     new to the index takes the kind its values in these documents make together, as a build
-    infers it (dates and other strings make a keyword field), whatever their order."""
+    infers it (dates and other strings make a keyword field, empty lists alone one of tags
+    yet to come), whatever their order."""
     docs = list(docs)
     if not allow_new_fields:
         for doc in docs:
             for name, value in doc.metadata.items():
-                if name not in kinds and name != ID_FIELD and value_kind(value) is not None:
+                if name not in kinds and name != ID_FIELD and makes_field(value):
                     raise SchemaMismatchError(
                         f"document {doc.id!r}: metadata field {name!r} is not in the index's "
                         f"schema ({describe_schema(kinds)}); fix the field name, or rebuild "
@@ -89,7 +91,7 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
                         "upserts may add fields", name)
     merged = dict(kinds)
     for name, seen in new_fields(docs, kinds).items():
-        kind = merge_kinds(seen)
+        kind = new_kind(seen)
         if kind is None:
             raise SchemaMismatchError(f"metadata field {name!r} mixes {sorted(seen)} values in "
                                       "this write; give every document the same type for it",
@@ -101,16 +103,35 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
     return merged
 
 
+def makes_field(value: Any) -> bool:
+    """Whether a build makes a field of a field holding ``value``: a value of a filterable
+    kind, or an empty list (``indexes.metadata.listed_only``). Nested objects and lists of
+    numbers are stored, not indexed: they make none."""
+    return value_kind(value) is not None or empty_list(value)
+
+
 def new_fields(docs: Iterable[Document], kinds: Mapping[str, str]
                ) -> dict[str, set[FieldKind]]:
-    """The kinds the values of each field ``kinds`` lacks imply, over ``docs`` together."""
+    """The kinds the values of each field ``kinds`` lacks imply, over ``docs`` together; no
+    kinds for a field holding only empty lists (``new_kind`` makes it a keyword field)."""
     found: dict[str, set[FieldKind]] = {}
     for doc in docs:
         for name, value in doc.metadata.items():
+            if name in kinds or name == ID_FIELD or not makes_field(value):
+                continue
+            field_kinds = found.setdefault(name, set())
             kind = value_kind(value)
-            if name not in kinds and kind is not None and name != ID_FIELD:
-                found.setdefault(name, set()).add(kind)
+            if kind is not None:
+                field_kinds.add(kind)
     return found
+
+
+def new_kind(seen: set[FieldKind]) -> FieldKind | None:
+    """The kind of a new field whose values implied ``seen`` (None when they conflict). One
+    holding only empty lists is a keyword field, as a build makes it: a field without a kind
+    was no field, and a filter on it that a build of the same documents serves (no document
+    holds "x", every one lacks a value) was an unknown-field error."""
+    return merge_kinds(seen) if seen else "keyword"
 
 
 def describe_schema(kinds: Mapping[str, str]) -> str:
@@ -229,15 +250,18 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
     and a build decide it, whatever their order: a date then a word is a keyword field.
     Decided record by record, the first one's kind stuck (date), and a build published over
     writes of a field it lacks, checked as keyword, failed every reader at "not a date"."""
-    seen: dict[str, tuple[FieldKind, set[FieldKind]]] = {}  # first write's kind, all kinds
+    found: dict[str, set[FieldKind]] = {}  # every kind of each new field's values
+    first: dict[str, FieldKind] = {}  # the kind of the first write giving it a value
     for record in records:
         for name, kinds_seen in new_fields(record.documents, base).items():
-            seen.setdefault(name, (min(kinds_seen), set()))[1].update(kinds_seen)
+            found.setdefault(name, set()).update(kinds_seen)
+            if kinds_seen:
+                first.setdefault(name, min(kinds_seen))
     kinds = dict(base)
-    for name, (first, found) in seen.items():
+    for name, seen in found.items():
         # Writes checked against different builds may conflict (a number, then a word):
         # the first write's kind then, as before, and the reader's delta says which value.
-        kinds[name] = merge_kinds(found) or first
+        kinds[name] = new_kind(seen) or first[name]
     return kinds
 
 

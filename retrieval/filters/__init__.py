@@ -6,11 +6,11 @@ Both languages produce the same AST::
     year >= 2010 AND (dept = "cardiology" OR dept = 'oncology') AND NOT retracted = true
 
 ``parse_filter`` validates against the index's field kinds and normalizes values: keyword values
-become the indexed strings (booleans ``"true"``/``"false"``), number and date values floats (dates
-as epoch seconds UTC). ``canonical`` gives one JSON string per filter whatever the key order,
-child order, duplicates or nesting, for cache keys. ``evaluate`` builds a boolean mask with numpy;
-NOT (also ``ne``, ``nin``, ``!=``, ``NOT IN``) complements over all documents, so it keeps
-documents that lack the field.
+become the indexed strings (booleans ``"true"``/``"false"``; the document ``id`` takes strings
+only), number and date values floats (dates as epoch seconds UTC). ``canonical`` gives one JSON
+string per filter whatever the key order, child order, duplicates or nesting, for cache keys.
+``evaluate`` builds a boolean mask with numpy; NOT (also ``ne``, ``nin``, ``!=``, ``NOT IN``)
+complements over all documents, so it keeps documents that lack the field.
 """
 
 from __future__ import annotations

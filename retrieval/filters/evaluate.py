@@ -8,7 +8,7 @@ from indexes.doc_ids import ID_FIELD, id_mask
 from indexes.metadata import MetadataIndex
 from retrieval.errors import FilterTypeError, UnknownFieldError
 from retrieval.filters.nodes import And, Eq, Filter, In, Mask, Not, Or, Range, Scalar
-from retrieval.filters.validate import coerce, unknown_field_message
+from retrieval.filters.validate import coerce, document_id, unknown_field_message
 
 
 def evaluate(filter: Filter, metadata: MetadataIndex) -> Mask:
@@ -146,8 +146,11 @@ def _id_mask(leaf: Eq | In | Range, metadata: MetadataIndex) -> Mask:
     if isinstance(leaf, Range):
         raise FilterTypeError(f"{ID_FIELD!r} is the document id: filter it with = or IN")
     values = (leaf.value,) if isinstance(leaf, Eq) else leaf.values
+    if not (isinstance(leaf, In) and leaf.strings):  # a parsed IN list of ids is known good
+        # Hand-built: str(True) is "True", which no id filter means.
+        values = tuple(map(document_id, values))
     assert metadata.ids is not None, "a snapshot's metadata knows its ids"
-    return id_mask(metadata.ids, [str(v) for v in values], metadata.n_docs)
+    return id_mask(metadata.ids, values, metadata.n_docs)  # type: ignore[arg-type]
 
 
 def _number(field: str, kind: str, value: object) -> float:

@@ -40,6 +40,8 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
     got = f"{type(value).__name__} {show(value)}"
     if value is None:
         raise FilterTypeError(f"field {field!r}: null is not a filter value; give a {kind} value")
+    if field == ID_FIELD:  # a string in every build, so checked without one too
+        return document_id(value)
     if kind == ANY_KIND:  # whether the value fits the field is the build's to say
         return 0.0
     if kind == "keyword":
@@ -70,6 +72,23 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
     except (ValueError, OverflowError, OSError) as exc:
         raise FilterTypeError(f"date field {field!r}: {show(value)} is not a valid ISO 8601 "
                               "date; write e.g. '2020-01-31' or '2020-01-31T12:00:00Z'") from exc
+
+
+def document_id(value: object) -> str:
+    """An ``id`` filter value: a string, as every document id is. A keyword field takes
+    true/false as the strings "true"/"false" (a build indexes a boolean so), but no id is a
+    boolean: ``{"id": True}`` matched a document whose id is the string "true"."""
+    if isinstance(value, str):
+        return keyword_value(value)
+    if isinstance(value, bool):
+        spelled = keyword_value(value)
+    elif isinstance(value, float) and value.is_integer():
+        spelled = show(int(value))  # the DSL reads 5 as 5.0
+    else:
+        spelled = show(value)
+    raise FilterTypeError(f"{ID_FIELD!r} is the document id, a string: it takes strings, not "
+                          f"{type(value).__name__} {show(value)}; quote the id: "
+                          f"{{{ID_FIELD!r}: {spelled!r}}}, or {ID_FIELD} = {spelled!r} in the DSL")
 
 
 def unknown_field_message(field: str, kinds: Mapping[str, str]) -> str:
