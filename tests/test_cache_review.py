@@ -1,16 +1,41 @@
-"""Redis cache failure modes found in review: a Cluster slot migration, a slow server's writes."""
+"""Redis cache failure modes found in review: a Cluster slot migration, a slow server's writes
+and reads, settings Redis cannot honour (decoded replies, TTLs past its longest expiry)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
+import numpy as np
 import pytest
+import redis
+from polling import wait_until
 from redis.cluster import RedisCluster, key_slot
 from redis_servers import RedisClusterProcesses, RedisProcess, start_cluster
+from small_index import QUERIES as SMALL_QUERIES
+from small_index import index_fixture, query_encoder_fixture  # noqa: F401
+from test_features_support import quality_rows, quality_view
 
-from retrieval.cache import CacheConfig, RedisCache, embedding_key, make_cache, result_key
+from indexes.encoders import Encoder
+from retrieval import Retriever
+from retrieval.cache import (
+    CacheConfig,
+    CacheConfigError,
+    MemoryCache,
+    RedisCache,
+    embedding_key,
+    encode_embedding,
+    make_cache,
+    result_key,
+)
+from retrieval.config import RetrieverConfig
+from retrieval.errors import ConfigError
+from retrieval.features import FeatureConfigError, RedisStore, materialize
+from retrieval.request_path.cache_lookup import RequestCache
+from retrieval.request_path.deadline import Deadline
 
 MB = 1 << 20
+LONGEST_TTL_SECONDS = 9e15  # what the refusals name (``MAX_TTL_SECONDS``)
 
 
 @pytest.fixture
@@ -161,3 +186,130 @@ def test_a_cluster_down_opens_the_breaker(own_cluster: RedisClusterProcesses) ->
         assert cache.stats()["breaker_state"] == "open"
     finally:
         cache.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisProcess]:
+    """A private server: these tests pause it, which the session server must not see."""
+    server = RedisProcess()
+    server.start()
+    yield server
+    server.cleanup()
+
+
+def test_a_cache_read_waits_no_longer_than_the_deadline_leaves(own_server: RedisProcess) -> None:
+    """A read was bounded by the socket timeout alone: a slow Redis held a search with 20 ms
+    of its deadline left for the whole timeout (50 ms by default, 5 s here). It is now a miss
+    once the deadline is spent, counted as late; with nothing left it is not sent at all. The
+    late read ends on its own, and an answer after the deadline is no failure of Redis."""
+    cache = RedisCache(own_server.url, socket_timeout_ms=5000, connect_timeout_ms=5000)
+    requests = RequestCache(cache, CacheConfig(backend="redis", url=own_server.url))
+    keys = requests.keys(build_id="build", snapshot_id="", config_key="cfg",
+                         query="heat transfer", filter_key="", k=10, encoder_id="enc")
+    ekey = keys[1]
+    assert ekey is not None
+    try:
+        vector = encode_embedding(np.ones(4, dtype=np.float32))
+        cache.set_many({ekey: vector}, 60)
+        assert cache.flush_writes(5)
+        assert requests.lookup_many([keys], "build", 4, Deadline(5000))[0].embedding is not None
+        own_server.pause()  # answers nothing until resumed
+
+        looked_up = requests.lookup_many([keys], "build", 4, Deadline(20))[0]
+        assert looked_up.result is None and looked_up.embedding is None
+        stats = cache.stats()
+        assert (stats["late_reads"], stats["errors"], stats["skipped_reads"]) == (1, 0, 0)
+        assert requests.lookup_many([keys], "build", 4, Deadline(0))[0].embedding is None
+        assert cache.stats()["skipped_reads"] == 1
+
+        own_server.resume()
+        assert wait_until(lambda: cache.get_many_within([ekey], 5) == [vector], 10)
+        stats = cache.stats()
+        assert stats["errors"] == 0 and stats["breaker_state"] == "closed", stats
+    finally:
+        own_server.resume()
+        cache.close()
+
+
+def test_an_in_process_cache_is_read_whatever_the_deadline_leaves() -> None:
+    """Reading memory costs microseconds: a hit is worth more than skipping it."""
+    cache = MemoryCache()
+    cache.set_many({"key": b"value"}, 60)
+    assert cache.get_many_within(["key"], 0.0) == [b"value"]
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_decoded_replies_are_refused_at_construction(redis_server: RedisProcess,
+                                                     value: str) -> None:
+    """``?decode_responses=`` in the URL wins over the client's own option and reaches
+    redis-py as text, so even ``false`` decodes: every value came back as str, and every
+    cache read was a miss (a feature read, an error)."""
+    url = f"{redis_server.url}?decode_responses={value}"
+    with redis.Redis.from_url(url, decode_responses=False) as client:
+        client.set("decoded", b"bytes")
+        assert client.get("decoded") == "bytes"  # why "false" is refused too
+    with pytest.raises(CacheConfigError, match="remove it from the URL") as refused:
+        RedisCache(url)
+    assert refused.value.key == "url"
+    with pytest.raises(ConfigError, match="decode_responses") as refused:
+        RetrieverConfig(cache={"backend": "redis", "url": url})
+    assert refused.value.key == "cache.url"
+    with pytest.raises(FeatureConfigError, match="remove it from the URL"):
+        RedisStore(url)
+
+
+@pytest.mark.parametrize("key", ["result_ttl_seconds", "embedding_ttl_seconds"])
+def test_a_ttl_past_what_redis_accepts_is_refused(redis_server: RedisProcess, key: str) -> None:
+    """Redis refuses an expiry whose milliseconds, plus the current time, overflow a signed
+    64-bit integer: with a longer TTL, every write of the cache was refused, and dropped."""
+    with pytest.raises(ConfigError, match=r"at most 9e\+15 seconds") as refused:
+        RetrieverConfig(cache={key: 1e16})
+    assert refused.value.key == f"cache.{key}"
+    assert getattr(CacheConfig(**{key: LONGEST_TTL_SECONDS}), key) == LONGEST_TTL_SECONDS
+
+    cache = RedisCache(redis_server.url, socket_timeout_ms=500, connect_timeout_ms=500)
+    try:
+        cache.set_many({"longest": b"kept"}, LONGEST_TTL_SECONDS)  # the longest: Redis takes it
+        cache.set_many({"too-long": b"dropped"}, 1e16)  # dropped unsent, not refused
+        assert cache.flush_writes(5)
+        assert cache.get_many(["longest", "too-long"]) == [b"kept", None]
+        stats = cache.stats()
+        assert (stats["dropped_writes"], stats["errors"]) == (1, 0), stats
+    finally:
+        cache.close()
+
+
+def test_a_feature_ttl_past_what_redis_accepts_is_refused(redis_server: RedisProcess) -> None:
+    """The feature store's ``PEXPIRE`` has the same bound: a longer ``key_ttl_seconds``
+    failed every materialization."""
+    with pytest.raises(FeatureConfigError, match=r"key_ttl_seconds must be at most 9e\+15"):
+        RedisStore(redis_server.url, key_ttl_seconds=1e16)
+    store = RedisStore(redis_server.url, namespace="longest-ttl", grace_seconds=0,
+                       key_ttl_seconds=LONGEST_TTL_SECONDS, socket_timeout_ms=1000,
+                       connect_timeout_ms=1000)
+    try:
+        materialize(quality_view(), lambda: quality_rows(3), store, progress=False)
+        assert store.read("quality", ["doc-1"]).values["quality"].tolist() == [1.0]
+    finally:
+        store.close()
+
+
+def test_a_search_spends_no_more_than_its_deadline_on_a_slow_cache(
+        own_server: RedisProcess, index: Path, query_encoder: Encoder) -> None:
+    """A search's cache lookup waited on a paused Redis for the whole socket timeout (5 s
+    here) whatever its deadline left. It now goes on with a miss once its deadline is spent,
+    the read counted as late and no failure of Redis; so does a batch's one lookup."""
+    config = {"cache": {"backend": "redis", "url": own_server.url, "socket_timeout_ms": 5000,
+                        "connect_timeout_ms": 5000}, "live_lag_seconds": None}
+    with Retriever.load(index, config, encoder=query_encoder) as cached:
+        assert cached.search(SMALL_QUERIES[0], k=5).cache.result == "miss"  # connected
+        own_server.pause()
+        try:
+            result = cached.search(SMALL_QUERIES[1], k=5, deadline_ms=50)
+            batch = cached.search_batch(SMALL_QUERIES[2:4], k=5, deadline_ms=50)
+        finally:
+            own_server.resume()
+        assert [r.cache.result for r in (result, *batch)] == ["miss"] * 3
+        assert result.hits and all(r.hits for r in batch)
+        backend = cached.stats()["cache"]["backend"]
+        assert (backend["late_reads"], backend["errors"]) == (2, 0), backend

@@ -50,15 +50,33 @@ class CacheCounters:
             return dict(self._values)
 
 
+# The longest TTL Redis accepts, with room to spare: ``SET ... PX`` and ``PEXPIRE`` add the
+# current time in ms to the TTL, and refuse a sum past a signed 64-bit integer (~9.22e18 ms,
+# so ~9.22e15 s less today's ~1.7e9 s). A longer TTL had every write refused, and dropped.
+MAX_TTL_SECONDS = 9e15  # ~285 million years
+
+
 def ttl_to_ms(ttl_seconds: float) -> int | None:
-    """TTL in whole milliseconds (at least 1), or None when it is not a positive finite number."""
+    """TTL in whole milliseconds (at least 1), or None when it is not a positive number of
+    seconds up to ``MAX_TTL_SECONDS`` (a write Redis would refuse is dropped unsent)."""
     try:
         ttl = float(ttl_seconds)
     except (TypeError, ValueError):
         return None
-    if not math.isfinite(ttl) or ttl <= 0:
+    if not math.isfinite(ttl) or ttl <= 0 or ttl > MAX_TTL_SECONDS:
         return None
     return max(1, round(ttl * 1000))
+
+
+def check_ttl(ttl_seconds: float, key: str, error: type[ConfigError] = CacheConfigError
+              ) -> float:
+    """``ttl_seconds``, or ``error`` naming the setting ``key`` when Redis would refuse it."""
+    if ttl_seconds > MAX_TTL_SECONDS:
+        raise error(
+            f"{key} must be at most {MAX_TTL_SECONDS:.0e} seconds (~285 million years), got "
+            f"{ttl_seconds:g}: Redis refuses a longer expiry, so every write would be dropped",
+            key)
+    return ttl_seconds
 
 
 def clean_items(items: Mapping[str, bytes]) -> dict[str, bytes]:
@@ -196,6 +214,12 @@ class Cache(ABC):
     @abstractmethod
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """Values for ``keys`` in input order, None for misses; one round trip; never raises."""
+
+    def get_many_within(self, keys: Sequence[str], timeout: float | None
+                        ) -> list[bytes | None]:
+        """``get_many``, waiting for it at most ``timeout`` seconds (None: no bound); past
+        it, misses. An in-process cache never waits on I/O, so it reads whatever is left."""
+        return self.get_many(keys)
 
     @abstractmethod
     def set_many(self, items: Mapping[str, bytes], ttl_seconds: float) -> None:

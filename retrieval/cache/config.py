@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from retrieval.cache.base import Cache
+from retrieval.cache.base import MAX_TTL_SECONDS, Cache, check_ttl
 from retrieval.cache.keys import validate_namespace
 from retrieval.cache.memory import MemoryCache
 from retrieval.cache.redis_backend import (
@@ -14,9 +14,12 @@ from retrieval.cache.redis_backend import (
     DEFAULT_SOCKET_TIMEOUT_MS,
     DEFAULT_WRITE_QUEUE_SIZE,
     RedisCache,
+    refuse_decoded_replies,
 )
 from retrieval.resilience import link_options, redact_url, validate_redis_url
 from retrieval.strict import StrictConfig
+
+_TTL_LIMIT = f"seconds, at most {MAX_TTL_SECONDS:.0e}: the longest expiry Redis accepts"
 
 
 class CacheConfig(StrictConfig):
@@ -35,8 +38,10 @@ class CacheConfig(StrictConfig):
         "JSON bytes of the results this process keeps decoded (any backend; decoded, they "
         "take about twice their JSON), and the bytes of writes waiting for Redis (redis; "
         "past them a write is dropped and counted)")
-    result_ttl_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False)
-    embedding_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, allow_inf_nan=False)
+    result_ttl_seconds: float = Field(default=300.0, gt=0, allow_inf_nan=False,
+                                      description=_TTL_LIMIT)
+    embedding_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0, allow_inf_nan=False,
+                                         description=_TTL_LIMIT)
     socket_timeout_ms: float = Field(
         default=DEFAULT_SOCKET_TIMEOUT_MS, gt=0, le=60_000, allow_inf_nan=False
     )
@@ -63,7 +68,12 @@ class CacheConfig(StrictConfig):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
-        return None if value is None else validate_redis_url(value)
+        return None if value is None else refuse_decoded_replies(validate_redis_url(value))
+
+    @field_validator("result_ttl_seconds", "embedding_ttl_seconds")
+    @classmethod
+    def _check_ttl(cls, value: float, info: ValidationInfo) -> float:
+        return check_ttl(value, str(info.field_name))
 
     @model_validator(mode="after")
     def _check_backend(self) -> CacheConfig:

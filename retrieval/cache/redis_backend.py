@@ -4,6 +4,11 @@ Design rules, each because a cache must never make a request slower or fail it:
 
 * Reads are one ``MGET`` with short socket timeouts and no client-side retries; any error or
   timeout is a miss, counted, and fed to a circuit breaker that skips Redis while it is down.
+  A read for a search with a deadline (``get_many_within``) shorter than a call's budget is
+  waited for no longer than what is left of it: with nothing left it is not sent
+  (``skipped_reads``); past it the search goes on with misses (``late_reads``) while the
+  read ends in a reader thread, still reporting to the breaker (a socket timeout is a
+  failure, a late answer is not).
   On a Cluster, keys of several slots, or of a slot that moved or is moving (the ``MGET`` is
   redirected or answered TRYAGAIN), are read with one ``GET`` each in one pipeline.
 * Writes go to a queue bounded in batches and bytes, drained by one background thread (one
@@ -27,7 +32,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as WaitTimeoutError
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from redis.cluster import RedisCluster, key_slot
 from redis.exceptions import ClusterDownError, ClusterError
@@ -44,6 +52,7 @@ from retrieval.cache.base import (
     clean_items,
     ttl_to_ms,
 )
+from retrieval.errors import ConfigError
 from retrieval.resilience import (
     NO_TLS,
     LinkSettings,
@@ -55,13 +64,32 @@ from retrieval.resilience import (
 from retrieval.resilience.redis_link import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_SOCKET_TIMEOUT_MS
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_MS", "DEFAULT_SOCKET_TIMEOUT_MS", "RedisCache", "redact_url",
-           "validate_redis_url"]
+           "refuse_decoded_replies", "validate_redis_url"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_WRITE_QUEUE_SIZE = 1024
 DEFAULT_WRITE_QUEUE_BYTES = 256 * 1024 * 1024  # CacheConfig.max_bytes' default
 MAX_PIPELINE_COMMANDS = 512  # coalesce queued batches, but keep each pipeline reply small
+# Reads a deadline waits for at once. Each holds its thread at most a call's budget (a slow
+# Redis); past this many, reads queue, and one whose search gave up is cancelled unsent, so
+# a struggling Redis is not sent more reads than this.
+MAX_READS_WAITED_FOR = 32
+
+
+def refuse_decoded_replies(url: str, error: type[ConfigError] = CacheConfigError,
+                           key: str = "url") -> str:
+    """``url``, or ``error`` naming ``key`` when its query sets ``decode_responses``.
+
+    Refused rather than overridden: redis-py lets a URL's options win over the client's and
+    hands this one on as the text it reads, so even ``decode_responses=false`` decodes. Replies
+    then come back as str, and every read of bytes (a cached value, a feature record) misses
+    or fails. Dropping the option unasked would hide it from whoever wrote it for other code
+    sharing the URL; an error at load says at once what to change."""
+    if "decode_responses" in dict(parse_qsl(urlsplit(url).query)):
+        raise error(f"{key} {redact_url(url)!r} sets decode_responses: remove it from the "
+                    "URL (values are bytes, and decoded replies made every read a miss)", key)
+    return url
 
 
 class RedisCache(Cache):
@@ -91,10 +119,13 @@ class RedisCache(Cache):
             cluster, socket_timeout_ms, connect_timeout_ms, breaker_failures,
             breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger, what="redis cache",
             fallback="serving cache misses", section="cache", error=CacheConfigError)
+        refuse_decoded_replies(url)
         self.url = self.link.url
         self.cluster = cluster
-        self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads", "redirected_reads"))
+        self._counters = CacheCounters((*COUNTER_NAMES, "cross_slot_reads", "redirected_reads",
+                                        "skipped_reads", "late_reads"))
         self._closing = False  # set first by close(): new reads miss, new writes are dropped
+        self._readers = ThreadPoolExecutor(MAX_READS_WAITED_FOR, "redis-cache-reader")
         self._writer = BackgroundWriter(
             self._write_batches, write_queue_size, MAX_PIPELINE_COMMANDS, "redis-cache-writer",
             write_queue_bytes,
@@ -107,6 +138,10 @@ class RedisCache(Cache):
     # -- reads ----------------------------------------------------------------------------
 
     def get_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self.get_many_within(keys, None)
+
+    def get_many_within(self, keys: Sequence[str], timeout: float | None
+                        ) -> list[bytes | None]:
         try:
             wanted = list(keys)
         except Exception:
@@ -117,14 +152,42 @@ class RedisCache(Cache):
         if self._closing:
             self._counters.add(misses=len(wanted))
             return [None] * len(wanted)
-        values = self.link.call(lambda client: self._fetch(client, wanted),
-                                lambda failure: self._failed_read(failure, len(wanted)))
+        if timeout is not None and timeout <= 0:  # no time left: not worth a round trip
+            self._counters.add(misses=len(wanted), skipped_reads=1)
+            return [None] * len(wanted)
+        # A deadline leaving a call its whole budget is no tighter than the link's own bound:
+        # read here, without the reader thread's hand-off (~50 us on a busy host).
+        if timeout is None or timeout >= self.link.call_budget_s:
+            values = self._read(wanted)
+        else:
+            values = self._read_within(wanted, timeout)
         if values is None:
+            self._counters.add(misses=len(wanted))
             return [None] * len(wanted)
         return self._count_reads(values, len(wanted))
 
-    def _failed_read(self, failure: str, wanted: int) -> None:
-        self._counters.add(misses=wanted, errors=int(failure == "error"))
+    def _read(self, keys: list[str]) -> list[Any] | None:
+        """The values, or None when the read failed (counted) or the breaker is open."""
+        return self.link.call(lambda client: self._fetch(client, keys), self._failed_read)
+
+    def _failed_read(self, failure: str) -> None:
+        self._counters.add(errors=int(failure == "error"))
+
+    def _read_within(self, keys: list[str], timeout: float) -> list[Any] | None:
+        """``_read`` in a reader thread, waited for at most ``timeout`` seconds. The socket
+        timeout bounds one read, not what a search has left: a slow Redis held a search
+        with 5 ms left for the whole 50 ms. A read not answered by then is a miss here and
+        ends unwatched, its outcome still the breaker's to count."""
+        try:
+            future = self._readers.submit(self._read, keys)
+        except RuntimeError:  # closed meanwhile: no reader threads any more
+            return None
+        try:
+            return future.result(timeout)
+        except WaitTimeoutError:
+            future.cancel()  # still queued behind other reads: never sent
+            self._counters.add(late_reads=1)
+            return None
 
     def _fetch(self, client: Any, keys: list[str]) -> list[Any]:
         if not isinstance(client, RedisCluster):
@@ -234,6 +297,7 @@ class RedisCache(Cache):
             return
         self._closing = True
         self._writer.close(timeout)
+        self._readers.shutdown(wait=False, cancel_futures=True)
         self.link.close()
 
 

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.cache.base import CacheCounters
+from retrieval.cache.base import CacheCounters, check_ttl
 from retrieval.cache.keys import validate_namespace
+from retrieval.cache.redis_backend import refuse_decoded_replies
 from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
 from retrieval.features.reads import (
     FeatureBatch,
@@ -107,6 +108,8 @@ class RedisStore(OnlineStore):
             breaker_cooldown_seconds, log_quiet_seconds, tls), logger=logger,
             what="feature store", fallback="serving feature defaults", section="feature_store",
             error=FeatureConfigError)
+        # Records and schemas are bytes: a decoded reply failed every read (as the cache's).
+        refuse_decoded_replies(url, FeatureConfigError)
         self.url = self.link.url
         self.cluster = cluster
         self.namespace = validate_namespace(namespace)
@@ -115,6 +118,7 @@ class RedisStore(OnlineStore):
             raise FeatureConfigError(
                 f"key_ttl_seconds must be >= 60 (it bounds how long a snapshot survives "
                 f"without a new materialization), got {key_ttl_seconds}")
+        check_ttl(key_ttl_seconds, "key_ttl_seconds", FeatureConfigError)  # else every write fails
         if not write_timeout_seconds > 0:
             raise FeatureConfigError("write_timeout_seconds must be > 0")
         if write_chunk < 1:

@@ -3,7 +3,8 @@
 Keys hold everything their value depends on (build id, feature snapshot id, config fingerprint,
 candidates, normalized query, canonical filters, k; encoder id for embeddings), so publishing a
 build or changing the config invalidates by construction. A value that fails to decode or
-validate is a miss, never an exception.
+validate is a miss, never an exception. A lookup waits no longer than what is left of its
+search's deadline (``Cache.get_many_within``): past it, misses, counted by the backend.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from retrieval.cache import (
 )
 from retrieval.cache.base import CacheCounters
 from retrieval.models import Hit, SearchResult
+from retrieval.request_path.deadline import NO_DEADLINE, Deadline
 from retrieval.result_json import share
 
 
@@ -67,11 +69,13 @@ class RequestCache:
         ekey = embedding_key(ns, encoder_id, query) if encoder_id else None
         return rkey, ekey
 
-    def lookup_many(self, keys: Sequence[tuple[str, str | None]], build_id: str, dim: int
-                    ) -> list[Lookup]:
-        """Fetch every request's result and embedding in one ``get_many`` call."""
+    def lookup_many(self, keys: Sequence[tuple[str, str | None]], build_id: str, dim: int,
+                    deadline: Deadline = NO_DEADLINE) -> list[Lookup]:
+        """Fetch every request's result and embedding in one ``get_many`` call, waited for
+        no longer than what is left of ``deadline``."""
         flat = [k for pair in keys for k in pair if k is not None]
-        values = dict(zip(flat, self.cache.get_many(flat), strict=True))
+        found = self.cache.get_many_within(flat, deadline.remaining())
+        values = dict(zip(flat, found, strict=True))
         return [self._decode(rkey, ekey, values, build_id, dim) for rkey, ekey in keys]
 
     def _decode(self, rkey: str, ekey: str | None, values: dict[str, bytes | None],

@@ -190,7 +190,7 @@ class RequestPath:
                            group_by, context, explain)
         timer.lap("validate")
         # A caller-supplied vector is not part of any key, so its results are not cached.
-        lookup = (self._lookup(live, request)
+        lookup = (self._lookup(live, request, deadline)
                   if cacheable and self.cache is not None else None)
         if lookup is not None:
             timer.lap("cache")
@@ -225,10 +225,10 @@ class RequestPath:
                                                                          timer)
         return self._done(result, timer)
 
-    def _lookup(self, live: Live, request: SearchRequest) -> Lookup:
+    def _lookup(self, live: Live, request: SearchRequest, deadline: Deadline) -> Lookup:
         assert self.cache is not None
         return self.cache.lookup_many([self._keys(live, request)], live.snapshot.build_id,
-                                      live.snapshot.vectors.dim)[0]
+                                      live.snapshot.vectors.dim, deadline)[0]
 
     def _compute(self, live: Live, request: SearchRequest, lookup: Lookup | None,
                  query_vector: np.ndarray | None, timer: StageTimer, deadline: Deadline
@@ -344,7 +344,7 @@ class RequestPath:
         snapshot = live.snapshot
         started = time.perf_counter()
         lookups = self.cache.lookup_many([self._keys(live, r) for r in requests],
-                                         snapshot.build_id, snapshot.vectors.dim)
+                                         snapshot.build_id, snapshot.vectors.dim, deadline)
         looked_up = {**before, "cache": (time.perf_counter() - started) * 1e3}
         missing = [i for i, look in enumerate(lookups)
                    if look.result is None and look.embedding is None]
