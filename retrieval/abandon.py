@@ -16,7 +16,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from retrieval.errors import SearchAbandonedError
+from retrieval.errors import RetrieverClosedError, SearchAbandonedError
 
 T = TypeVar("T")
 Abandoned = Callable[[], Awaitable[Any]]
@@ -65,7 +65,13 @@ class ThreadWork(Generic[T]):
 
 async def unless_abandoned(work: ThreadWork[T], abandoned: Abandoned | None) -> T:
     if abandoned is None:
-        return await work.future
+        try:
+            return await work.future
+        except asyncio.CancelledError:
+            current = asyncio.current_task()  # this task's own cancel propagates
+            if work.future.cancelled() and current is not None and not current.cancelling():
+                raise executor_cancelled() from None
+            raise
     watcher = asyncio.ensure_future(abandoned())
     try:
         await asyncio.wait((work.future, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -75,7 +81,17 @@ async def unless_abandoned(work: ThreadWork[T], abandoned: Abandoned | None) -> 
     if running:
         await work.finished
     if work.future.cancelled():
+        if not watcher.done():  # the caller still waits: its executor cancelled the work
+            raise executor_cancelled()
         if not watcher.cancelled() and watcher.exception() is not None:
             raise watcher.exception()  # type: ignore[misc] # a broken watcher, not a caller gone
         raise SearchAbandonedError("the caller stopped waiting; the search was dropped")
     return work.future.result()
+
+
+def executor_cancelled() -> RetrieverClosedError:
+    """The error of a search its executor cancelled before it ran (one shut down with
+    ``cancel_futures=True``): no caller left, and no cancel of the caller's own task."""
+    return RetrieverClosedError("the executor that runs searches (the event loop's default "
+                                "executor) was shut down before this search ran; serve from "
+                                "a loop whose executor is running")

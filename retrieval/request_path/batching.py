@@ -74,9 +74,10 @@ class EncodeBatcher:
         self._narrow = workers > 1 and takes_single_thread(encoder)
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._calls = 0
-        self._encoded = 0
-        self._largest = 0
+        self._calls = 0  # encoder calls, a refused call's halves each one
+        self._texts = 0  # the texts those calls held
+        self._encoded = 0  # vectors handed to searches
+        self._largest = 0  # most texts in one call
         self._closed = False
         self._workers = [threading.Thread(target=self._run, name=f"encode-batcher-{i}", daemon=True)
                          for i in range(workers)]
@@ -100,8 +101,10 @@ class EncodeBatcher:
                 self._queue.put(None)  # one stop marker per worker
 
     def stats(self) -> dict[str, float]:
+        """Encoder calls made (each half of a refused call too, and failed ones), the
+        queries given a vector, and the mean and largest count of texts in a call."""
         with self._lock:
-            mean = self._encoded / self._calls if self._calls else 0.0
+            mean = self._texts / self._calls if self._calls else 0.0
             return {"workers": len(self._workers), "encoder_calls": self._calls,
                     "queries_encoded": self._encoded, "mean_batch": mean,
                     "largest_batch": self._largest}
@@ -141,7 +144,6 @@ class EncodeBatcher:
             return
         started = time.perf_counter()
         outcomes = encode_each(self._encode_texts, [job.text for job in batch])
-        encoded = 0
         for position, job in enumerate(batch):
             try:
                 outcome = next(outcomes)
@@ -152,19 +154,20 @@ class EncodeBatcher:
             if isinstance(outcome, InvalidQueryError):
                 job.future.set_exception(outcome)  # its search alone hears of it
                 continue
-            encoded += 1
-            self._count(encoded)  # before the result: a search that has it sees it counted
+            with self._lock:  # before the result: a search that has it sees it counted
+                self._encoded += 1
             job.future.set_result((outcome, (time.perf_counter() - started) * 1e3))
 
-    def _count(self, encoded: int) -> None:
-        """Count a vector, the ``encoded``-th of its batch (the first counts the batch)."""
+    def _count_call(self, texts: int) -> None:
+        """Count an encoder call of ``texts`` texts, made or about to be: a call refused
+        (halved) or failed cost the encoder as much as one answered."""
         with self._lock:
-            if encoded == 1:
-                self._calls += 1
-            self._encoded += 1
-            self._largest = max(self._largest, encoded)
+            self._calls += 1
+            self._texts += texts
+            self._largest = max(self._largest, texts)
 
     def _encode_texts(self, texts: list[str]) -> np.ndarray:
+        self._count_call(len(texts))
         if self._narrow:
             vectors = self.encoder.encode(texts, single_thread=True)  # type: ignore[call-arg]
         else:

@@ -82,10 +82,19 @@ class FutureVector(PendingVector):
         except CancelledError:  # another search sharing the call gave up on it before it ran
             return None, None
         except FutureTimeout:
-            if self._future.done():  # the encoder's own TimeoutError (a remote model's)
-                raise
-            self._future.cancel()  # this search moves on; an encode not started yet never runs
+            if not self._future.done():
+                self._future.cancel()  # this search moves on; an encode not started never runs
+                return None, None
+            return self._settled()
+        return vector, ms
+
+    def _settled(self) -> tuple[np.ndarray | None, float | None]:
+        """The outcome of a call done after all when the wait ran out: its vector, set just
+        then; its error raised again (the encoder's own TimeoutError, a remote model's); no
+        vector when another search cancelled it meanwhile."""
+        if self._future.cancelled():
             return None, None
+        vector, ms = self._future.result(0)
         return vector, ms
 
 

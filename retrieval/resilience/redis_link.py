@@ -60,6 +60,8 @@ def redact_url(url: str) -> str:
         if parts.password is not None:
             user = parts.username or ""
             host = parts.hostname or ""
+            if ":" in host:  # an IPv6 address keeps its brackets, or its port reads as a part
+                host = f"[{host}]"
             netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
             parts = parts._replace(netloc=netloc)
         if parts.query:
@@ -86,7 +88,7 @@ def validate_redis_url(url: str, cluster: bool = False,
     if not parts.hostname:
         raise error(f"{key} {shown!r} has no host; use redis://host:6379/0", key)
     db = parts.path.strip("/")
-    if db and not db.isdigit():
+    if db and not (db.isascii() and db.isdigit()):  # "²" is a digit int() refuses
         raise error(f"{key} {shown!r}: the path must be a db number, got {db!r}", key)
     if cluster and db and int(db) != 0:
         raise error(f"{key} {shown!r}: Redis Cluster only has db 0, got db {db}", key)
