@@ -166,3 +166,22 @@ def test_a_vector_set_as_its_wait_runs_out_is_used_not_raised():
     failed.set_exception(TimeoutError("the remote model timed out"))
     with pytest.raises(TimeoutError, match="remote model"):  # the encoder's own stays raised
         FutureVector(failed).get(0.01)
+
+
+def test_a_batcher_dropped_unclosed_stops_its_workers_and_frees_its_encoder(query_encoder):
+    """Its workers held the batcher (a bound method), so one never closed kept its threads
+    and its encoder alive for the life of the process."""
+    import gc
+    import weakref
+
+    encoder = GatedEncoder(query_encoder)
+    encoder.entered.set()  # no gate: every call encodes at once
+    batcher = EncodeBatcher(encoder, BatchingConfig(enabled=True, workers=2, max_batch=8))
+    assert batcher.submit(QUERIES[0]).result(30)[0].shape == (encoder.dim,)
+    workers, freed = batcher._workers, weakref.ref(encoder)
+    del batcher, encoder
+    gc.collect()
+    for worker in workers:
+        worker.join(30)
+    assert not any(worker.is_alive() for worker in workers)
+    assert freed() is None

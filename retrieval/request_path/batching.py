@@ -19,6 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -56,6 +57,26 @@ def default_workers(encoder: Encoder) -> int:
     return min(64, usable_cores()) if takes_single_thread(encoder) else 1
 
 
+def _stop_markers(jobs: queue.SimpleQueue[_Job | None], workers: int) -> None:
+    for _ in range(workers):
+        jobs.put(None)  # one stop marker per worker, queued after every job
+
+
+def _work(batcher: weakref.ref[EncodeBatcher], jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """A worker: waits on the queue alone, holding the batcher only while it serves."""
+    while True:
+        job = jobs.get()
+        if job is None:
+            return
+        serving = batcher()
+        if serving is None:  # collected with a job queued: its search, if any, degrades
+            job.future.cancel()
+            return
+        if serving._serve(job):
+            return
+        del serving
+
+
 @dataclass
 class _Job:
     text: str
@@ -79,7 +100,12 @@ class EncodeBatcher:
         self._encoded = 0  # vectors handed to searches
         self._largest = 0  # most texts in one call
         self._closed = False
-        self._workers = [threading.Thread(target=self._run, name=f"encode-batcher-{i}", daemon=True)
+        # The workers hold the batcher weakly, and its collection stops them: a Retriever
+        # dropped without close() no longer keeps its workers, and through them its encoder
+        # (a model's weights), alive for the life of the process.
+        self._stop = weakref.finalize(self, _stop_markers, self._queue, workers)
+        self._workers = [threading.Thread(target=_work, args=(weakref.ref(self), self._queue),
+                                          name=f"encode-batcher-{i}", daemon=True)
                          for i in range(workers)]
         for worker in self._workers:
             worker.start()
@@ -97,8 +123,7 @@ class EncodeBatcher:
         """Stop the workers once they have encoded every job already queued."""
         with self._lock:
             self._closed = True
-            for _ in self._workers:
-                self._queue.put(None)  # one stop marker per worker
+            self._stop()  # once, here or at collection
 
     def stats(self) -> dict[str, float]:
         """Encoder calls made (each half of a refused call too, and failed ones), the
@@ -109,15 +134,11 @@ class EncodeBatcher:
                     "queries_encoded": self._encoded, "mean_batch": mean,
                     "largest_batch": self._largest}
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch, stop = self._collect(first)
-            self._encode(batch)
-            if stop:
-                return
+    def _serve(self, first: _Job) -> bool:
+        """Encode ``first`` and the jobs batched with it; whether a stop marker came."""
+        batch, stop = self._collect(first)
+        self._encode(batch)
+        return stop
 
     def _collect(self, first: _Job) -> tuple[list[_Job], bool]:
         """The first job plus what is queued (or arrives within max_wait_ms)."""
