@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import redis
 from polling import wait_until
+from pydantic import ValidationError
 from redis.cluster import RedisCluster, key_slot
 from redis_servers import RedisClusterProcesses, RedisProcess, start_cluster
 from small_index import QUERIES as SMALL_QUERIES
@@ -30,7 +31,7 @@ from retrieval.cache import (
 )
 from retrieval.config import RetrieverConfig
 from retrieval.errors import ConfigError
-from retrieval.features import FeatureConfigError, RedisStore, materialize
+from retrieval.features import FeatureConfigError, FeatureStoreConfig, RedisStore, materialize
 from retrieval.request_path.cache_lookup import RequestCache
 from retrieval.request_path.deadline import Deadline
 
@@ -313,3 +314,24 @@ def test_a_search_spends_no_more_than_its_deadline_on_a_slow_cache(
         assert result.hits and all(r.hits for r in batch)
         backend = cached.stats()["cache"]["backend"]
         assert (backend["late_reads"], backend["errors"]) == (2, 0), backend
+
+
+@pytest.mark.parametrize(("setting", "key", "refusal"), [
+    ({"location": "redis://127.0.0.1:6379/0?decode_responses=false"}, "location",
+     "remove it from the URL"),
+    ({"location": "redis://127.0.0.1:6379/0", "key_ttl_seconds": 1e16}, "key_ttl_seconds",
+     r"at most 9e\+15 seconds"),
+])
+def test_feature_store_settings_redis_cannot_honour_are_refused_at_load(
+        setting: dict[str, object], key: str, refusal: str) -> None:
+    """``FeatureStoreConfig`` took both, as the cache's config no longer did: a config check
+    passed, and only building the store refused them (once loaded, every read failed, or
+    every materialization)."""
+    with pytest.raises(ConfigError, match=refusal) as refused:
+        RetrieverConfig(feature_store=setting)
+    assert refused.value.key == f"feature_store.{key}"
+    with pytest.raises(ValidationError, match=refusal):
+        FeatureStoreConfig.model_validate(setting)
+    longest = FeatureStoreConfig(location="redis://127.0.0.1:6379/0",
+                                 key_ttl_seconds=LONGEST_TTL_SECONDS)
+    assert longest.key_ttl_seconds == LONGEST_TTL_SECONDS

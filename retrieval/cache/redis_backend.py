@@ -63,8 +63,8 @@ from retrieval.resilience import (
 )
 from retrieval.resilience.redis_link import DEFAULT_CONNECT_TIMEOUT_MS, DEFAULT_SOCKET_TIMEOUT_MS
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_MS", "DEFAULT_SOCKET_TIMEOUT_MS", "RedisCache", "redact_url",
-           "refuse_decoded_replies", "validate_redis_url"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_MS", "DEFAULT_SOCKET_TIMEOUT_MS", "RedisCache",
+           "read_each_key", "redact_url", "refuse_decoded_replies", "validate_redis_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -302,13 +302,25 @@ class RedisCache(Cache):
 
 
 def _get_each(client: RedisCluster, keys: list[str]) -> list[Any]:
-    """One GET per key in one pipeline: a single-key command is never answered TRYAGAIN.
+    """One GET per key: a single-key command is never answered TRYAGAIN (``read_each_key``).
 
     A key's own error (WRONGTYPE: another program's list or hash under it) is its miss, as
-    ``MGET`` reads it; an unreachable node fails the read, as in ``_pipeline_set``."""
+    ``MGET`` reads it."""
+    return read_each_key(client, [("GET", key) for key in keys])
+
+
+def read_each_key(client: RedisCluster, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """The replies of single-key read ``commands`` (``("HMGET", key, field, ...)``), sent in
+    one pipeline whose commands redis-py follows wherever a key is: MOVED to its new node, or
+    ASK (with ASKING) to the node a migrating slot's key has already moved to. The way to read
+    keys of a moving slot correctly: only a multi-key command (an ``MGET``, a script's keys)
+    is answered TRYAGAIN while its keys are split between two nodes.
+
+    A key's own error comes back as its reply (an exception); an unreachable node fails the
+    read, as in ``_pipeline_set``, so the breaker counts it. Also used by the feature store."""
     pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.get(key)
+    for command in commands:
+        pipe.execute_command(*command)
     results = list(pipe.execute(raise_on_error=False))
     unreachable = next((r for r in results if _is_unreachable(r)), None)
     if unreachable is not None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from retrieval.cache.base import MAX_TTL_SECONDS, check_ttl
 from retrieval.cache.keys import validate_namespace
+from retrieval.cache.redis_backend import refuse_decoded_replies
+from retrieval.features.errors import FeatureConfigError
 from retrieval.features.local import LocalStore
 from retrieval.features.redis_store import (
     DEFAULT_CONNECT_TIMEOUT_MS,
@@ -32,7 +35,9 @@ class FeatureStoreConfig(BaseModel):
     cluster: bool = False
     namespace: str = "retrieval"
     grace_seconds: float = Field(DEFAULT_GRACE_SECONDS, ge=0, allow_inf_nan=False)
-    key_ttl_seconds: float = Field(DEFAULT_KEY_TTL_SECONDS, ge=60, allow_inf_nan=False)
+    key_ttl_seconds: float = Field(
+        DEFAULT_KEY_TTL_SECONDS, ge=60, allow_inf_nan=False, description=f"seconds, at most "
+        f"{MAX_TTL_SECONDS:.0e}: the longest expiry Redis accepts")
     socket_timeout_ms: float = Field(DEFAULT_SOCKET_TIMEOUT_MS, gt=0, le=60_000)
     connect_timeout_ms: float = Field(DEFAULT_CONNECT_TIMEOUT_MS, gt=0, le=60_000)
     breaker_failures: int = Field(5, ge=1)
@@ -46,6 +51,21 @@ class FeatureStoreConfig(BaseModel):
     @classmethod
     def _check_namespace(cls, value: str) -> str:
         return validate_namespace(value)  # as the cache's: braces would break Cluster slots
+
+    # Refused here, at load, as the cache's settings are (``retrieval.cache.config``), rather
+    # than only when the store is built: a longer TTL failed every materialization, and
+    # decoded replies failed every read.
+    @field_validator("location")
+    @classmethod
+    def _check_decoded_replies(cls, value: str) -> str:
+        if is_redis_location(value):
+            refuse_decoded_replies(value, FeatureConfigError, "location")
+        return value
+
+    @field_validator("key_ttl_seconds")
+    @classmethod
+    def _check_key_ttl(cls, value: float) -> float:
+        return check_ttl(value, "key_ttl_seconds", FeatureConfigError)
 
     @model_validator(mode="after")
     def _check_location(self) -> FeatureStoreConfig:

@@ -55,7 +55,8 @@ class ViewKeys:
 # One round trip, one snapshot: the pointer and every entity are read inside one atomic script,
 # so a flip (or a garbage collection) can never land between them. The entity keys depend on
 # the snapshot id read here, so they cannot be passed in KEYS; they share the pointer's hash
-# tag, i.e. its slot, which is all Redis Cluster requires (scripts replicate by effects).
+# tag, i.e. its slot, so the node of the pointer holds them all (scripts replicate by
+# effects), except while a reshard moves that slot: ``redis_store`` then reads key by key.
 # The values come back as ONE bulk string of fixed-width records (a presence byte, then each
 # field's bytes in the meta's order): building a 6,000-element reply for 1,000 entities costs
 # the server several times more than one concatenation, and the client decodes the blob with a

@@ -7,6 +7,13 @@ share a Cluster hash tag, hence one slot and one node, which is what lets one sc
 The price: a view must fit on one node (1M documents x 5 features is ~150 MB); a larger one
 can be split into several views.
 
+A reshard moves a view's slot whole, but key by key: while it moves, some keys of the view are
+on the old node and some on the new, and the script (which declares only the pointer) cannot
+run on either. Such a read is answered key by key instead, following each key's redirect
+(``_read_each_key``): correct values, a few round trips, no failure counted. Serving defaults
+for the whole move (minutes for a large view) would rank without the view's features all that
+time, and counting the failures opened the breaker, serving defaults for every view.
+
 The snapshot's schema (its ``SnapshotMeta``) comes back with the values the first time a
 process reads a snapshot, so a reader needs nothing but the view name, and values are always
 decoded with the schema they were written with.
@@ -29,10 +36,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from redis.cluster import RedisCluster
+from redis.exceptions import ClusterDownError, ClusterError, ResponseError
 
 from retrieval.cache.base import CacheCounters, check_ttl
 from retrieval.cache.keys import validate_namespace
-from retrieval.cache.redis_backend import refuse_decoded_replies
+from retrieval.cache.redis_backend import read_each_key, refuse_decoded_replies
 from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
 from retrieval.features.reads import (
     FeatureBatch,
@@ -47,6 +56,7 @@ from retrieval.features.redis_layout import (
     LuaScript,
     ViewKeys,
     record_layout,
+    record_width,
 )
 from retrieval.features.store import (
     DEFAULT_GRACE_SECONDS,
@@ -127,7 +137,7 @@ class RedisStore(OnlineStore):
         self.write_chunk = write_chunk
         self._write_timeout = write_timeout_seconds
         self._counters = CacheCounters(("reads", "entities", "missing", "stale", "errors",
-                                        "short_circuits"))
+                                        "short_circuits", "redirected_reads"))
         self._schemas: dict[str, dict[str, SnapshotMeta]] = {}
         self._served: set[str] = set()  # views this process has read a snapshot of
         self._lost = BurstLogger(logger, f"{self.link.what} data", fallback="serving defaults "
@@ -172,7 +182,12 @@ class RedisStore(OnlineStore):
               now: float) -> FeatureBatch:
         known = self._schemas.get(view_name, {})
         latest = next(reversed(known), "") if known else ""
-        reply = READ(client, [keys.live], [keys.base, latest, *ids])
+        try:
+            reply = _call_read_script(client, keys, latest, ids)
+        except _SlotMoving:
+            assert isinstance(client, RedisCluster)  # only a Cluster's slots move
+            self._counters.add(redirected_reads=1)
+            return self._read_each_key(client, view_name, keys, ids, now)
         if not reply:  # never materialized, or the pointer is gone (a restart that kept no
             # data, a delete by hand): lost data only where this process read a snapshot
             return self._no_data(view_name, ids, None, view_name in self._served)
@@ -184,6 +199,35 @@ class RedisStore(OnlineStore):
             self._schemas.pop(view_name, None)
             return self._read(client, view_name, keys, ids, now)
         batch = _decode(meta, ids, reply[2], now)
+        self._remember(meta.view, snapshot_id)
+        self._served.add(view_name)
+        return batch
+
+    def _read_each_key(self, client: RedisCluster, view_name: str, keys: ViewKeys,
+                       ids: tuple[str, ...], now: float) -> FeatureBatch:
+        """The read of a view whose slot is moving: the pointer, then the snapshot's schema
+        (unless known) and its entities, each key read where it is now (``read_each_key``).
+
+        Not atomic as the script is, and need not be: a snapshot's keys never change once it
+        is live, and a flip between the pointer and the entities leaves the snapshot just read
+        readable for ``grace_seconds``, as for any reader racing a flip."""
+        pointer = _read_one(client, ("GET", keys.live))
+        if pointer is None:
+            return self._no_data(view_name, ids, None, view_name in self._served)
+        snapshot_id = _text(pointer)
+        meta = self._schemas.get(view_name, {}).get(snapshot_id)
+        if meta is None:
+            raw = _read_one(client, ("HGET", keys.meta(snapshot_id), "schema"))
+            if raw is None:
+                return self._no_data(view_name, ids, snapshot_id, True)
+            meta = self._schema(view_name, snapshot_id, raw)
+            assert meta is not None  # a schema just read is never None
+        fields = meta.view.feature_names + ([EVENT_FIELD] if meta.has_event_time else [])
+        prefix = keys.entity_prefix(snapshot_id)
+        rows = read_each_key(client, [("HMGET", prefix + entity_id, *fields)
+                                      for entity_id in ids])
+        width = record_width(meta.view, meta.has_event_time)
+        batch = _decode(meta, ids, b"".join(_record(row, width) for row in rows), now)
         self._remember(meta.view, snapshot_id)
         self._served.add(view_name)
         return batch
@@ -218,7 +262,7 @@ class RedisStore(OnlineStore):
         """The live pointer through the request-path link (ms timeouts, behind the breaker);
         raises ``FeatureStoreError`` when the store cannot answer."""
         live = self.keys(view_name).live
-        found = self.link.call(lambda client: (True, client.get(live)),
+        found = self.link.call(lambda client: (True, _read_one(client, ("GET", live))),
                                lambda failure: (False, failure))
         if not found[0]:
             raise FeatureStoreError(f"{self.link.what}: live pointer of {view_name!r} "
@@ -231,7 +275,8 @@ class RedisStore(OnlineStore):
         if snapshot_id is None:
             return None
         meta_key = self.keys(view_name).meta(snapshot_id)
-        found = self.link.call(lambda client: (True, client.hget(meta_key, "schema")),
+        found = self.link.call(lambda client: (True, _read_one(client, ("HGET", meta_key,
+                                                                          "schema"))),
                                lambda failure: (False, failure))
         if not found[0] or found[1] is None:
             raise FeatureStoreError(f"{self.link.what}: schema of {view_name!r} unavailable")
@@ -292,6 +337,63 @@ class RedisStore(OnlineStore):
 
     def close(self) -> None:
         self.link.close()
+
+
+class _SlotMoving(Exception):
+    """The view's slot is moving: a key the read script needs is on another node."""
+
+
+def _call_read_script(client: AnyRedis, keys: ViewKeys, latest: str, ids: tuple[str, ...]
+                      ) -> Any:
+    """``READ_SCRIPT``'s reply, from the node holding every key it reads (one round trip);
+    ``_SlotMoving`` when the view's slot is moving and no node holds them all.
+
+    The script declares only the pointer: the entity keys depend on the snapshot id it reads.
+    On a node whose slot is migrating away, a key of it that is not there (moved, or never
+    written) fails the script ("non local key"). The node the slot is importing into runs it
+    when asked (ASK), and there every key not moved yet would read as missing: the features
+    of a read that looked complete. So the script is sent once and follows no redirect.
+    Declaring every key instead would not help: Redis answers TRYAGAIN while they are split,
+    for the whole move, and redis-py sleeps 50 ms before it gives up."""
+    args = [keys.base, latest, *ids]
+    if not isinstance(client, RedisCluster):
+        return READ(client, [keys.live], args)
+    client.RedisClusterRequestTTL = 1  # one attempt: an ASK or MOVED raises "TTL exhausted"
+    try:
+        return READ(client, [keys.live], args)
+    except ClusterDownError:  # a cluster down is the breaker's to count
+        raise
+    except ClusterError as exc:
+        raise _SlotMoving from exc
+    except ResponseError as exc:
+        if "non local key" in str(exc):
+            raise _SlotMoving from exc
+        raise
+
+
+def _read_one(client: AnyRedis, command: tuple[Any, ...]) -> Any:
+    """The reply of one single-key read; on a Cluster, read where the key is now (the
+    client follows no redirect itself, see ``_call_read_script``)."""
+    if isinstance(client, RedisCluster):
+        return _checked(read_each_key(client, [command])[0])
+    return client.execute_command(*command)
+
+
+def _record(values: Any, width: int) -> bytes:
+    """One entity's ``HMGET`` as the script packs it: a presence byte then its fields' bytes,
+    or zeros when the entity is not in the snapshot."""
+    fields = _checked(values)
+    if any(value is None for value in fields):
+        return bytes(width + 1)
+    return b"\x01" + b"".join(fields)
+
+
+def _checked(reply: Any) -> Any:
+    """``reply``, or its error raised (a key of another type under the view's keys fails the
+    read, as it fails the script)."""
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
 
 
 def _decode(meta: SnapshotMeta, ids: tuple[str, ...], records: bytes, now: float
