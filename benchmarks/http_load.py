@@ -2,7 +2,9 @@
 
 Each of ``concurrency`` clients sends its next request when the previous one returns. Every
 generator runs ``warmup`` seconds (discarded), then ``seconds`` measured, and returns
-``{"latency": p50/p95/p99 ms summary, "rps", "requests", "errors"}``.
+``{"latency": p50/p95/p99 ms summary, "rps", "requests", "errors"}``: "requests" and "errors"
+count the measured window's requests only, and "rps" its answers (failed or shed requests are
+no answers).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ end
 
 def closed_loop_threads(call: Callable[[str], Any], items: Sequence[str], concurrency: int,
                         seconds: float, warmup: float) -> dict[str, Any]:
-    """``concurrency`` threads calling ``call`` in process; a call that raises is counted as
-    an error (its time is not a latency), and calls that all fail are refused as a figure."""
+    """``concurrency`` threads calling ``call`` in process; a call that raises in the measured
+    window is counted as an error (its time is not a latency), and calls that all fail are
+    refused as a figure."""
     clock = time.perf_counter
     start = clock()
     measure_from, stop_at = start + warmup, start + warmup + seconds
@@ -60,7 +63,8 @@ def closed_loop_threads(call: Callable[[str], Any], items: Sequence[str], concur
             try:
                 call(items[i % len(items)])
             except Exception as exc:  # noqa: BLE001 - counted, and reported below
-                failed.append(exc)
+                if began >= measure_from:  # a warm-up failure is discarded as its time is
+                    failed.append(exc)
             else:
                 if began >= measure_from:
                     mine.append((clock() - began) * 1e3)
@@ -78,7 +82,7 @@ def closed_loop_threads(call: Callable[[str], Any], items: Sequence[str], concur
         raise RuntimeError(f"every call failed ({len(failures)}), e.g. {failures[0]!r}"
                            if failures else "no call finished in the measured time")
     return {"latency": summarize(latencies), "rps": len(latencies) / seconds,
-            "requests": len(latencies), "errors": len(failures)}
+            "requests": len(latencies) + len(failures), "errors": len(failures)}
 
 
 def wrk_load(url: str, items: Sequence[str], concurrency: int, seconds: float,
@@ -133,9 +137,9 @@ def httpx_load(url: str, items: Sequence[str], concurrency: int, seconds: float,
             while (began := clock()) < stop_at:
                 response = await http.post("/v1/search",
                                            json={"query": items[i % len(items)], "k": 10})
-                errors += response.status_code != 200
-                if began >= measure_from:
+                if began >= measure_from:  # as wrk's: failed answers' times are latencies too
                     latencies.append((clock() - began) * 1e3)
+                    errors += response.status_code != 200
                 i += concurrency
 
         limits = httpx.Limits(max_connections=concurrency)
@@ -144,5 +148,5 @@ def httpx_load(url: str, items: Sequence[str], concurrency: int, seconds: float,
         return latencies, errors
 
     latencies, errors = asyncio.run(run())
-    return {"latency": summarize(latencies), "rps": len(latencies) / seconds,
+    return {"latency": summarize(latencies), "rps": (len(latencies) - errors) / seconds,
             "requests": len(latencies), "errors": errors}

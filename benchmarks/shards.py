@@ -8,14 +8,17 @@ words), random unit vectors (dim 384), query vectors given (no encoder), no cach
 validate -> filter -> BM25 top C -> re-rank -> fuse -> top k -> hydrate (ids only: generated
 passages are arrays). Unsharded: ``Retriever``; in-process shards: ``Retriever`` over a
 ``ShardedBuild`` of shards sliced from the same global index (``indexes.sharding``), so both
-return the same hits (checked); ``, threads``: the Ray runtime's router over the same shards in
-pool threads, whose fan-out cost feeds the latency model. Both dense legs are exact: the
-guardrail rarely fires on these queries.
+return the same hits (checked). Both dense legs are exact: the guardrail rarely fires on these
+queries. Beside the wall clock, the calling thread's CPU time of each search: a sharded
+search (and a BM25 walk of 50,000 postings or more) runs parts on pool threads, whose CPU it
+leaves out. (The process's CPU time would count them, but the kernel adds another running
+thread's time at scheduler ticks: per search, it jumps by whole ticks.)
 
 The latency model: per-shard ``answer`` times (each shard alone, measured) are the draws; a
 router over S shards waits for the slowest of S draws, then merges (the real merge timed over S
-answers made of the measured ones) and pays a hop per search (the in-process fan-out overhead
-measured here, or Ray's with ``--ray``). Predicted router p95 for S = 8 ... 64 shards of the
+answers made of the measured ones) and pays a hop per search: Ray's, measured with ``--ray``
+or given with ``--ray-hop-ms`` (without either, no model is made; the report gives what
+in-process sharding adds at p50). Predicted router p95 for S = 2 ... 64 shards of the
 measured shard size. ``--ray`` serves a smaller on-disk sharded build on a local Ray cluster
 (2 CPUs) and times the router handle against the in-process router on the same shards.
 """
@@ -116,8 +119,9 @@ class Setup:
 
 
 def cpu_timed(searcher: Any, setup: Setup, sink: list[float]) -> Any:
-    """A runner searching query ``i`` that appends the search's thread CPU time (ms) to
-    ``sink``: less sensitive than wall clock to the neighbours' load on a shared machine."""
+    """A runner searching query ``i`` that appends the calling thread's CPU time (ms) to
+    ``sink``: less sensitive than wall clock to the neighbours' load on a shared machine, but
+    blind to the parts a fan-out hands to pool threads."""
     def run(i: int) -> Any:
         began = time.thread_time_ns()
         result = searcher.search(setup.texts[i], None, 10, query_vector=setup.vectors[i])
@@ -275,7 +279,8 @@ def render(r: dict[str, Any], largest: int, figure: Path | None) -> str:
              ""]
     cpu = r["cpu_ms"]
     lines.append(markdown_table(
-        ["search", "wall p50 / p95 / p99 ms", "thread CPU p50 / p95 / p99 ms"],
+        ["search", "wall p50 / p95 / p99 ms",
+         "calling thread's CPU p50 / p95 / p99 ms (pool threads not counted)"],
         [[k, percentile_cells(v), percentile_cells(cpu[k])] for k, v in r["e2e"].items()]))
     shard = r["shard_answer_ms"]
     lines += ["", f"one shard's work for a search (S={largest}): {percentile_cells(shard)} ms; "

@@ -173,11 +173,11 @@ def search(root: Path, n_docs: int, n_queries: int, peer: Path | None,
     if peer is not None:
         import tantivy
 
+        from benchmarks.keyword_peer import tantivy_top
+
         index = tantivy.Index.open(str(peer))
         index.reload()
-        searcher = index.searcher()
-        runners["tantivy BM25 top 300"] = lambda i: searcher.search(
-            index.parse_query(asked[i], ["body"]), 300)
+        runners["tantivy BM25 top 300"] = tantivy_top(index, asked, 300)
     items = list(range(100, len(asked)))
     samples = measure_side_by_side(runners, items, warmup=list(range(100)))
     out = {name: summarize(s.wall_ms) for name, s in samples.items()}
