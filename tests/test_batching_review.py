@@ -185,3 +185,29 @@ def test_a_batcher_dropped_unclosed_stops_its_workers_and_frees_its_encoder(quer
         worker.join(30)
     assert not any(worker.is_alive() for worker in workers)
     assert freed() is None
+
+
+def test_jobs_queued_when_an_unclosed_batcher_is_collected_are_all_cancelled():
+    """A worker finding its batcher collected cancelled one queued job and stopped: the
+    others were never settled, and a caller waiting on one without a timeout hung."""
+    entered, gate = threading.Event(), threading.Event()
+
+    class HeldEncoder:
+        encoder_id, model, dim = "held", "held", 4
+
+        def encode(self, texts, *, batch_size=64, progress=False):
+            entered.set()
+            assert gate.wait(30), "the test never released the encoder"
+            return np.ones((len(texts), self.dim), dtype=np.float32)
+
+    batcher = EncodeBatcher(HeldEncoder(), BatchingConfig(enabled=True, workers=1, max_batch=1))
+    first = batcher.submit("one")
+    assert entered.wait(30)  # the worker encodes "one"; the rest queue behind it
+    queued = [batcher.submit(text) for text in ("two", "three", "four")]
+    worker = batcher._workers[0]
+    del batcher  # dropped unclosed: collected once the worker has served "one"
+    gate.set()
+    assert first.result(30)[0].shape == (4,)
+    worker.join(30)
+    assert not worker.is_alive()
+    assert [job.cancelled() for job in queued] == [True] * 3

@@ -232,6 +232,28 @@ def test_a_cache_read_waits_no_longer_than_the_deadline_leaves(own_server: Redis
         cache.close()
 
 
+def test_reads_queued_when_the_cache_closes_are_misses(own_server: RedisProcess) -> None:
+    """Reads past the reader pool's size queue behind the running ones; ``close()`` cancels
+    those, and each raised ``CancelledError`` into its search, where a cache read never
+    raises."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from retrieval.cache.redis_backend import MAX_READS_WAITED_FOR
+
+    cache = RedisCache(own_server.url, socket_timeout_ms=5000, connect_timeout_ms=5000)
+    assert cache.get_many(["warm"]) == [None]  # connected before the pause
+    own_server.pause()
+    try:
+        with ThreadPoolExecutor(MAX_READS_WAITED_FOR + 8) as callers:
+            reads = [callers.submit(cache.get_many_within, [f"k{i}"], 3.0)
+                     for i in range(MAX_READS_WAITED_FOR + 8)]
+            assert wait_until(lambda: cache._readers._work_queue.qsize() >= 8, 10)
+            cache.close()
+            assert [read.result(30) for read in reads] == [[None]] * len(reads)
+    finally:
+        own_server.resume()
+
+
 def test_an_in_process_cache_is_read_whatever_the_deadline_leaves() -> None:
     """Reading memory costs microseconds: a hit is worth more than skipping it."""
     cache = MemoryCache()

@@ -103,3 +103,26 @@ def test_a_view_read_whose_pointer_moved_ahead_of_its_entities_is_complete(
     finally:
         store.close()
         fresh.close()
+
+
+def test_a_snapshot_expired_while_its_slot_moves_is_lost_not_all_missing(
+        own_cluster: RedisClusterProcesses) -> None:  # noqa: F811
+    """The key-by-key read skipped the snapshot's schema once this process knew it: a snapshot
+    whose keys had expired read as a healthy view of entities all missing, where the script
+    reads it as lost (unavailable, so results on its defaults are not cached)."""
+    store = cluster_store(own_cluster)
+    try:
+        materialize(quality_view(), lambda: quality_rows(6), store, progress=False)
+        keys = store.keys("quality")
+        assert features(store.read("quality", IDS)) == EXPECTED  # the schema is now known
+        snapshot = store.live_snapshot_id("quality")
+        assert snapshot is not None
+        source, _ = start_migrating(own_cluster, key_slot(keys.live.encode()))
+        with source.client() as client:  # expired, all but the pointer
+            client.delete(keys.meta(snapshot), *(keys.entity_prefix(snapshot) + f"doc-{i}"
+                                                  for i in range(6)))
+        batch = store.read("quality", IDS)
+        assert not batch.available
+        assert store.stats()["redirected_reads"] == 1
+    finally:
+        store.close()

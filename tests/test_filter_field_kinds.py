@@ -83,17 +83,22 @@ def test_a_field_of_only_empty_lists_filters_alike_after_a_build_and_a_live_writ
     assert _filtered(tmp_path / "live") == built
 
 
-def test_an_empty_list_adding_a_field_to_a_fixed_schema_is_refused(
+def test_an_empty_list_on_a_fixed_schema_is_taken_as_a_build_takes_it(
         tmp_path: Path, docs: list[Document]) -> None:
-    """An empty list makes a field, as a build makes one of it, so where the schema takes no
-    new fields it is refused as a value would be; it was taken, making no field, and the
-    field appeared at the next compaction."""
-    build_small(tmp_path, docs[:8])
+    """Where the schema takes no new fields, an empty list is no value, so no refusal: a
+    write clearing a field the build stores unindexed (lists of numbers) was refused as a
+    field not in the schema. A field only empty lists hold is a keyword field, as a build of
+    the same documents makes it; a nested object is stored and makes none."""
+    corpus = [Document(d.id, d.text, d.title, {**d.metadata, "scores": [1, 2]})
+              for d in docs[:8]]
+    build_small(tmp_path, corpus)
     with IndexWriter(tmp_path) as writer:
-        with pytest.raises(SchemaMismatchError, match="'labels' is not in the index's schema"):
-            writer.upsert([Document("n1", "text", metadata={"labels": []})],
+        writer.upsert([Document("n1", "text", metadata={"labels": [], "scores": []})],
+                      vectors=unit_vectors(1, 1))
+        writer.upsert([Document("n2", "text", metadata={"notes": {"free": "form"}})],
+                      vectors=unit_vectors(1, 1))
+        assert writer.kinds.get("labels") == "keyword" and "notes" not in writer.kinds
+        with pytest.raises(SchemaMismatchError, match="'tags' is not in the index's schema"):
+            writer.upsert([Document("n3", "text", metadata={"tags": ["a"]})],
                           vectors=unit_vectors(1, 1))
-        writer.upsert([Document("n1", "text", metadata={"notes": {"free": "form"}})],
-                      vectors=unit_vectors(1, 1))  # a nested object is stored, no field
-        assert "labels" not in writer.kinds and "notes" not in writer.kinds
-    assert [record.seq for record in read_all(tmp_path)] == [1]
+    assert [record.seq for record in read_all(tmp_path)] == [1, 2]

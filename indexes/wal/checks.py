@@ -83,7 +83,9 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
     if not allow_new_fields:
         for doc in docs:
             for name, value in doc.metadata.items():
-                if name not in kinds and name != ID_FIELD and makes_field(value):
+                # An empty list is no value: refusing it refused writes clearing a field
+                # the build stores unindexed (lists of numbers make no kind).
+                if name not in kinds and name != ID_FIELD and value_kind(value) is not None:
                     raise SchemaMismatchError(
                         f"document {doc.id!r}: metadata field {name!r} is not in the index's "
                         f"schema ({describe_schema(kinds)}); fix the field name, or rebuild "

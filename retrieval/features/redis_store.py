@@ -206,7 +206,8 @@ class RedisStore(OnlineStore):
     def _read_each_key(self, client: RedisCluster, view_name: str, keys: ViewKeys,
                        ids: tuple[str, ...], now: float) -> FeatureBatch:
         """The read of a view whose slot is moving: the pointer, then the snapshot's schema
-        (unless known) and its entities, each key read where it is now (``read_each_key``).
+        (parsed unless known) and its entities, each key read where it is now
+        (``read_each_key``).
 
         Not atomic as the script is, and need not be: a snapshot's keys never change once it
         is live, and a flip between the pointer and the entities leaves the snapshot just read
@@ -215,13 +216,14 @@ class RedisStore(OnlineStore):
         if pointer is None:
             return self._no_data(view_name, ids, None, view_name in self._served)
         snapshot_id = _text(pointer)
-        meta = self._schemas.get(view_name, {}).get(snapshot_id)
-        if meta is None:
-            raw = _read_one(client, ("HGET", keys.meta(snapshot_id), "schema"))
-            if raw is None:
-                return self._no_data(view_name, ids, snapshot_id, True)
-            meta = self._schema(view_name, snapshot_id, raw)
-            assert meta is not None  # a schema just read is never None
+        # Read even when known, as the script checks it: a snapshot whose keys expired has
+        # none, and is lost, not a healthy view of entities all missing.
+        raw = _read_one(client, ("HGET", keys.meta(snapshot_id), "schema"))
+        if raw is None:
+            return self._no_data(view_name, ids, snapshot_id, True)
+        meta = self._schemas.get(view_name, {}).get(snapshot_id) or \
+            self._schema(view_name, snapshot_id, raw)
+        assert meta is not None  # a schema just read is never None
         fields = meta.view.feature_names + ([EVENT_FIELD] if meta.has_event_time else [])
         prefix = keys.entity_prefix(snapshot_id)
         rows = read_each_key(client, [("HMGET", prefix + entity_id, *fields)

@@ -69,9 +69,9 @@ def _work(batcher: weakref.ref[EncodeBatcher], jobs: queue.SimpleQueue[_Job | No
         if job is None:
             return
         serving = batcher()
-        if serving is None:  # collected with a job queued: its search, if any, degrades
-            job.future.cancel()
-            return
+        if serving is None:  # collected with jobs queued: each is cancelled (its search, if
+            job.future.cancel()  # any, degrades) until this worker's stop marker comes
+            continue
         if serving._serve(job):
             return
         del serving
