@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field, model_validator
+from pydantic.dataclasses import dataclass
 
 from indexes.distilled_encoder import DistilledEncoder, DistilledInfo, quantize_rows, table_checksum
 from indexes.errors import CorpusError
@@ -34,16 +36,28 @@ ROWS_FORMAT = 1  # bump when vocabulary_rows changes what it computes
 
 @dataclass(frozen=True)
 class DistillSettings:
-    """How much to cut and how long to train; the defaults are the measured trade-off."""
+    """How much to cut and how long to train; the defaults are the measured trade-off.
 
-    seed: int = 0
-    texts: int = 40_000
-    min_words: int = 3
-    max_words: int = 20
-    held_out: float = 0.05
-    epochs: int = 12
-    batch_size: int = 128
-    learning_rate: float = 2e-3
+    Checked when made (pydantic's ``ValidationError``, which the command reports as a bad
+    flag): a negative seed, or ``min_words`` past ``max_words``, would otherwise fail in numpy
+    once the passages are read and the teacher loaded.
+    """
+
+    seed: Annotated[int, Field(ge=0)] = 0
+    texts: Annotated[int, Field(ge=1)] = 40_000
+    min_words: Annotated[int, Field(ge=1)] = 3
+    max_words: Annotated[int, Field(ge=1)] = 20
+    held_out: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    epochs: Annotated[int, Field(ge=1)] = 12
+    batch_size: Annotated[int, Field(ge=1)] = 128
+    learning_rate: Annotated[float, Field(gt=0)] = 2e-3
+
+    @model_validator(mode="after")
+    def _lengths_in_order(self) -> DistillSettings:
+        if self.min_words > self.max_words:
+            raise ValueError(f"min_words ({self.min_words}) is past max_words "
+                             f"({self.max_words})")
+        return self
 
 
 def query_like_texts(corpus: Sequence[str], settings: DistillSettings,
@@ -52,7 +66,8 @@ def query_like_texts(corpus: Sequence[str], settings: DistillSettings,
     words = [text.split() for text in corpus]
     words = [w for w in words if w]
     if not words:
-        raise ValueError("the corpus has no words to cut training texts from")
+        raise CorpusError("the corpus has no words to cut training texts from: distill an "
+                          "index whose passages hold text")
     picks = rng.integers(0, len(words), size=settings.texts)
     lengths = rng.integers(settings.min_words, settings.max_words + 1, size=settings.texts)
     starts = rng.random(settings.texts)
@@ -67,10 +82,12 @@ def query_like_texts(corpus: Sequence[str], settings: DistillSettings,
 def vocabulary_rows(teacher: OnnxEncoder, batch: int = 512) -> np.ndarray:
     """(V, d): the teacher's unit embedding of each token alone, between [CLS] and [SEP].
 
-    A pure function of the teacher's weights (~30k short texts, most of a minute on 2 cores):
-    kept beside the teacher's exported graph and computed once per machine.
+    A pure function of the teacher's weights and precision (~30k short texts, most of a minute
+    on 2 cores): kept beside the teacher's exported graph and computed once per machine and
+    precision (an INT8 teacher's rows differ from the fp32 one's by up to 0.05).
     """
-    cached = default_cache_dir(teacher.model_path) / f"vocabulary-rows-v{ROWS_FORMAT}.npy"
+    cached = (default_cache_dir(teacher.model_path)
+              / f"vocabulary-rows-v{ROWS_FORMAT}-{teacher.precision}.npy")
     if cached.is_file():
         return np.load(cached)
     cls_id, sep_id = _special_ids(teacher)

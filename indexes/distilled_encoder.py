@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from indexes.encoders import DEFAULT_MODEL, default_model_path
+from indexes.encoders import DEFAULT_MODEL, default_model_path, model_name
 from indexes.errors import RetrievalError
 
 FORMAT = 1
@@ -46,8 +46,8 @@ class DistilledInfo(BaseModel):
     format: int = FORMAT
     model: str = Field(description="the teacher whose vector space the rows live in")
     teacher_id: str = Field(description="encoder id of the teacher that made the targets")
-    dim: int
-    vocab_size: int
+    dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
     checksum: str = Field(description="sha256 of table.npy then scales.npy")
     trained_on: str = Field(description="what the query-like training texts were cut from")
     training: dict[str, Any] = Field(default_factory=dict, description="seed and settings")
@@ -78,16 +78,16 @@ class DistilledEncoder:
                  model_dir: Path | None = None) -> None:
         from indexes.onnx_encoder import load_tokenizer, lowercases
 
-        if rows.dtype != np.int8 or rows.shape != (info.vocab_size, info.dim):
-            raise DistilledEncoderError(
-                f"table is {rows.dtype}{rows.shape}, encoder.json says int8"
-                f"({info.vocab_size}, {info.dim}); the directory is damaged: train it again")
-        if scales.shape != (info.vocab_size,):
-            raise DistilledEncoderError(f"scales have shape {scales.shape}, expected "
-                                        f"({info.vocab_size},): train the encoder again")
-        self.rows, self.scales, self.info = rows, scales.astype(np.float32), info
+        check_arrays(rows, scales, info)
         path = model_dir or default_model_path()
+        check_model(path, info)
         self._tokenizer = load_tokenizer(path)
+        if self._tokenizer.get_vocab_size() != info.vocab_size:
+            # a token id past the table fails at query time; one within it reads another row
+            raise DistilledEncoderError(
+                f"the table has {info.vocab_size} rows but {path}'s tokenizer has "
+                f"{self._tokenizer.get_vocab_size()} tokens: train the encoder again")
+        self.rows, self.scales, self.info = rows, scales.astype(np.float32), info
         self._lowercase = lowercases(path)
         self.model, self.dim = info.model, info.dim
         self.encoder_id = f"{info.model}:{BACKEND}:{info.checksum[:12]}:{info.dim}"
@@ -122,8 +122,13 @@ class DistilledEncoder:
         return save_table(self.rows, self.scales, self.info, directory)
 
     @classmethod
-    def load(cls, directory: str | Path, *, verify: bool = True) -> DistilledEncoder:
-        """Read a saved encoder; the checksum is verified unless ``verify=False``."""
+    def load(cls, directory: str | Path, *, verify: bool = True,
+             model_dir: str | Path | None = None) -> DistilledEncoder:
+        """Read a saved encoder; the checksum is verified unless ``verify=False``.
+
+        ``model_dir``: the teacher's model directory, whose tokenizer makes the token ids
+        (default: the shipped all-MiniLM-L6-v2); it must be the model ``encoder.json`` names.
+        """
         folder = Path(directory)
         meta = folder / META
         if not meta.is_file():
@@ -138,11 +143,55 @@ class DistilledEncoder:
         if info.format != FORMAT:
             raise DistilledEncoderError(f"{folder} has format {info.format}, this version reads "
                                         f"{FORMAT}: train the encoder again")
-        rows, scales = np.load(folder / TABLE), np.load(folder / SCALES)
+        rows, scales = load_array(folder / TABLE), load_array(folder / SCALES)
         if verify and table_checksum(rows, scales) != info.checksum:
             raise DistilledEncoderError(f"{folder}: the table does not match the checksum in "
                                         f"{META}; the files are damaged: train it again")
-        return cls(rows, scales, info)
+        return cls(rows, scales, info, Path(model_dir) if model_dir else None)
+
+
+def load_array(path: Path) -> np.ndarray:
+    """One of an encoder's arrays; a missing, truncated or foreign file is refused."""
+    try:
+        array = np.load(path)
+    except FileNotFoundError:
+        raise DistilledEncoderError(f"{path} is missing: the directory holds only part of a "
+                                    "distilled encoder; train it again") from None
+    except (OSError, ValueError, EOFError) as exc:  # np.load's errors for a damaged file
+        raise DistilledEncoderError(f"{path} is not a readable numpy array ({exc}); the file "
+                                    "is damaged: train the encoder again") from exc
+    if not isinstance(array, np.ndarray):  # an .npz archive under the .npy name
+        raise DistilledEncoderError(f"{path} is not a single numpy array: train the encoder "
+                                    "again")
+    return array
+
+
+def check_arrays(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo) -> None:
+    """The table and scales are what ``encoder.json`` describes, and every scale a positive
+    number: a NaN or infinite one would turn the vector of any query holding its token into
+    NaN, which no search can rank by."""
+    if rows.dtype != np.int8 or rows.shape != (info.vocab_size, info.dim):
+        raise DistilledEncoderError(
+            f"table is {rows.dtype}{rows.shape}, encoder.json says int8"
+            f"({info.vocab_size}, {info.dim}); the directory is damaged: train it again")
+    if scales.shape != (info.vocab_size,):
+        raise DistilledEncoderError(f"scales have shape {scales.shape}, expected "
+                                    f"({info.vocab_size},): train the encoder again")
+    if scales.dtype.kind != "f" or not (np.isfinite(scales) & (scales > 0)).all():
+        raise DistilledEncoderError(f"scales must be positive finite floats ({scales.dtype} "
+                                    "given, or some NaN, infinite or not above 0): train the "
+                                    "encoder again")
+
+
+def check_model(model_dir: Path, info: DistilledInfo) -> None:
+    """The rows are indexed by the teacher's token ids: another model's tokenizer would give
+    each query the wrong rows, and its vectors would still pass for ``info.model``'s."""
+    tokenizing = model_name(model_dir)
+    if tokenizing != info.model:
+        raise DistilledEncoderError(
+            f"the encoder was distilled from {info.model!r}, but {model_dir} holds "
+            f"{tokenizing!r}, whose token ids would pick the wrong rows: load it with "
+            "model_dir= the teacher's model directory")
 
 
 def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
