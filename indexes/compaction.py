@@ -135,7 +135,8 @@ def _compact_once(writer: Folder, progress: bool, started: float) -> CompactionR
                          publish=False,
                          shards=_shard_count(build, len(parts), len(docs)),
                          dense=settings.dense,
-                         field_kinds=merged_kinds(manifest.metadata_fields, records),
+                         field_kinds=merged_kinds(manifest.metadata_fields, records,
+                                                  manifest.allow_new_fields),
                          vector_grid=grid)
     try:
         _, retired = go_live(root, report.build_id, "plain", replaces=manifest.build_id)

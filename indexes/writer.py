@@ -194,7 +194,8 @@ class IndexWriter:
             write_acked(self._acked_fd, first, self._end)
         held = read_all(self.root)
         records = [r for r in held if r.seq > self.manifest.log_seq]
-        self.kinds = merged_kinds(self.manifest.metadata_fields, records)
+        self.kinds = merged_kinds(self.manifest.metadata_fields, records,
+                                  self.manifest.allow_new_fields)
         self._hashes = None
         self._requests = {}
         self._unhashed = list(records)
@@ -206,7 +207,7 @@ class IndexWriter:
         if not records:
             return
         self.last_seq = max(self.last_seq, records[-1].seq)
-        kinds = merged_kinds(self.kinds, records)
+        kinds = merged_kinds(self.kinds, records, self.manifest.allow_new_fields)
         if kinds != self.kinds:  # kept as is otherwise: upserts check "is" to skip a recheck
             self.kinds = kinds
         self._unhashed.extend(records)  # their vectors join the reuse map when texts need it

@@ -30,7 +30,9 @@ def default_encoder(snapshot: LoadedBuild, config: RetrieverConfig,
     if config.encoder_backend == "torch":
         return SentenceTransformerEncoder(config.encoder_model_path)
     if config.encoder_backend == "distilled":
-        return DistilledEncoder.load(distilled_dir(config, root))
+        # Its rows are the teacher's token ids: the model configured is the one to tokenize.
+        return DistilledEncoder.load(distilled_dir(config, root),
+                                     model_dir=config.encoder_model_path)
     from indexes.onnx_encoder import make_encoder
 
     return make_encoder(config.encoder_backend, config.encoder_model_path)

@@ -140,3 +140,26 @@ def test_int8_and_fp32_teachers_cache_their_token_rows_apart(monkeypatch, tmp_pa
     assert np.allclose(fp32_rows, own, atol=1e-5)
     assert not np.allclose(int8_rows, fp32_rows, atol=1e-5)
     assert np.array_equal(vocabulary_rows(fp32), fp32_rows)  # read back from the cache
+
+
+def test_a_retriever_loads_an_encoder_distilled_from_its_configured_model(
+        shipped_copy, tmp_path, dataset, encoder):
+    """Loading checks the tokenizing model against ``encoder.json``; the retriever loaded it
+    with the shipped model whatever ``encoder_model_path`` said, so an encoder distilled from
+    a user's own model (a fine-tuned MiniLM) was refused."""
+    from indexes.encoders import default_model_path, model_name
+    from retrieval.config import RetrieverConfig
+    from retrieval.query_encoder import default_encoder
+
+    tuned = Path(shutil.copytree(default_model_path(), tmp_path / "tuned-minilm"))
+    with open(tuned / "model.safetensors", "ab") as weights:
+        weights.write(b" ")  # other weights, the same tokenizer
+    info = json.loads((shipped_copy / META).read_text())
+    (shipped_copy / META).write_text(json.dumps({**info, "model": model_name(tuned)}))
+    from retrieval.loaded_build import LoadedBuild
+
+    build = LoadedBuild.load(small_index(dataset("cranfield"), encoder))
+    config = RetrieverConfig(encoder_backend="distilled", encoder_model_path=str(tuned),
+                             distilled_encoder_path=str(shipped_copy))
+    encoder = default_encoder(build, config)
+    assert encoder is not None and encoder.model == model_name(tuned)

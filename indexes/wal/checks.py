@@ -92,7 +92,7 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
                         "with allow_new_fields (retrieval build --allow-new-fields) so "
                         "upserts may add fields", name)
     merged = dict(kinds)
-    for name, seen in new_fields(docs, kinds).items():
+    for name, seen in new_fields(docs, kinds, allow_new_fields).items():
         kind = new_kind(seen)
         if kind is None:
             raise SchemaMismatchError(f"metadata field {name!r} mixes {sorted(seen)} values in "
@@ -112,17 +112,21 @@ def makes_field(value: Any) -> bool:
     return value_kind(value) is not None or empty_list(value)
 
 
-def new_fields(docs: Iterable[Document], kinds: Mapping[str, str]
+def new_fields(docs: Iterable[Document], kinds: Mapping[str, str], empty_lists: bool
                ) -> dict[str, set[FieldKind]]:
     """The kinds the values of each field ``kinds`` lacks imply, over ``docs`` together; no
-    kinds for a field holding only empty lists (``new_kind`` makes it a keyword field)."""
+    kinds for a field holding only empty lists (``new_kind`` makes it a keyword field), left
+    out unless ``empty_lists`` (an index taking new fields): where the schema takes none, an
+    empty list is no value and adds no field, or a typo given ``[]`` would make one."""
     found: dict[str, set[FieldKind]] = {}
     for doc in docs:
         for name, value in doc.metadata.items():
             if name in kinds or name == ID_FIELD or not makes_field(value):
                 continue
-            field_kinds = found.setdefault(name, set())
             kind = value_kind(value)
+            if kind is None and not empty_lists:
+                continue
+            field_kinds = found.setdefault(name, set())
             if kind is not None:
                 field_kinds.add(kind)
     return found
@@ -246,7 +250,8 @@ def check_unique(ids: list[str]) -> None:
         seen.add(doc_id)
 
 
-def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str, str]:
+def merged_kinds(base: Mapping[str, str], records: Iterable[Record], allow_new_fields: bool
+                 ) -> dict[str, str]:
     """Field kinds of the base build plus the fields the log's upserts added, each decided
     from the values of every upsert together, as ``check_fields_fit`` (the publish check)
     and a build decide it, whatever their order: a date then a word is a keyword field.
@@ -255,7 +260,7 @@ def merged_kinds(base: Mapping[str, str], records: Iterable[Record]) -> dict[str
     found: dict[str, set[FieldKind]] = {}  # every kind of each new field's values
     first: dict[str, FieldKind] = {}  # the kind of the first write giving it a value
     for record in records:
-        for name, kinds_seen in new_fields(record.documents, base).items():
+        for name, kinds_seen in new_fields(record.documents, base, allow_new_fields).items():
             found.setdefault(name, set()).update(kinds_seen)
             if kinds_seen:
                 first.setdefault(name, min(kinds_seen))

@@ -244,7 +244,8 @@ class LogFollower:
         changes = Changes.of(records, after=self.base.manifest.log_seq)
         changes.last_seq = self.applied_seq if last_seq is None else last_seq
         kinds = merged_kinds(self.base.metadata.kinds,
-                             [r for r in records if r.seq > self.base.manifest.log_seq])
+                             [r for r in records if r.seq > self.base.manifest.log_seq],
+                             self.base.manifest.allow_new_fields)
         if self._base_hashes is None:  # read once: a build deleted meanwhile stays readable
             self._base_hashes = content_hashes_of(self.base)
         snapshot, self._folded = compose(self.base, self._terms, changes, kinds,

@@ -122,7 +122,8 @@ def served_view(contents: BuildContents, records: list[Record]) -> Served:
     upserted = [doc for doc, _ in changes.upserts.values()]
     hashes.update(zip((d.id for d in upserted),
                       map(bytes, content_hashes([d.content for d in upserted])), strict=True))
-    return Served(hashes, merged_kinds(contents.manifest.metadata_fields, records))
+    return Served(hashes, merged_kinds(contents.manifest.metadata_fields, records,
+                                      contents.manifest.allow_new_fields))
 
 
 def build_contents(directory: Path) -> BuildContents:
