@@ -10,10 +10,11 @@ Each build runs in a fresh process (so its peak RSS is its own), after the corpu
 index size, bytes per BM25 posting, peak RSS), and tantivy 0.27 (``en_stem``, an id and the
 text, one and two writer threads, committed and merged). tantivy builds only a keyword index;
 the project's build also writes the metadata index, the typo dictionary, the document store
-and the dense leg (IVF trained, filled and calibrated). With vectors given the dense leg runs
-in a thread beside the keyword side from the start (``indexes.ann_built.dense_beside``), so
-the keyword side's seconds are its wall time with the dense leg beside it, and
-"write+publish" holds the writers and the wait for what is left of the dense leg.
+and the dense leg (IVF trained, filled and calibrated). With vectors given and more than one
+core the dense leg runs in a thread beside the keyword side from the start
+(``indexes.ann_built.dense_beside``), so the keyword side's seconds are its wall time with the
+dense leg beside it, and "write+publish" holds the writers and the wait for what is left of
+the dense leg; pinned to one core (``--cores 1``) the dense leg is built in "write+publish".
 
 Each build also reports its CPU seconds over all its threads: a one-worker build of the
 project still runs faiss and the checksums on every core, so wall seconds alone mix a
