@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ def check_lines(path: Path, start: int = 0, end: int | None = None,
             return
         at = handle.tell() - len(first)  # where the part's first line starts
         before = _lines_before(path, at) if numbered else 0
-        records = _records(_chain(first, lines), path, before + 1, at == 0)
+        records = _records(chain((first,), lines), path, before + 1, at == 0)
         for _ in records:
             pass
 
@@ -74,11 +75,6 @@ def _lines_starting_in(handle: Any, start: int, end: int | None) -> Iterator[byt
             return
         yield line
         position += len(line)
-
-
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    yield first
-    yield from rest
 
 
 def _lines_before(path: Path, offset: int, block: int = 1 << 24) -> int:

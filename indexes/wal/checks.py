@@ -105,13 +105,6 @@ def merged_schema(docs: Iterable[Document], kinds: Mapping[str, str], allow_new_
     return merged
 
 
-def makes_field(value: Any) -> bool:
-    """Whether a build makes a field of a field holding ``value``: a value of a filterable
-    kind, or an empty list (``indexes.metadata.listed_only``). Nested objects and lists of
-    numbers are stored, not indexed: they make none."""
-    return value_kind(value) is not None or empty_list(value)
-
-
 def new_fields(docs: Iterable[Document], kinds: Mapping[str, str], empty_lists: bool
                ) -> dict[str, set[FieldKind]]:
     """The kinds the values of each field ``kinds`` lacks imply, over ``docs`` together; no
@@ -121,14 +114,13 @@ def new_fields(docs: Iterable[Document], kinds: Mapping[str, str], empty_lists: 
     found: dict[str, set[FieldKind]] = {}
     for doc in docs:
         for name, value in doc.metadata.items():
-            if name in kinds or name == ID_FIELD or not makes_field(value):
+            if name in kinds or name == ID_FIELD:
                 continue
             kind = value_kind(value)
-            if kind is None and not empty_lists:
-                continue
-            field_kinds = found.setdefault(name, set())
             if kind is not None:
-                field_kinds.add(kind)
+                found.setdefault(name, set()).add(kind)
+            elif empty_lists and empty_list(value):  # as ``indexes.metadata.listed_only``
+                found.setdefault(name, set())  # nested objects, lists of numbers: stored only
     return found
 
 
