@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from indexes.encoders import DEFAULT_MODEL, default_model_path, model_name
 from indexes.errors import RetrievalError
+from indexes.storage import fsync_path
 
 FORMAT = 1
 TABLE, SCALES, META = "table.npy", "scales.npy", "encoder.json"
@@ -196,11 +198,38 @@ def check_model(model_dir: Path, info: DistilledInfo) -> None:
 
 def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
                directory: str | Path) -> Path:
+    """Write the three files over any encoder already in ``directory`` without destroying it
+    when the save fails: each file is written whole to a temporary file beside it first, and
+    only then are they renamed into place, the JSON that vouches for the arrays last. A save
+    that fails while writing leaves the previous files untouched (and no temporary ones); a
+    crash between the renames leaves each file old or new, and the checksum refuses the mix.
+    """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    np.save(folder / TABLE, rows)
-    np.save(folder / SCALES, scales)
-    tmp = folder / f"{META}.tmp"
-    tmp.write_text(json.dumps(info.model_dump(), indent=1) + "\n")
-    tmp.replace(folder / META)
+    writers: list[tuple[str, Callable[[BinaryIO], object]]] = [
+        (TABLE, lambda out: np.save(out, rows, allow_pickle=False)),
+        (SCALES, lambda out: np.save(out, scales, allow_pickle=False)),
+        (META, lambda out: out.write(
+            (json.dumps(info.model_dump(), indent=1) + "\n").encode())),
+    ]
+    staged: list[Path] = []  # the temporary files this save made: renamed, else removed
+    try:
+        for name, write in writers:
+            partial = partial_path(folder / name)
+            with open(partial, "wb") as out:
+                staged.append(partial)
+                write(out)
+                out.flush()
+                os.fsync(out.fileno())  # on disk before the rename can make it the file
+        for (name, _), partial in zip(writers, staged, strict=True):
+            os.replace(partial, folder / name)
+    finally:
+        for partial in staged:
+            partial.unlink(missing_ok=True)
+    fsync_path(folder)  # the renames survive a power loss
     return folder
+
+
+def partial_path(path: Path) -> Path:
+    """Where ``save_table`` writes ``path`` before renaming it into place."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")

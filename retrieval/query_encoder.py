@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexes.distilled_encoder import META, SHIPPED, DistilledEncoder
+from indexes.distilled_encoder import META, SHIPPED, DistilledEncoder, DistilledEncoderError
 from indexes.encoders import (
     DEFAULT_MODEL,
     Encoder,
@@ -39,16 +39,34 @@ def default_encoder(snapshot: LoadedBuild, config: RetrieverConfig,
 
 
 def distilled_dir(config: RetrieverConfig, root: Path | None) -> Path:
-    """The configured distilled encoder, else the index root's own, else the shipped one."""
+    """The configured distilled encoder, else the index root's own, else the shipped one.
+
+    Only `retrieval distill ROOT` makes ``ROOT/distilled``, when it saves the trained encoder
+    (its per-token row cache lives beside the teacher's model, not there), and it writes
+    ``encoder.json`` last: a ``distilled`` directory without one is an encoder the operator
+    meant to use whose save did not finish, or whose JSON was removed. Serving the shipped
+    encoder in its place would hide that, so it is refused.
+    """
     if config.distilled_encoder_path is not None:
         return Path(config.distilled_encoder_path)
     # ``root`` is an index root, or one of its build directories (ROOT/builds/<id>).
     homes = [] if root is None else [root] + (
         [root.parent.parent] if root.parent.name == "builds" else [])
     for home in homes:
-        if (home / DISTILLED_DIR / META).is_file():
-            return home / DISTILLED_DIR
+        own = home / DISTILLED_DIR
+        if (own / META).is_file():
+            return own
+        if own.exists() or own.is_symlink():
+            raise unfinished_distilled_dir(own, home)
     return SHIPPED
+
+
+def unfinished_distilled_dir(own: Path, home: Path) -> DistilledEncoderError:
+    return DistilledEncoderError(
+        f"{own} holds no {META}: `retrieval distill` did not finish saving the index's own "
+        f"query encoder there (it writes {META} last), or the file was removed. Run "
+        f"`retrieval distill {home}` again to train it, or remove {own} to search with the "
+        "shipped distilled encoder")
 
 
 def check_encoder(encoder: Encoder, snapshot: LoadedBuild) -> None:
