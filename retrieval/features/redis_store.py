@@ -137,7 +137,8 @@ class RedisStore(OnlineStore):
         self.write_chunk = write_chunk
         self._write_timeout = write_timeout_seconds
         self._counters = CacheCounters(("reads", "entities", "missing", "stale", "errors",
-                                        "short_circuits", "redirected_reads"))
+                                        "short_circuits", "redirected_reads",
+                                        "redirect_pipelines"))
         self._schemas: dict[str, dict[str, SnapshotMeta]] = {}
         self._served: set[str] = set()  # views this process has read a snapshot of
         self._lost = BurstLogger(logger, f"{self.link.what} data", fallback="serving defaults "
@@ -212,13 +213,13 @@ class RedisStore(OnlineStore):
         Not atomic as the script is, and need not be: a snapshot's keys never change once it
         is live, and a flip between the pointer and the entities leaves the snapshot just read
         readable for ``grace_seconds``, as for any reader racing a flip."""
-        pointer = _read_one(client, ("GET", keys.live))
+        pointer = _checked(self._read_keys(client, [("GET", keys.live)])[0])
         if pointer is None:
             return self._no_data(view_name, ids, None, view_name in self._served)
         snapshot_id = _text(pointer)
         # Read even when known, as the script checks it: a snapshot whose keys expired has
         # none, and is lost, not a healthy view of entities all missing.
-        raw = _read_one(client, ("HGET", keys.meta(snapshot_id), "schema"))
+        raw = _checked(self._read_keys(client, [("HGET", keys.meta(snapshot_id), "schema")])[0])
         if raw is None:
             return self._no_data(view_name, ids, snapshot_id, True)
         meta = self._schemas.get(view_name, {}).get(snapshot_id) or \
@@ -226,13 +227,20 @@ class RedisStore(OnlineStore):
         assert meta is not None  # a schema just read is never None
         fields = meta.view.feature_names + ([EVENT_FIELD] if meta.has_event_time else [])
         prefix = keys.entity_prefix(snapshot_id)
-        rows = read_each_key(client, [("HMGET", prefix + entity_id, *fields)
-                                      for entity_id in ids])
+        rows = self._read_keys(client, [("HMGET", prefix + entity_id, *fields)
+                                        for entity_id in ids])
         width = record_width(meta.view, meta.has_event_time)
         batch = _decode(meta, ids, b"".join(_record(row, width) for row in rows), now)
         self._remember(meta.view, snapshot_id)
         self._served.add(view_name)
         return batch
+
+    def _read_keys(self, client: RedisCluster, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """``read_each_key``'s replies; the pipelines it took to follow redirects are counted
+        (``redirect_pipelines``: one per node the moved keys are on, however many moved)."""
+        reads = read_each_key(client, commands)
+        self._counters.add(redirect_pipelines=reads.redirect_pipelines)
+        return reads.replies
 
     def _no_data(self, view_name: str, ids: tuple[str, ...], snapshot_id: str | None,
                  lost: bool) -> FeatureBatch:
@@ -377,7 +385,7 @@ def _read_one(client: AnyRedis, command: tuple[Any, ...]) -> Any:
     """The reply of one single-key read; on a Cluster, read where the key is now (the
     client follows no redirect itself, see ``_call_read_script``)."""
     if isinstance(client, RedisCluster):
-        return _checked(read_each_key(client, [command])[0])
+        return _checked(read_each_key(client, [command]).replies[0])
     return client.execute_command(*command)
 
 
