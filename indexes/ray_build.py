@@ -52,7 +52,7 @@ from indexes.long_documents import split_documents
 from indexes.manifest import EncoderInfo, check_new_root
 from indexes.shard_build import Runner
 from indexes.sharding.layout import shard_ranges
-from indexes.sources import FieldMapping, cell_value
+from indexes.sources import FieldMapping, cell_value, check_struct_names
 from indexes.wal.seal import unpin
 
 Backend = Literal["torch", "onnx"]
@@ -139,7 +139,9 @@ def _parquet_columns(files: Sequence[str], mapping: FieldMapping
     them (``FieldMapping.columns_to_read``: a name given twice is refused unless the mapping
     leaves it out, when neither column is read). Only each file's footer is read, here on the
     driver, before Ray reads any row: Ray Data's reader refused a repeated name in a Ray task
-    with pyarrow's untyped "Multiple matches for FieldRef", wrapped in Ray's task error."""
+    with pyarrow's untyped "Multiple matches for FieldRef", wrapped in Ray's task error. A
+    struct column naming a field twice is refused here too, as the local reader refuses it
+    (``indexes.sources.check_struct_names``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -147,10 +149,12 @@ def _parquet_columns(files: Sequence[str], mapping: FieldMapping
     left_out: list[str] = []
     for file in files:
         try:
-            names = pq.read_schema(file).names
+            schema = pq.read_schema(file)
         except (pa.ArrowException, OSError) as exc:
             raise CorpusError(f"cannot read {file}: {exc}") from exc
+        names = schema.names
         columns = mapping.columns_to_read(names, file)
+        check_struct_names(schema, columns, file)
         if columns != names:
             if kept is not None and columns != kept:
                 raise CorpusError(f"{file}: its columns {columns} differ from another file's "

@@ -236,7 +236,7 @@ def _load_table(path: Path, mapping: FieldMapping) -> tuple[Any, list[str]]:
         if TABLE_SUFFIXES[path.suffix.lower()] == "Parquet":
             schema = pq.read_schema(path)  # the footer: names are checked before any row
             columns = mapping.columns_to_read(schema.names, str(path))
-            _check_struct_names(schema, columns, str(path))
+            check_struct_names(schema, columns, str(path))
             read = pq.read_table(path, columns=columns if columns != schema.names else None)
             return read, schema.names
         delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
@@ -258,7 +258,7 @@ def _load_table(path: Path, mapping: FieldMapping) -> tuple[Any, list[str]]:
     return table.select(mapping.columns_to_read(table.column_names, str(path))), table.column_names
 
 
-def _check_struct_names(schema: Any, columns: Iterable[str], where: str) -> None:
+def check_struct_names(schema: Any, columns: Iterable[str], where: str) -> None:
     """No struct among ``columns`` (a Parquet ``metadata`` object, nested at any depth) names
     two fields alike: pyarrow cannot turn such a row into a record (a bare ValueError)."""
     for name in columns:

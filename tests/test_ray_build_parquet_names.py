@@ -41,3 +41,23 @@ def test_a_parquet_column_named_twice_is_refused_before_ray_reads(tmp_path: Path
     with pytest.raises(CorpusError, match=r"cannot read .*b.parquet"):
         read_documents(parts)
     assert not ray.is_initialized()
+
+
+def test_a_parquet_struct_naming_a_field_twice_is_refused_before_ray_reads(
+        tmp_path: Path) -> None:
+    """The local reader refuses it (pyarrow cannot make such a row a record); the Ray build
+    read it in Ray tasks, where the row's record kept one of the two values."""
+    from indexes.ray_build import read_documents
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    inner = pa.StructArray.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
+    nested = pa.StructArray.from_arrays([pa.array(["aero"]), inner], names=["dept", "stats"])
+    pq.write_table(pa.table({"_id": ["a"], "text": ["t"], "metadata": nested}),
+                   parts / "a.parquet")
+    message = r"a.parquet: the struct 'metadata.stats' holds two fields named 'x'; rename one"
+    with pytest.raises(CorpusError, match=message):
+        list(read_corpus(parts / "a.parquet"))  # the local reader, as it was
+    with pytest.raises(CorpusError, match=message):
+        read_documents(parts)
+    assert not ray.is_initialized()  # the footers were read here, no cluster started
