@@ -46,7 +46,7 @@ def test_a_parquet_column_named_twice_is_refused_before_ray_reads(tmp_path: Path
 def test_a_parquet_struct_naming_a_field_twice_is_refused_before_ray_reads(
         tmp_path: Path) -> None:
     """The local reader refuses it (pyarrow cannot make such a row a record); the Ray build
-    read it in Ray tasks, where the row's record kept one of the two values."""
+    started a cluster, read the rows, then failed with pyarrow's bare ValueError."""
     from indexes.ray_build import read_documents
 
     parts = tmp_path / "parts"
