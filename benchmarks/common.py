@@ -98,16 +98,26 @@ def timestamp() -> str:
 
 @dataclass
 class Samples:
-    """Wall-clock milliseconds of each measured call, the process's CPU milliseconds in it
-    (every thread: a call that fans out over the cores counts them all), and what each call
-    returned."""
+    """Wall-clock milliseconds of each measured call, what each call returned, and the
+    process's CPU milliseconds over all the measured calls together (every thread: a call
+    that fans out over the cores counts them all).
+
+    CPU is kept as a total, not per call: Linux brings the CPU time of the process's other
+    threads up to date only at their scheduler ticks and switches (``thread_group_cputime``
+    reads the calling thread's exact runtime, the others' as of their last update), so one
+    call's reading can be off by a tick (1-4 ms) for each other thread running at either end.
+    Over a window of many calls those errors stay at its two ends, and the mean holds."""
 
     wall_ms: list[float] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
-    cpu_ms: list[float] = field(default_factory=list)
+    cpu_total_ms: float = 0.0
 
     def summary(self) -> dict[str, float]:
         return summarize(self.wall_ms)
+
+    def cpu_ms_mean(self) -> float:
+        """The process's CPU milliseconds per measured call (all threads), a mean."""
+        return self.cpu_total_ms / len(self.wall_ms) if self.wall_ms else 0.0
 
 
 def measure_side_by_side(
@@ -139,14 +149,15 @@ def measure_side_by_side(
             run = runners[name]
             for i in range(min(rewarm, len(warmup))):
                 run(warmup[(turn * rewarm + i) % len(warmup)])
-            wall, outputs, cpu = samples[name].wall_ms, samples[name].outputs, \
-                samples[name].cpu_ms
+            wall, outputs = samples[name].wall_ms, samples[name].outputs
+            # One CPU reading a chunk, not a call: see ``Samples``.
+            began_cpu = time.process_time()
             for item in block:
-                began, began_cpu = clock(), time.process_time()
+                began = clock()
                 output = run(item)
                 wall.append((clock() - began) * 1e3)
-                cpu.append((time.process_time() - began_cpu) * 1e3)
                 outputs.append(output)
+            samples[name].cpu_total_ms += (time.process_time() - began_cpu) * 1e3
     return samples
 
 
@@ -393,4 +404,5 @@ def measure_in_chunks(runners: Mapping[str, Callable[[Any], Any]], items: Sequen
         for name, part in parts.items():
             samples[name].wall_ms += part.wall_ms
             samples[name].outputs += part.outputs
+            samples[name].cpu_total_ms += part.cpu_total_ms
     return samples

@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from small_index import QUERIES as CRANFIELD_QUERIES
+from small_index import index_fixture  # noqa: F401 (the `index` fixture)
 
 from benchmarks import suite
+from benchmarks.common import measure_in_chunks, measure_side_by_side
+from benchmarks.streamed_shards import SyntheticShard, build_tantivy
 from benchmarks.synthetic import random_unit_vectors, synthetic_documents
+from benchmarks.synthetic_corpus import SyntheticCorpus
 from benchmarks.workloads import Workload
 from indexes.build import build_index
 from indexes.manifest import EncoderInfo
+from indexes.sharding import shard_ranges
 
 DIM = 16
 QUERIES = ["heart disease risk", "cancer therapy trial outcome", "immune response virus",
@@ -139,24 +148,29 @@ def test_httpx_load_counts_shed_requests_as_no_answers(shedding_server: str) -> 
     assert cell["rps"] == 0
 
 
-def test_tantivy_is_asked_without_a_count(tmp_path: Path) -> None:
-    """The tantivy side of keyword_peer and streamed_shards collects the top n only: a
-    ``Count`` collector would time work the project's side does not do."""
+def small_tantivy(directory: Path) -> Any:
+    """A tantivy index of 50 generated documents, as keyword_peer's schema."""
     import tantivy
-
-    from benchmarks.keyword_peer import tantivy_top
 
     schema = tantivy.SchemaBuilder()
     schema.add_text_field("id", stored=True, tokenizer_name="raw")
     schema.add_text_field("body", tokenizer_name="en_stem")
-    index = tantivy.Index(schema.build(), path=str(tmp_path))
+    index = tantivy.Index(schema.build(), path=str(directory))
     writer = index.writer(heap_size=15_000_000, num_threads=1)
     for doc in synthetic_documents(50):
         writer.add_document(tantivy.Document(id=doc.id, body=doc.text))
     writer.commit()
     writer.wait_merging_threads()
     index.reload()
-    found = tantivy_top(index, QUERIES, 5)(0)
+    return index
+
+
+def test_tantivy_is_asked_without_a_count(tmp_path: Path) -> None:
+    """The tantivy side of keyword_peer and streamed_shards collects the top n only: a
+    ``Count`` collector would time work the project's side does not do."""
+    from benchmarks.keyword_peer import tantivy_top
+
+    found = tantivy_top(small_tantivy(tmp_path), QUERIES, 5)(0)
     assert len(found.hits) == 5
     assert found.count is None
 
@@ -170,3 +184,97 @@ def test_filters_cpu_and_wall_cover_the_same_calls() -> None:
     for wall, cpu in (("first sight (parse + mask)", "first"), ("repeat, fresh JSON", "fresh"),
                       ("repeat, same object", "same")):
         assert runs["cpu"][cpu]["n"] == runs[wall]["n"], wall
+
+
+def sorted_words(text: str) -> list[str]:
+    return sorted(text.split() * 2_000)
+
+
+def test_keyword_peer_reports_cpu_per_search_as_a_mean(tmp_path: Path) -> None:
+    """Linux reads the CPU time of threads other than the reading one only as of their last
+    tick or switch, so per-search percentiles of all-thread CPU do not hold: the CPU column is
+    the measured searches' total CPU over their number, and is labelled a mean."""
+    from benchmarks.keyword_peer import PEER, report, tantivy_top
+
+    with ThreadPoolExecutor(2) as pool:
+        runners = {PEER: tantivy_top(small_tantivy(tmp_path), QUERIES, 5),
+                   "sorts in two threads": lambda i: list(pool.map(sorted_words, QUERIES))}
+        samples = measure_side_by_side(runners, list(range(len(QUERIES))), warmup=[0], chunk=3)
+    results, table = report(samples)
+    header, _, *rows = table.splitlines()
+    assert "CPU ms per search, mean (all threads)" in header
+    assert "p95 (all threads)" not in header
+    for row in rows:
+        name, _, cpu, _ = (cell.strip() for cell in row.strip("|").split("|"))
+        mean = samples[name].cpu_total_ms / len(QUERIES)
+        assert cpu == f"{mean:.3g}"
+        assert results["cpu_ms_mean"][name] == mean
+
+
+def test_cpu_total_is_kept_across_chunks_of_measure_in_chunks() -> None:
+    """``measure_in_chunks`` carries each chunk's CPU total into its samples, as their walls."""
+    samples = measure_in_chunks({"sort": lambda i: sorted_words(QUERIES[i])},
+                                list(range(len(QUERIES))), warmup=[0], chunk=3)
+    assert len(samples["sort"].wall_ms) == len(QUERIES)
+    assert samples["sort"].cpu_total_ms > 0
+
+
+def test_filters_in_cases_are_named_by_the_values_they_hold(tmp_path: Path) -> None:
+    """2,000 passages hold 400 articles: the IN cases asking 1,000, 10,000 and 100,000 ids
+    hold 400, and their names and the validate + mask tables say so."""
+    from benchmarks import filters
+
+    setup = filters.MetadataSetup(2_000)
+    in_cases = {name: spec for name, spec in filters.selective_filters(setup).items()
+                if name.startswith("IN ")}
+    assert len(in_cases) == len(filters.IN_SIZES)
+    for name, spec in in_cases.items():
+        assert int(name.split()[1].replace(",", "")) == len(spec["article"]["in"]), name
+    args = filters.parse_args(["--docs", "2000", "--validate-mask-only", "--in-repeats", "3",
+                               "--out", str(tmp_path)])
+    assert filters.validate_mask_only(args) == 0
+    markdown = next(tmp_path.glob("filters-validate-mask-*.md")).read_text()
+    assert markdown.count("validate + mask, 400 IN values:") == 2
+    assert "10,000 IN values" not in markdown
+
+
+def test_zipf_replay_leaves_its_warm_up_out(index: Path) -> None:
+    """A fresh retriever's first search is a miss on an empty cache: a replay of one
+    question counts only hits once that miss is in its warm-up, and counts the requests
+    asked for."""
+    from benchmarks.cache import zipf_replay
+    from retrieval import Retriever
+
+    retriever = Retriever.load(index, {"cache": {"backend": "memory"}})
+    try:
+        replay = zipf_replay(retriever, CRANFIELD_QUERIES[:1], n=20, a=2.0, seed=7)
+    finally:
+        retriever.close()
+    assert replay["requests"] == replay["summary"]["n"] == 20
+    assert replay["hit_rate"] == 1.0
+
+
+PAUSE = 1.0  # seconds a slow shard source waits on each read
+
+
+class SlowShard(SyntheticShard):
+    """A shard whose generation waits ``PAUSE``, as a read from a slow store does."""
+
+    def corpus(self) -> SyntheticCorpus:
+        time.sleep(PAUSE)
+        return super().corpus()
+
+
+def test_tantivy_build_seconds_count_generating_its_texts(tmp_path: Path) -> None:
+    """The project's streamed build generates each shard inside its timed tasks, so tantivy's
+    build seconds count generating the same texts too."""
+    sources = [SlowShard(200, a, b, i) for i, (a, b) in enumerate(shard_ranges(200, 2))]
+    built = build_tantivy(sources, tmp_path / "tantivy")
+    assert built["seconds"] >= PAUSE * len(sources)
+    assert built["seconds"] >= built["generate_seconds"] >= PAUSE * len(sources)
+
+
+def test_tantivy_is_fed_the_passages_the_project_builds() -> None:
+    shard = SyntheticShard(200, 100, 200, 1)
+    documents, _ = shard()
+    assert shard.passages() == [(d.id, d.text) for d in documents]
