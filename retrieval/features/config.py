@@ -12,6 +12,7 @@ from retrieval.features.local import LocalStore
 from retrieval.features.redis_store import (
     DEFAULT_CONNECT_TIMEOUT_MS,
     DEFAULT_KEY_TTL_SECONDS,
+    DEFAULT_SLOT_MOVE_WAIT_SECONDS,
     DEFAULT_SOCKET_TIMEOUT_MS,
     RedisStore,
 )
@@ -42,6 +43,10 @@ class FeatureStoreConfig(BaseModel):
     connect_timeout_ms: float = Field(DEFAULT_CONNECT_TIMEOUT_MS, gt=0, le=60_000)
     breaker_failures: int = Field(5, ge=1)
     breaker_cooldown_seconds: float = Field(1.0, gt=0, allow_inf_nan=False)
+    slot_move_wait_seconds: float = Field(
+        DEFAULT_SLOT_MOVE_WAIT_SECONDS, gt=0, allow_inf_nan=False, description="Cluster: how "
+        "long a materialization waits for a reshard moving its view's slot to end before it "
+        "fails (the previous snapshot stays live)")
     tls_ca_file: str | None = Field(None, description="rediss://: PEM of the CA that signed "
                                     "the server (None = system trust store)")
     tls_cert_file: str | None = Field(None, description="rediss://: client certificate (mTLS)")
@@ -86,4 +91,5 @@ def make_store(config: FeatureStoreConfig) -> OnlineStore:
         return LocalStore(config.location, grace_seconds=config.grace_seconds)
     return RedisStore(config.location, namespace=config.namespace,
                       grace_seconds=config.grace_seconds,
-                      key_ttl_seconds=config.key_ttl_seconds, **link_options(config))
+                      key_ttl_seconds=config.key_ttl_seconds,
+                      slot_move_wait_seconds=config.slot_move_wait_seconds, **link_options(config))

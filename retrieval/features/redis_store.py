@@ -24,13 +24,14 @@ once per outage, and a circuit breaker that skips a dead server; an unreachable 
 defaults with ``available=False``, never an exception. Every call a search makes (feature
 reads, the live pointer for cache keys) goes through that link; only admin calls
 (``live_snapshot_id``, ``live_view``, ``snapshot_ids``) and the nightly job's writer
-(``offline.redis_writer``, which takes its URL, TTL, chunk size and grace period from here) use
-a client with the batch job's long timeouts.
+(``offline.redis_writer``, which takes its URL, TTL, chunk size, grace period and how long to wait
+out a reshard of a view's slot from here) use a client with the batch job's long timeouts.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -88,6 +89,11 @@ _SCHEMAS_KEPT = 4  # per view: enough for readers racing across a couple of flip
 # Timeouts as the cache's (resilience.redis_link): a 1,000-entity script answers in ~1 ms on
 # loopback, and the tail on a busy host is the scheduler's, not the script's.
 DEFAULT_KEY_TTL_SECONDS = 30 * 86400.0
+# How long a materialization step waits for a reshard moving its view's slot to end
+# (``offline.slot_moves``). redis-cli moves ~100,000 entities in 7 s on loopback, so a view near
+# its size limit (1M documents) takes a minute or more, longer across a network; a slot left
+# half moved still fails the job within minutes.
+DEFAULT_SLOT_MOVE_WAIT_SECONDS = 300.0
 
 
 class RedisStore(OnlineStore):
@@ -107,6 +113,7 @@ class RedisStore(OnlineStore):
         breaker_cooldown_seconds: float = 1.0,
         write_timeout_seconds: float = 60.0,
         write_chunk: int = 1000,
+        slot_move_wait_seconds: float = DEFAULT_SLOT_MOVE_WAIT_SECONDS,
         views: Sequence[FeatureView] = (),
         max_entities_per_read: int = DEFAULT_MAX_ENTITIES,
         log_quiet_seconds: float = 60.0,
@@ -133,6 +140,12 @@ class RedisStore(OnlineStore):
             raise FeatureConfigError("write_timeout_seconds must be > 0")
         if write_chunk < 1:
             raise FeatureConfigError(f"write_chunk must be >= 1, got {write_chunk}")
+        if not 0 < slot_move_wait_seconds < math.inf:  # forever would hang on a stuck reshard
+            raise FeatureConfigError(
+                "slot_move_wait_seconds must be a finite number of seconds > 0 (how long a "
+                f"materialization waits for a reshard of its view's slot), got "
+                f"{slot_move_wait_seconds}")
+        self.slot_move_wait_seconds = float(slot_move_wait_seconds)
         self.key_ttl_ms = int(key_ttl_seconds * 1000)
         self.write_chunk = write_chunk
         self._write_timeout = write_timeout_seconds

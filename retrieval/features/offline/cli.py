@@ -12,6 +12,7 @@ from indexes.errors import RetrievalError
 from retrieval.features.config import FeatureStoreConfig, make_store
 from retrieval.features.errors import FeatureConfigError
 from retrieval.features.offline.materialize import materialize
+from retrieval.features.redis_store import DEFAULT_SLOT_MOVE_WAIT_SECONDS
 from retrieval.features.store import DEFAULT_GRACE_SECONDS
 from retrieval.features.view import FeatureView, load_view
 
@@ -34,6 +35,10 @@ def add_features_parser(subparsers: Any) -> argparse.ArgumentParser:
     run.add_argument("--namespace", default="retrieval", help="Redis key namespace")
     run.add_argument("--grace-seconds", type=float, default=DEFAULT_GRACE_SECONDS,
                      help="keep retired snapshots this long (the previous one is always kept)")
+    run.add_argument("--slot-move-wait-seconds", type=float,
+                     default=DEFAULT_SLOT_MOVE_WAIT_SECONDS,
+                     help="Cluster: wait this long for a reshard moving the view's slot to end "
+                     "before failing (the previous snapshot stays live)")
     run.add_argument("--batch-rows", type=int, default=50_000)
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=run_materialize)
@@ -58,7 +63,8 @@ def run_materialize(args: argparse.Namespace) -> int:
         raise FeatureConfigError(f"--batch-rows: must be at least 1, not {args.batch_rows}")
     try:
         config = FeatureStoreConfig(location=args.store, cluster=args.cluster,
-                                    namespace=args.namespace, grace_seconds=args.grace_seconds)
+                                    namespace=args.namespace, grace_seconds=args.grace_seconds,
+                                    slot_move_wait_seconds=args.slot_move_wait_seconds)
     except ValidationError as exc:
         raise FeatureConfigError(_flag_problems(exc)) from exc
     with make_store(config) as store:
@@ -74,7 +80,7 @@ def run_materialize(args: argparse.Namespace) -> int:
 
 
 FLAGS = {"location": "--store", "cluster": "--cluster", "namespace": "--namespace",
-         "grace_seconds": "--grace-seconds"}
+         "grace_seconds": "--grace-seconds", "slot_move_wait_seconds": "--slot-move-wait-seconds"}
 
 
 def _flag_problems(exc: ValidationError) -> str:

@@ -4,7 +4,8 @@ The writer talks to the node that owns the view's slot with generous timeouts: a
 should fail loudly on errors (``FeatureStoreError``), not fail open like the request path.
 A failed job leaves the previous snapshot live (the pointer is only flipped by ``commit``);
 ``abort`` removes what it wrote, and a killed job's keys expire by TTL or are collected by the
-next job once older than the grace period.
+next job once older than the grace period. A reshard moving the view's slot is waited out
+(``slot_moves``): each step is sent again, where the slot is, once it can run.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import redis
-from redis.cluster import RedisCluster
 
 from indexes.storage import mint_id
 from retrieval.features.errors import FeatureSchemaError, FeatureStoreError
+from retrieval.features.offline.slot_moves import SLOT_MOVING, ViewNode
 from retrieval.features.offline.writer_base import (
     SnapshotWriter,
     snapshots_to_delete,
@@ -53,7 +54,8 @@ class RedisWriter(SnapshotWriter):
     """Writes one snapshot of ``view``; see the module docstring."""
 
     def __init__(self, client: AnyRedis, keys: ViewKeys, view: FeatureView, created_at: float,
-                 has_event_time: bool, ttl_ms: int, chunk: int, grace_seconds: float) -> None:
+                 has_event_time: bool, ttl_ms: int, chunk: int, grace_seconds: float,
+                 slot_move_wait_seconds: float) -> None:
         self.client = client
         self.keys = keys
         self.view = view
@@ -68,11 +70,18 @@ class RedisWriter(SnapshotWriter):
         self.published = False
         self.prefix = keys.entity_prefix(self.snapshot_id)
         try:
-            self.node = self._guard(lambda: node_client(client, keys.live))
-            self._guard(self._register)
+            self.at = self._guard(lambda: ViewNode(
+                client, keys.live, view.name, slot_move_wait_seconds,
+                lambda node: node.script_load(WRITE.source)))  # chunks call it by SHA
+            self._guard(lambda: self.at.run(self._register))
         except BaseException:
             client.close()  # no writer is returned, so nobody else would close it
             raise
+
+    @property
+    def node(self) -> redis.Redis:
+        """The client of the node that owns the view's slot now."""
+        return self.at.node
 
     def _guard(self, call: Any) -> Any:
         try:
@@ -88,16 +97,15 @@ class RedisWriter(SnapshotWriter):
                             created_at=self.created_at, rows=self.rows,
                             has_event_time=self.has_event_time)
 
-    def _register(self) -> None:
+    def _register(self, node: redis.Redis) -> None:
         """Registry entry (for GC) and metadata first, then data; all in the view's slot."""
         meta_key = self.keys.meta(self.snapshot_id)
-        pipe = self.node.pipeline(transaction=True)
+        pipe = node.pipeline(transaction=True)
         pipe.zadd(self.keys.registry, {self.snapshot_id: self.created_at})
         pipe.hset(meta_key, mapping={"fields": ",".join(self.fields), "width": record_width(
             self.view, self.has_event_time), "schema": self._meta().model_dump_json()})
         pipe.pexpire(meta_key, self.ttl_ms)
         pipe.execute()
-        self.node.script_load(WRITE.source)  # the chunk pipeline below calls it by SHA
 
     def write(self, columns: FeatureColumns) -> None:
         encoded = [encode_field(columns.values[f.name], f.dtype) for f in self.view.features]
@@ -107,36 +115,51 @@ class RedisWriter(SnapshotWriter):
         ids = columns.entity_ids
         starts = list(range(0, len(ids), self.chunk))
         for group in range(0, len(starts), SCRIPTS_PER_ROUND_TRIP):
-            self._guard(lambda g=group: self._write_group(ids, encoded,
-                                                           starts[g:g + SCRIPTS_PER_ROUND_TRIP]))
+            unsent = starts[group:group + SCRIPTS_PER_ROUND_TRIP]
+            self._guard(lambda chunks=unsent: self.at.run(
+                lambda node: self._write_chunks(node, ids, encoded, chunks)))
         self.rows += len(ids)
 
-    def _write_group(self, ids: list[str], encoded: list[list[bytes]], starts: list[int]) -> None:
-        pipe = self.node.pipeline(transaction=False)
+    def _write_chunks(self, node: redis.Redis, ids: list[str], encoded: list[list[bytes]],
+                      unsent: list[int]) -> None:
+        """Send the chunks starting at ``unsent`` in one pipeline and drop those that ran from
+        it; raise the slot move any other met, for ``ViewNode.run`` to send them again. Never
+        a chunk twice: its second HSETs would read as duplicate ids."""
+        pipe = node.pipeline(transaction=False)
         header = [self.ttl_ms, len(self.fields), *self.fields]
-        for start in starts:
+        for start in unsent:
             stop = start + self.chunk
             keys = [self.prefix + entity_id for entity_id in ids[start:stop]]
             args: list[Any] = list(header)
             for column in encoded:
                 args.extend(column[start:stop])
             pipe.evalsha(WRITE.sha, len(keys), *keys, *args)
-        for start, reply in zip(starts, pipe.execute(), strict=True):
-            if reply:
-                duplicate = ids[start + int(reply) - 1]
-                raise FeatureSchemaError(
-                    f"entity id {duplicate!r} appears more than once in column "
-                    f"{self.view.entity_key!r}; a snapshot holds one row per document "
-                    "(deduplicate the source, e.g. keep the latest row)",
-                    self.view.entity_key,
-                )
+        moving: list[tuple[int, redis.RedisError]] = []
+        for start, reply in zip(unsent, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(reply, SLOT_MOVING):
+                moving.append((start, reply))
+            elif isinstance(reply, Exception):
+                raise reply
+            elif reply:
+                self._refuse_duplicate(ids[start + int(reply) - 1])
+        unsent[:] = [start for start, _ in moving]
+        if moving:
+            raise moving[0][1]
+
+    def _refuse_duplicate(self, entity_id: str) -> None:
+        raise FeatureSchemaError(
+            f"entity id {entity_id!r} appears more than once in column "
+            f"{self.view.entity_key!r}; a snapshot holds one row per document "
+            "(deduplicate the source, e.g. keep the latest row)",
+            self.view.entity_key,
+        )
 
     def commit(self) -> list[str]:
         meta = self.keys.meta(self.snapshot_id)
         keys = [self.keys.live, self.keys.registry, self.keys.retired, meta]
         args = [self.snapshot_id, repr(time.time()), self._meta().model_dump_json()]
         try:
-            self._guard(lambda: FLIP(self.node, keys, args))
+            self._guard(lambda: self.at.run(lambda node: FLIP(node, keys, args)))
             self.published = True
             try:
                 return collect_garbage(self.node, self.keys, self.grace_seconds)
@@ -195,21 +218,6 @@ def delete_snapshot(node: redis.Redis, keys: ViewKeys, snapshot_id: str, batch: 
     if pending:
         deleted += int(node.unlink(*pending))
     return deleted
-
-
-def node_client(client: AnyRedis, key: str) -> redis.Redis:
-    """The plain client of the node that owns ``key``'s slot (the client itself standalone).
-
-    Batch work on one view (chunk writes, SCAN for garbage collection) talks to that node
-    directly: every key of a view shares its slot.
-    """
-    if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(key)
-        connection = node.redis_connection if node is not None else None
-        if connection is None:
-            raise redis.ConnectionError(f"no cluster node serves the slot of {key!r}")
-        return connection
-    return client
 
 
 def _text(value: bytes | str) -> str:

@@ -1,7 +1,8 @@
 """``open_writer``: the snapshot writer for a store's location.
 
 The online stores only read; the job takes from them where the snapshots live (directory, or
-Redis URL, namespace and the batch settings: TTL, chunk size, grace period, write timeout).
+Redis URL, namespace and the batch settings: TTL, chunk size, grace period, write timeout,
+how long to wait out a reshard of a view's slot).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def open_writer(store: OnlineStore, view: FeatureView, *, created_at: float,
         except Exception as exc:
             raise FeatureStoreError(f"cannot connect to {redact_url(store.url)}: {exc}") from exc
         return RedisWriter(client, store.keys(view.name), view, created_at, has_event_time,
-                           store.key_ttl_ms, store.write_chunk, store.grace_seconds)
+                           store.key_ttl_ms, store.write_chunk, store.grace_seconds,
+                           store.slot_move_wait_seconds)
     raise FeatureConfigError(
         f"cannot materialize into {store.describe()}: use a LocalStore or a RedisStore")
