@@ -1,8 +1,8 @@
 """Document vectors for exact re-rank of a small candidate set.
 
 Stored as float32 (exact), float16 (half the memory) or int8 codes with per-dimension scale and
-offset (a quarter of the memory). Re-rank reads only the candidate rows: gather + one small
-matrix-vector product; it never scans the whole matrix.
+offset (a quarter of the memory). Re-rank reads only the candidate rows, each dotted with the
+query where it lies (``indexes.vector_kernels``); it never scans the whole matrix.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from indexes.errors import InvalidQueryError, QueryDimensionError
 from indexes.mapping import prefault_mapping
 from indexes.metadata import refuse_surrogates
 from indexes.storage import load_array, read_json, save_array, write_json
+from indexes.vector_kernels import dot_rows, rows_in_range
 
 VectorDtype = Literal["float32", "float16", "int8"]
 # Rows quantized at a time: quantizing the whole matrix at once made float32 temporaries of
@@ -215,14 +216,20 @@ class VectorStore:
         Returns float32 (len(rows),), in the order of ``rows``.
         """
         query = self.check_query(query)
-        block = np.take(self._rows, rows, axis=0)
+        folded, bias = query, 0.0
         if self.dtype == "int8":
             assert self.scale is not None and self.low is not None
             # (c + 128) * s + low, dotted with q, without materializing floats per element.
             folded = query * self.scale
             bias = float(query @ (128.0 * self.scale + self.low))
-            return block.astype(np.float32) @ folded + bias
-        return block.astype(np.float32, copy=False) @ query
+        rows = np.asarray(rows)
+        if self.dtype != "float16" and rows.ndim == 1 and rows.dtype.kind == "i" and \
+                rows_in_range(rows, self.n_docs):
+            return dot_rows(self._rows, rows, np.ascontiguousarray(folded), np.float32(bias))
+        # Other rows (a float16 store, a list of lists, rows out of range) as numpy reads
+        # them: the same values, and numpy's own IndexError for a row past the end.
+        block = np.take(self._rows, rows, axis=0)
+        return block.astype(np.float32) @ folded + np.float32(bias)
 
     def scores_all(self, query: np.ndarray, block: int = 16_384) -> np.ndarray:
         """``scores`` of every row, in row order, without gathering a copy of the matrix (an
