@@ -21,6 +21,8 @@ from indexes.storage import load_array, read_json, save_array, write_json
 from indexes.vector_kernels import dot_rows, rows_in_range
 
 VectorDtype = Literal["float32", "float16", "int8"]
+# Row index types the re-rank kernel reads (native byte order); others go through np.take.
+_KERNEL_ROWS = (np.dtype(np.int32), np.dtype(np.int64))
 # Rows quantized at a time: quantizing the whole matrix at once made float32 temporaries of
 # its size (3.8 GB each for a 2.5M-row shard), which set the peak of a shard's write.
 QUANTIZE_ROWS = 65_536
@@ -210,42 +212,47 @@ class VectorStore:
             )
         return query
 
-    def scores(self, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def scores(self, query: np.ndarray, rows: Any) -> np.ndarray:
         """Inner products (cosines for normalized vectors) of ``query`` (d,) with ``rows``.
 
         Returns float32 (len(rows),), in the order of ``rows``.
         """
-        query = self.check_query(query)
-        folded, bias = query, 0.0
-        if self.dtype == "int8":
-            assert self.scale is not None and self.low is not None
-            # (c + 128) * s + low, dotted with q, without materializing floats per element.
-            folded = query * self.scale
-            bias = float(query @ (128.0 * self.scale + self.low))
-        rows = np.asarray(rows)
-        if self.dtype != "float16" and rows.ndim == 1 and rows.dtype.kind == "i" and \
-                rows_in_range(rows, self.n_docs):
-            return dot_rows(self._rows, rows, np.ascontiguousarray(folded), np.float32(bias))
-        # Other rows (a float16 store, a list of lists, rows out of range) as numpy reads
-        # them: the same values, and numpy's own IndexError for a row past the end.
+        folded, bias = self._folded(query)
+        picked = np.asarray(rows)
+        if self.dtype != "float16" and picked.ndim == 1 and picked.dtype in _KERNEL_ROWS and \
+                rows_in_range(picked, self.n_docs):
+            # Contiguous: a strided view would be another signature, compiled on the request.
+            return dot_rows(self._rows, np.ascontiguousarray(picked), folded, bias)
+        # Other rows (a float16 store, a list of lists, other integer types, an empty list,
+        # rows out of range) as numpy reads them: numpy's values and its own errors.
         block = np.take(self._rows, rows, axis=0)
-        return block.astype(np.float32) @ folded + np.float32(bias)
+        return block.astype(np.float32) @ folded + bias
 
     def scores_all(self, query: np.ndarray, block: int = 16_384) -> np.ndarray:
-        """``scores`` of every row, in row order, without gathering a copy of the matrix (an
-        int8 store is widened ``block`` rows at a time)."""
-        query = self.check_query(query)
+        """``scores`` of every row, in row order, to the bit (the same kernel, ``block`` rows
+        at a time: an exact search over a wide filter and one over a narrow filter rank near
+        ties alike), without gathering a copy of the matrix."""
+        folded, bias = self._folded(query)
         out = np.empty(self.n_docs, dtype=np.float32)
-        if self.dtype == "int8":
-            assert self.scale is not None and self.low is not None
-            folded = query * self.scale
-            bias = np.float32(query @ (128.0 * self.scale + self.low))
-            for start in range(0, self.n_docs, block):
-                chunk = self._rows[start:start + block]
-                out[start:start + chunk.shape[0]] = chunk.astype(np.float32) @ folded + bias
-            return out
-        np.matmul(self._rows, query, out=out)  # float32 rows: one product, nothing copied
+        for start in range(0, self.n_docs, block):
+            rows = np.arange(start, min(start + block, self.n_docs), dtype=np.int64)
+            if self.dtype == "float16":
+                out[start:start + rows.size] = self._rows[start:start + rows.size].astype(
+                    np.float32) @ folded
+            else:
+                out[start:start + rows.size] = dot_rows(self._rows, rows, folded, bias)
         return out
+
+    def _folded(self, query: np.ndarray) -> tuple[np.ndarray, np.float32]:
+        """(the query as the rows' codes are dotted with it, contiguous float32; the bias
+        added to each product): for an int8 store, (c + 128) * s + low dotted with q is c
+        dotted with q * s, plus q dotted with 128 s + low, no floats materialized per code."""
+        query = np.ascontiguousarray(self.check_query(query))
+        if self.dtype != "int8":
+            return query, np.float32(0.0)
+        assert self.scale is not None and self.low is not None
+        return (np.ascontiguousarray(query * self.scale, dtype=np.float32),
+                np.float32(query @ (128.0 * self.scale + self.low)))
 
     def dense_top_k(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact inner-product search over all rows with faiss (a baseline, not the request path).

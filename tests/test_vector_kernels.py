@@ -70,3 +70,47 @@ def test_rows_given_as_a_list_or_unsigned_score_as_numpy_does() -> None:
     np.testing.assert_allclose(store.scores(query, np.array([5, 7], dtype=np.uint16)),
                                expected, atol=1e-6)
     assert store.scores(query, np.empty(0, dtype=np.int64)).shape == (0,)
+
+
+@pytest.mark.parametrize("rows", [[], (), np.array([3, 1], dtype=">i8"),
+                                  np.array([3, 1], dtype=np.int16), np.array([[3], [1]])])
+def test_rows_the_kernel_does_not_take_score_as_numpy_does(rows: object) -> None:
+    """An empty list (numpy makes it float64), another byte order or width, a column."""
+    store, _ = store_of("int8")
+    query = np.random.default_rng(4).standard_normal(DIM).astype(np.float32)
+    got = store.scores(query, rows)
+    expected = numpy_scores(store, query, np.asarray(rows, dtype=np.int64))
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_scores_of_every_row_are_the_scores_of_those_rows_to_the_bit(dtype: str) -> None:
+    """An exact search over a wide filter scores every row, one over a narrow filter the
+    allowed rows: near ties must rank alike."""
+    store, _ = store_of(dtype, n=1000)
+    query = np.random.default_rng(5).standard_normal(DIM).astype(np.float32)
+    rows = np.random.default_rng(6).permutation(1000)[:77]
+    np.testing.assert_array_equal(store.scores_all(query, block=64)[rows],
+                                  store.scores(query, rows))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_warming_a_store_loads_the_kernel_for_both_row_types(dtype: str) -> None:
+    """The request path hands the kernel int32 rows (BM25's) and int64 (with the dense
+    leg's): each is its own machine code, loaded at start-up, not by a request."""
+    from indexes.vector_kernels import dot_rows
+    from indexes.warmup import warm_vectors
+
+    store, _ = store_of(dtype, n=50, seed=9)
+    warm_vectors(store)
+    matrix = numba_typeof(store._rows)
+    taken = {signature[1].dtype.name for signature in dot_rows.signatures
+             if signature[0] == matrix}
+    assert {"int32", "int64"} <= taken
+
+
+def numba_typeof(value: object) -> object:
+    from numba import typeof
+
+    return typeof(value)

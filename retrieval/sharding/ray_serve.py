@@ -52,7 +52,7 @@ from indexes.metadata import MetadataIndex
 from indexes.sharding import read_layout
 from indexes.sharding.layout import joined_passages
 from indexes.storage import load_array
-from indexes.warmup import warm_bm25
+from indexes.warmup import warm_bm25, warm_vectors
 from retrieval.config import RetrieverConfig
 from retrieval.loaded_build import LoadedBuild
 from retrieval.sharding.errors import ShardUnavailableError
@@ -95,6 +95,7 @@ class ShardReplica:
                 found = LoadedBuild.load(shard_dir, verify=self.settings.verify_checksums,
                                          mmap=self.settings.mmap)
                 warm_bm25(found.bm25)
+                warm_vectors(found.vectors)
                 self.builds[shard_dir] = found
                 while len(self.builds) > self.KEEP:
                     self.builds.pop(next(iter(self.builds)))

@@ -40,7 +40,7 @@ from indexes.sharding import read_layout
 from indexes.sharding.layout import SHARDS_FILE, joined_passages
 from indexes.topk import best_first
 from indexes.vectors import VectorStore
-from indexes.warmup import warm_bm25
+from indexes.warmup import warm_bm25, warm_vectors
 from retrieval.loaded_build import LoadedBuild
 
 
@@ -53,10 +53,11 @@ def open_build(path: str | Path, *, verify: bool = True, mmap: bool = True) -> L
 
 
 def warm_up_build(snapshot: LoadedBuild) -> None:
-    """Load the BM25 kernels of every shard in this process (``indexes.warmup``) before the
-    first request (remote shards warm themselves)."""
+    """Load the BM25 and re-rank kernels of every shard in this process
+    (``indexes.warmup``) before the first request (remote shards warm themselves)."""
     for part in snapshot.local_builds():
         warm_bm25(part.bm25)
+        warm_vectors(part.vectors)
 
 
 class RowOwners:
