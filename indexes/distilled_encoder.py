@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -202,7 +203,8 @@ def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
     when the save fails: each file is written whole to a temporary file beside it first, and
     only then are they renamed into place, the JSON that vouches for the arrays last. A save
     that fails while writing leaves the previous files untouched (and no temporary ones); a
-    crash between the renames leaves each file old or new, and the checksum refuses the mix.
+    crash or a failure between the renames leaves each file old or new, and the checksum
+    refuses the mix (then only a new save or distillation restores an encoder there).
     """
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -215,8 +217,10 @@ def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
     staged: list[Path] = []  # the temporary files this save made: renamed, else removed
     try:
         for name, write in writers:
-            partial = partial_path(folder / name)
-            with open(partial, "wb") as out:
+            # A name of its own, created exclusively: two saves into one folder never share
+            # one (and unlike mkstemp's, the file gets the umask's mode, as np.save gave it).
+            partial = folder / f".{name}.{secrets.token_hex(8)}.tmp"
+            with open(partial, "xb") as out:
                 staged.append(partial)
                 write(out)
                 out.flush()
@@ -229,7 +233,3 @@ def save_table(rows: np.ndarray, scales: np.ndarray, info: DistilledInfo,
     fsync_path(folder)  # the renames survive a power loss
     return folder
 
-
-def partial_path(path: Path) -> Path:
-    """Where ``save_table`` writes ``path`` before renaming it into place."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -41,7 +41,7 @@ def test_a_distilled_directory_without_its_json_is_refused(small_root, tmp_path,
         for name in (TABLE, SCALES):
             shutil.copy(SHIPPED / name, own / name)
     elif left == "partial file":  # a first save killed while writing
-        (own / f".{TABLE}.tmp-1").write_bytes(b"\x93NUMPY")
+        (own / f".{TABLE}.abc123.tmp").write_bytes(b"\x93NUMPY")
     build = next((root / "builds").iterdir())
     for path in (root, build):  # an index root, or one of its builds
         with pytest.raises(DistilledEncoderError) as refused:

@@ -68,12 +68,14 @@ class ViewNode:
             return result
 
     def _before_next_try(self, exc: redis.RedisError, wait: _Wait) -> None:
-        """Fail once the wait is over; else go to the slot's new owner at once after a MOVED
-        (the move has ended), or pause, announcing the wait before its first pause (every
-        try of a move answers alike: once is enough)."""
+        """Fail once the wait is over; else go to the slot's new owner after a MOVED (the
+        move has ended: at once the first time, after a pause if nodes keep sending the step
+        on, as in a topology still settling after a failover), or pause, announcing the wait
+        before its first pause (every try of a move answers alike: once is enough)."""
         if wait.expired():
             raise self._outlasted(exc) from exc
-        if isinstance(exc, MovedError) and self._follow(exc):
+        if isinstance(exc, MovedError) and self._follow(exc) and not wait.followed:
+            wait.followed = True
             return
         if not wait.announced:
             self._announce(exc)
@@ -117,6 +119,7 @@ class _Wait:
         self.deadline = self.started + seconds
         self.next_pause = FIRST_PAUSE_SECONDS
         self.announced = False
+        self.followed = False  # a MOVED followed at once already: later ones pause first
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
