@@ -41,8 +41,9 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ClusterDownError, ClusterError, ResponseError
 
 from retrieval.cache.base import CacheCounters, check_ttl
+from retrieval.cache.cluster_reads import read_each_key
 from retrieval.cache.keys import validate_namespace
-from retrieval.cache.redis_backend import read_each_key, refuse_decoded_replies
+from retrieval.cache.redis_backend import refuse_decoded_replies
 from retrieval.features.errors import FeatureConfigError, FeatureRequestError, FeatureStoreError
 from retrieval.features.reads import (
     FeatureBatch,
