@@ -29,7 +29,7 @@ from indexes.vectors import VectorStore
 
 def gathered(store: VectorStore, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The rows gathered into a copy, then one product (the re-rank before the kernel)."""
-    block = np.take(store._rows, rows, axis=0).astype(np.float32)
+    block = np.take(store.data, rows, axis=0).astype(np.float32)
     if store.dtype == "int8":
         assert store.scale is not None and store.low is not None
         folded = query * store.scale
