@@ -104,3 +104,22 @@ def test_an_empty_list_on_a_fixed_schema_is_no_value_and_adds_no_field(
     with IndexWriter(tmp_path) as reopened:  # the kinds read back from the log agree
         assert not {"labels", "scores", "notes"} & set(reopened.kinds)
     assert [record.seq for record in read_all(tmp_path)] == [1, 2]
+
+
+@pytest.mark.parametrize("spec", [{"id": None}, {"id": {"in": ["a", None]}}])
+def test_a_null_id_is_told_every_document_has_one(spec: object) -> None:
+    """A null id got the message of any keyword field ("give a keyword value"), though no
+    document lacks an id and the id is a string."""
+    from retrieval.filters import parse_filter
+
+    with pytest.raises(FilterTypeError, match=r"every document has an id; give one as a "
+                                              r"string, e\.g\. \{'id': 'doc-1'\}"):
+        parse_filter(spec, {"lang": "keyword"})
+
+
+def test_a_null_value_points_to_exists_for_documents_without_one() -> None:
+    from retrieval.filters import parse_filter
+
+    with pytest.raises(FilterTypeError, match=r"give a keyword value, or "
+                                              r"\{'lang': \{'exists': False\}\} for documents"):
+        parse_filter({"lang": None}, {"lang": "keyword"})

@@ -39,7 +39,7 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
     """A filter value in its indexed form, or a FilterTypeError saying what the field takes."""
     got = f"{type(value).__name__} {show(value)}"
     if value is None:
-        raise FilterTypeError(f"field {field!r}: null is not a filter value; give a {kind} value")
+        raise FilterTypeError(null_value_message(field, kind))
     if field == ID_FIELD:  # a string in every build, so checked without one too
         return document_id(value)
     if kind == ANY_KIND:  # whether the value fits the field is the build's to say
@@ -72,6 +72,17 @@ def coerce(field: str, kind: str, value: object) -> Scalar:
     except (ValueError, OverflowError, OSError) as exc:
         raise FilterTypeError(f"date field {field!r}: {show(value)} is not a valid ISO 8601 "
                               "date; write e.g. '2020-01-31' or '2020-01-31T12:00:00Z'") from exc
+
+
+def null_value_message(field: str, kind: str) -> str:
+    """What to write instead of null: a value, or the test for documents without one (no
+    document lacks an id)."""
+    if field == ID_FIELD:
+        return (f"field {ID_FIELD!r}: null is not a filter value, and every document has an "
+                f"id; give one as a string, e.g. {{{ID_FIELD!r}: 'doc-1'}}")
+    wanted = "a value" if kind == ANY_KIND else f"a {kind} value"
+    return (f"field {field!r}: null is not a filter value; give {wanted}, or "
+            f"{{{field!r}: {{'exists': False}}}} for documents without one")
 
 
 def document_id(value: object) -> str:
