@@ -8,6 +8,8 @@ nodes involved, whatever the number of moved keys.
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 from redis.cluster import RedisCluster, key_slot
 from redis_servers import RedisClusterProcesses
@@ -28,19 +30,28 @@ def reads_processed(node: redis.Redis) -> int:
     return int(node.info("stats")["total_reads_processed"])
 
 
+def half_moved_view(cluster: RedisClusterProcesses, store: Any, moved: list[str]
+                    ) -> tuple[Any, Any, str]:
+    """Materialize the quality view, then start moving its slot and move the entity keys of
+    ``moved``: (the slot's source node, its target node, the live snapshot id)."""
+    materialize(quality_view(), lambda: quality_rows(ENTITIES), store, progress=False)
+    keys = store.keys("quality")
+    snapshot = store.live_snapshot_id("quality")
+    assert snapshot is not None
+    steady = store.read("quality", IDS).values["quality"].tolist()  # before the move
+    assert steady == [float(i) for i in range(ENTITIES)]
+    source, target = start_migrating(cluster, key_slot(keys.live.encode()))
+    move_keys(source, target, [keys.entity_prefix(snapshot) + i for i in moved])
+    return source, target, snapshot
+
+
 def test_a_view_read_with_half_its_keys_moved_takes_one_pipeline_for_them(
         own_cluster: RedisClusterProcesses) -> None:  # noqa: F811
     store = cluster_store(own_cluster)
     try:
-        materialize(quality_view(), lambda: quality_rows(ENTITIES), store, progress=False)
-        keys = store.keys("quality")
-        snapshot = store.live_snapshot_id("quality")
-        assert snapshot is not None
-        expected = store.read("quality", IDS).values["quality"].tolist()  # a steady slot
-        assert expected == [float(i) for i in range(ENTITIES)]
-        source, target = start_migrating(own_cluster, key_slot(keys.live.encode()))
+        expected = [float(i) for i in range(ENTITIES)]  # as read before the move
         moved = IDS[::2]
-        move_keys(source, target, [keys.entity_prefix(snapshot) + i for i in moved])
+        _, target, snapshot = half_moved_view(own_cluster, store, moved)
 
         probe = target.client()  # one connection: its own reads are one per call
         for read in range(1, 3):
@@ -68,12 +79,7 @@ def test_a_view_read_whose_moved_keys_node_is_down_fails_and_is_counted(
     half its entities missing from a healthy view) and the breaker counts it."""
     store = cluster_store(own_cluster)
     try:
-        materialize(quality_view(), lambda: quality_rows(ENTITIES), store, progress=False)
-        keys = store.keys("quality")
-        snapshot = store.live_snapshot_id("quality")
-        assert snapshot is not None
-        source, target = start_migrating(own_cluster, key_slot(keys.live.encode()))
-        move_keys(source, target, [keys.entity_prefix(snapshot) + i for i in IDS[::2]])
+        _, target, _ = half_moved_view(own_cluster, store, IDS[::2])
         target.stop()
 
         batch = store.read("quality", IDS)
