@@ -32,8 +32,9 @@ def _row(rows, i, n_rows):  # pragma: no cover - compiled
 
 
 @njit(nogil=True, cache=True)
-def _checked(rows, n_rows):  # pragma: no cover - compiled
-    """Whether every row lies in ``-n_rows .. n_rows - 1`` (``np.take``'s range)."""
+def rows_in_range(rows, n_rows):  # pragma: no cover - compiled
+    """Whether every row lies in ``-n_rows .. n_rows - 1`` (``np.take``'s range): ``dot_rows``
+    reads unchecked."""
     for i in range(rows.shape[0]):
         if rows[i] >= n_rows or rows[i] < -n_rows:
             return False
@@ -70,7 +71,3 @@ def dot_rows(matrix, rows, query, bias):  # pragma: no cover - compiled
             out[i + 3] = se + bias
     return out
 
-
-def rows_in_range(rows: np.ndarray, n_rows: int) -> bool:
-    """Whether ``dot_rows`` may read ``rows`` (it reads unchecked)."""
-    return bool(_checked(rows, n_rows))
